@@ -1,0 +1,154 @@
+"""The contract between a policy and the engine: what a policy may ask for in one step, and what it observes.
+
+A policy's ``schedule(view)`` returns a frozen :class:`StepPlan`; the engine checks it, charges its time from the
+cost model, asks the token oracle how much of the speculation the target accepts, applies the result and calls
+``observe(result)`` with a :class:`StepResult` holding what a real server would observe.
+
+Vocabulary (vLLM v1's, per request):
+    num_tokens     prompt tokens + output tokens generated so far
+    num_computed   tokens whose KV is on the GPU (a decoding request has ``num_computed == num_tokens - 1``:
+                   its last sampled token is the input of the next step)
+    prefill        a step that computes prompt (or, after a recompute preemption, prompt + output) tokens of a
+                   request that has not caught up yet; the chunk that reaches ``num_tokens`` samples one token
+    decode         a step that scores the request's last token plus its speculation (k chain tokens or a tree's
+                   nodes) and emits ``accepted + 1`` tokens (capped at what the request still has to generate)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Proposer = Literal["draft", "eagle", "pld"]
+PreemptMode = Literal["recompute", "swap"]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.flags.writeable = False
+
+
+def ids(values: object = ()) -> np.ndarray:
+    """An int64 id array (the type every id field of a plan holds)."""
+    arr = np.asarray(values, dtype=np.int64)
+    return arr.reshape(-1)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTree:
+    """Candidate token tree the drafter produced for one request (beam search of ``depth`` × ``width``).
+
+    Node ``i`` sits at ``depth[i]`` (1 = child of the root, the root being the request's last token), is the
+    ``rank[i]``-th most probable token of the draft at its parent (0 = top-1), hangs below ``parent[i]`` (-1 for the
+    root) and carries the draft's conditional probability ``prob[i]`` and path probability ``path_prob[i]`` (the
+    product of ``prob`` along its path: AdaServe's Eq. 7 approximation of f(v)). Nodes are listed in
+    breadth-first order, so every parent precedes its children.
+    """
+
+    rid: int
+    pos: int  # output position of the first speculated token (tokens generated so far)
+    parent: np.ndarray
+    depth: np.ndarray
+    rank: np.ndarray
+    prob: np.ndarray
+    path_prob: np.ndarray
+    draft_depth: int
+    draft_width: int
+
+    @property
+    def size(self) -> int:
+        return int(self.parent.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSpec:
+    """A draft token tree to verify: the subset ``nodes`` of a candidate tree (closed under ``parent``)."""
+
+    cand: CandidateTree
+    nodes: np.ndarray  # indices into ``cand``; every selected node's parent is selected too (or is the root)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.nodes.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAction:
+    """Nightjar-style memory management, applied before the step runs.
+
+    ``offload_draft``/``reload_draft`` move the draft model's weights over the host link (its KV is dropped on
+    offload, and rebuilt by a draft prefill when a request next speculates). ``kv_pool_blocks`` resizes the KV pool
+    (it may not exceed the capacity the cost model allows with the draft's residency after the action).
+    """
+
+    offload_draft: bool = False
+    reload_draft: bool = False
+    kv_pool_blocks: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What to run in one iteration. Id arrays are int64 request ids (indices into the workload).
+
+    ``k`` gives each decoding request its chain length (aligned with ``decode_ids``; ``None`` = no speculation);
+    ``trees`` maps a decoding request to a token tree to verify instead of a chain. ``proposer`` names what produces
+    the chain: the draft model, an EAGLE head, or prompt lookup. ``draft_server`` (aligned with ``decode_ids``)
+    places each request's drafting on one of the backend's remote draft servers (GoodSpeed); ``None`` = local.
+    ``swap_in_ids`` brings swapped-out requests back (their KV is copied host → GPU before the step; they may decode
+    in the same step). ``preempt_ids`` are evicted before the step, by recompute (KV freed, the request goes back to
+    the front of the waiting queue) or swap (KV copied GPU → host).
+    """
+
+    prefill_ids: np.ndarray = _EMPTY
+    prefill_tokens: np.ndarray = _EMPTY
+    decode_ids: np.ndarray = _EMPTY
+    k: np.ndarray | None = None
+    trees: Mapping[int, TreeSpec] | None = None
+    proposer: Proposer = "draft"
+    draft_server: np.ndarray | None = None
+    preempt_ids: np.ndarray = _EMPTY
+    preempt_mode: PreemptMode = "recompute"
+    swap_in_ids: np.ndarray = _EMPTY
+    memory: MemoryAction | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing to compute (the engine then waits for the next arrival)."""
+        return self.prefill_ids.size == 0 and self.decode_ids.size == 0
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.prefill_ids.size + self.decode_ids.size)
+
+
+IDLE = StepPlan()
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What a real server observes after a step (passed to ``policy.observe``).
+
+    Arrays are aligned with the plan's ``decode_ids``: ``num_proposed`` draft tokens scored, ``num_accepted`` of them
+    accepted (the bonus token is not counted), ``num_emitted`` tokens appended (``accepted + 1`` capped at what the
+    request still had to generate). Times are simulated seconds.
+    """
+
+    start_at: float
+    end_at: float
+    decode_ids: np.ndarray
+    num_proposed: np.ndarray
+    num_accepted: np.ndarray
+    num_emitted: np.ndarray
+    prefill_ids: np.ndarray
+    finished_ids: np.ndarray
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    memory_s: float
+    num_batched_tokens: int
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def latency_s(self) -> float:
+        return self.end_at - self.start_at
