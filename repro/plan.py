@@ -29,6 +29,10 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 
 
+def _empty() -> np.ndarray:
+    return _EMPTY
+
+
 def ids(values: object = ()) -> np.ndarray:
     """An int64 id array (the type every id field of a plan holds)."""
     arr = np.asarray(values, dtype=np.int64)
@@ -95,21 +99,25 @@ class StepPlan:
     ``trees`` maps a decoding request to a token tree to verify instead of a chain. ``proposer`` names what produces
     the chain: the draft model, an EAGLE head, or prompt lookup. ``draft_server`` (aligned with ``decode_ids``)
     places each request's drafting on one of the backend's remote draft servers (GoodSpeed); ``None`` = local.
+    ``draft_sync`` runs the draft model over the step's prefill chunks and non-speculating decodes too, keeping its KV
+    cache in sync as vLLM does; otherwise a request whose draft cache fell behind pays a draft catch-up (a draft
+    prefill of the missing tokens, Nightjar's switching cost) the next time it speculates.
     ``swap_in_ids`` brings swapped-out requests back (their KV is copied host → GPU before the step; they may decode
     in the same step). ``preempt_ids`` are evicted before the step, by recompute (KV freed, the request goes back to
     the front of the waiting queue) or swap (KV copied GPU → host).
     """
 
-    prefill_ids: np.ndarray = _EMPTY
-    prefill_tokens: np.ndarray = _EMPTY
-    decode_ids: np.ndarray = _EMPTY
+    prefill_ids: np.ndarray = field(default_factory=_empty)
+    prefill_tokens: np.ndarray = field(default_factory=_empty)
+    decode_ids: np.ndarray = field(default_factory=_empty)
     k: np.ndarray | None = None
     trees: Mapping[int, TreeSpec] | None = None
     proposer: Proposer = "draft"
+    draft_sync: bool = False
     draft_server: np.ndarray | None = None
-    preempt_ids: np.ndarray = _EMPTY
+    preempt_ids: np.ndarray = field(default_factory=_empty)
     preempt_mode: PreemptMode = "recompute"
-    swap_in_ids: np.ndarray = _EMPTY
+    swap_in_ids: np.ndarray = field(default_factory=_empty)
     memory: MemoryAction | None = None
 
     @property

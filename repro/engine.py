@@ -1,0 +1,551 @@
+"""Discrete-event simulation of one or more serving replicas.
+
+The loop is a heap of ``(time, priority, seq, kind, index)`` events: request arrivals (routed to a replica) and
+replica steps. A replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, charges its time
+from the cost model (memory actions + drafting + one target forward), asks the token oracle how much speculation is
+accepted, applies the result and tells the policy. Simulated time never moves backwards.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from repro.plan import StepPlan, StepResult, TreeSpec
+from repro.state import RequestState, Status, View
+
+if TYPE_CHECKING:
+    from repro.cost.model import CostModel
+    from repro.oracle import TokenOracle
+    from repro.policy import Policy
+
+_ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
+_RUNNING, _WAITING, _SWAPPED, _FINISHED = int(Status.RUNNING), int(Status.WAITING), int(Status.SWAPPED), int(
+    Status.FINISHED)
+
+
+class PlanError(AssertionError):
+    """A policy returned a plan that breaks the engine's invariants (a bug in the policy)."""
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot continue (e.g. the policy idles while requests wait and nothing else will happen)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraftServer:
+    """A remote draft server (GoodSpeed): the draft model on its own GPU, reached over a network."""
+
+    cost: CostModel  # cost model whose ``draft`` runs on the server's hardware
+    rtt_s: float
+
+
+@dataclass(slots=True)
+class StepRecord:
+    start_at: float
+    latency_s: float
+    num_seqs: int
+    num_decode: int
+    num_prefill: int
+    num_batched_tokens: int
+    num_emitted: int
+    num_proposed: int
+    num_accepted: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    mean_k: float
+    replica: int
+
+
+@dataclass
+class SimOutput:
+    """Everything a run produced: final per-request state, the simulated span and the optional step trace."""
+
+    state: RequestState
+    replica_of: np.ndarray
+    sim_time_s: float
+    num_steps: int
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+class Replica:
+    """One serving instance: a policy, its request state and its GPU memory."""
+
+    def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
+                 *, block_size: int, max_model_len: int, draft_servers: tuple[DraftServer, ...] = (),
+                 record_steps: bool = False) -> None:
+        from repro.oracle import Drafter
+
+        self.index = index
+        self.policy = policy
+        self.s = state
+        self.cost = cost
+        self.oracle = oracle
+        self.bs = block_size
+        self.draft_servers = draft_servers
+        self.record_steps = record_steps
+        self.steps: list[StepRecord] = []
+        self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
+        self.total_blocks = cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=block_size)
+        if self.total_blocks <= 0:
+            raise SimulationError(
+                f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
+        self.used_blocks = 0
+        self.busy = False
+        self.num_steps = 0
+        self.view = View(state, block_size=block_size, max_model_len=max_model_len, cost=cost,
+                         drafter=Drafter(oracle), replica=index)
+        self._sync_view()
+
+    # ---------------------------------------------------------------------------------------------------------
+    def _sync_view(self) -> None:
+        v = self.view
+        v.free_blocks = self.total_blocks - self.used_blocks
+        v.total_blocks = self.total_blocks
+        v.draft_resident = self.draft_resident
+        v._touch()
+
+    def admit(self, rid: int) -> None:
+        self.s.status[rid] = _WAITING
+        self.s.waiting.append(rid)
+        self.view._touch()
+
+    def has_work(self) -> bool:
+        return bool(self.s.waiting or self.s.running or self.s.swapped)
+
+    def step(self, now: float) -> float | None:
+        """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles."""
+        v = self.view
+        v.now = now
+        v.step_index = self.num_steps
+        plan = self.policy.schedule(v)
+        mem = plan.memory
+        if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
+            return None
+        result = self._execute(plan, now)
+        self.num_steps += 1
+        self._sync_view()
+        self.policy.observe(result)
+        return result.end_at
+
+    # ---------------------------------------------------------------------------------------------------------
+    def _execute(self, plan: StepPlan, now: float) -> StepResult:
+        s, cost, bs = self.s, self.cost, self.bs
+        memory_s = self._memory_actions(plan)
+        memory_s += self._preempt(plan)
+        memory_s += self._swap_in(plan)
+
+        # --- prefill chunks ------------------------------------------------------------------------------------
+        pids, ptok = plan.prefill_ids, plan.prefill_tokens
+        n_pre = int(pids.size)
+        if n_pre:
+            if ptok.shape != pids.shape or (ptok <= 0).any():
+                raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
+            st = s.status[pids]
+            if ((st != _WAITING) & (st != _RUNNING)).any():
+                raise PlanError(f"prefill of requests not waiting/running: {pids[(st != _WAITING) & (st != _RUNNING)]}")
+            for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
+                s.waiting.remove(rid)
+                s.running.append(rid)
+            s.status[pids] = _RUNNING
+            pc = s.num_computed[pids]
+            ntok = s.prompt_len[pids] + s.num_generated[pids]
+            if (pc + ptok > ntok).any():
+                raise PlanError("a prefill chunk goes past the request's tokens")
+            self._allocate(pids, pc + ptok)
+            pre_pairs = float((ptok * (pc + (ptok + 1) / 2.0)).sum())
+            pre_tokens = int(ptok.sum())
+            completes = pc + ptok == ntok
+        else:
+            pre_pairs, pre_tokens = 0.0, 0
+            completes = np.zeros(0, dtype=bool)
+
+        # --- decode / verify -------------------------------------------------------------------------------
+        dids = plan.decode_ids
+        n_dec = int(dids.size)
+        trees = plan.trees or {}
+        if n_dec:
+            if (s.status[dids] != _RUNNING).any():
+                raise PlanError("decode of requests that are not running")
+            dc = s.num_computed[dids]
+            if (dc != s.prompt_len[dids] + s.num_generated[dids] - 1).any():
+                raise PlanError("decode of requests whose prefill has not finished")
+            k = np.zeros(n_dec, dtype=np.int64) if plan.k is None else np.asarray(plan.k, dtype=np.int64)
+            if k.shape != dids.shape or (k < 0).any():
+                raise PlanError("k must be a non-negative int per decode id")
+            if trees:
+                k = k.copy()
+                for i, rid in enumerate(dids.tolist()):
+                    t = trees.get(rid)
+                    if t is not None:
+                        _check_tree(t, rid, int(s.num_generated[rid]))
+                        k[i] = t.num_nodes
+            q = 1 + k
+            self._allocate(dids, dc + q)
+        else:
+            dc = k = q = np.zeros(0, dtype=np.int64)
+        if n_pre and n_dec:
+            both = np.concatenate([pids, dids])
+            both.sort()
+            if (both[1:] == both[:-1]).any():
+                raise PlanError("a request is both prefilled and decoded in one step")
+
+        # --- time: drafting, then one target forward -------------------------------------------------------------
+        spec = k > 0
+        n_spec = int(spec.sum())
+        draft_s = self._draft_time(plan, dids, dc, k, spec, trees, pids, ptok) if (n_spec or plan.draft_sync) else 0.0
+        dec_tokens = int(q.sum())
+        verify_s = cost.forward_s(
+            pre_tokens + dec_tokens, n_pre + n_dec,
+            kv_read_tokens=float(dc.sum()) + dec_tokens, prefill_attn_pairs=pre_pairs,
+            lm_head_tokens=dec_tokens + int(completes.sum()), decode_only=n_pre == 0) if n_pre + n_dec else 0.0
+        end_at = now + memory_s + draft_s + verify_s
+
+        # --- outcome ---------------------------------------------------------------------------------------------
+        emitted = np.zeros(n_dec, dtype=np.int64)
+        accepted = np.zeros(n_dec, dtype=np.int64)
+        proposed = np.zeros(n_dec, dtype=np.int64)
+        finished: list[np.ndarray] = []
+        if n_dec:
+            gen = s.num_generated[dids]
+            if n_spec:
+                if trees:
+                    chain = spec.copy()
+                    for i, rid in enumerate(dids.tolist()):
+                        t = trees.get(rid)
+                        if t is not None:
+                            chain[i] = False
+                            proposed[i] = t.num_nodes
+                            accepted[i] = self.oracle.accept_tree(t)
+                else:
+                    chain = spec
+                if chain.any():
+                    cp, ca = self.oracle.accept_chain(dids[chain], gen[chain], k[chain], plan.proposer)
+                    proposed[chain], accepted[chain] = cp, ca
+                if (accepted > proposed).any():
+                    raise PlanError("oracle accepted more tokens than proposed")
+            remaining = s.output_len[dids] - gen
+            np.minimum(accepted + 1, remaining, out=emitted)
+            s.num_generated[dids] = gen + emitted
+            new_computed = dc + emitted
+            s.num_computed[dids] = new_computed
+            self._release_to(dids, new_computed)
+            if plan.proposer == "draft":
+                sync = spec | plan.draft_sync
+                s.num_draft_computed[dids[sync]] = new_computed[sync]
+            s.num_proposed[dids] += proposed
+            s.num_accepted[dids] += accepted
+            s.num_decode_steps[dids] += 1
+            s.num_spec_steps[dids[proposed > 0]] += 1
+            s.last_token_at[dids] = end_at
+            fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
+            if fresh.any():
+                s.first_token_at[dids[fresh]] = end_at
+            done = emitted == remaining
+            if done.any():
+                finished.append(dids[done])
+        if n_pre:
+            s.num_computed[pids] += ptok
+            if plan.draft_sync and plan.proposer == "draft":
+                s.num_draft_computed[pids] = s.num_computed[pids]
+            cids = pids[completes]
+            if cids.size:
+                first = s.num_generated[cids] == 0
+                s.first_token_at[cids[first]] = end_at
+                s.num_generated[cids] += 1
+                s.last_token_at[cids] = end_at
+                done = s.num_generated[cids] >= s.output_len[cids]
+                if done.any():
+                    finished.append(cids[done])
+        fin = np.concatenate(finished) if finished else np.zeros(0, dtype=np.int64)
+        if fin.size:
+            self._finish(fin, end_at)
+        if self.used_blocks > self.total_blocks or self.used_blocks < 0:
+            raise PlanError(f"KV blocks used {self.used_blocks} outside [0, {self.total_blocks}]")
+
+        result = StepResult(
+            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
+            num_emitted=emitted, prefill_ids=pids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
+            overhead_s=0.0, memory_s=memory_s, num_batched_tokens=pre_tokens + dec_tokens)
+        if self.record_steps:
+            self.steps.append(StepRecord(
+                now, end_at - now, n_pre + n_dec, n_dec, n_pre, pre_tokens + dec_tokens,
+                int(emitted.sum()) + int(completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
+                verify_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index))
+        return result
+
+    # --- KV blocks -----------------------------------------------------------------------------------------------
+    def _allocate(self, rids: np.ndarray, tokens: np.ndarray) -> None:
+        """Grow the requests' KV to hold ``tokens`` tokens each."""
+        need = (tokens + self.bs - 1) // self.bs
+        extra = need - self.s.kv_blocks[rids]
+        grow = extra > 0
+        if grow.any():
+            self.s.kv_blocks[rids[grow]] = need[grow]
+            self.used_blocks += int(extra[grow].sum())
+            if self.used_blocks > self.total_blocks:
+                raise PlanError(
+                    f"out of KV blocks: the plan needs {self.used_blocks} of {self.total_blocks} (preempt first)")
+
+    def _release_to(self, rids: np.ndarray, tokens: np.ndarray) -> None:
+        """Shrink the requests' KV to ``tokens`` tokens each (rejected speculation frees its slots)."""
+        need = (tokens + self.bs - 1) // self.bs
+        cur = self.s.kv_blocks[rids]
+        self.used_blocks -= int((cur - need).sum())
+        self.s.kv_blocks[rids] = need
+
+    def _finish(self, rids: np.ndarray, at: float) -> None:
+        s = self.s
+        s.status[rids] = _FINISHED
+        s.finish_at[rids] = at
+        self.used_blocks -= int(s.kv_blocks[rids].sum())
+        s.kv_blocks[rids] = 0
+        gone = set(rids.tolist())
+        s.running = [r for r in s.running if r not in gone]
+        for rid in gone:
+            self.oracle.release(rid)
+
+    # --- preemption, swapping, memory actions -------------------------------------------------------------------
+    def _preempt(self, plan: StepPlan) -> float:
+        ids_ = plan.preempt_ids
+        if ids_.size == 0:
+            return 0.0
+        s = self.s
+        if (s.status[ids_] != _RUNNING).any():
+            raise PlanError("preempting requests that are not running")
+        gone = set(ids_.tolist())
+        s.running = [r for r in s.running if r not in gone]
+        s.num_preemptions[ids_] += 1
+        self.used_blocks -= int(s.kv_blocks[ids_].sum())
+        s.kv_blocks[ids_] = 0
+        if plan.preempt_mode == "swap":
+            s.status[ids_] = _SWAPPED
+            s.swapped.extend(ids_.tolist())
+            return self.cost.swap_s(int(s.num_computed[ids_].sum()))
+        s.status[ids_] = _WAITING
+        s.num_computed[ids_] = 0
+        s.num_draft_computed[ids_] = 0
+        s.waiting.extendleft(reversed(ids_.tolist()))  # to the front, in the order given
+        return 0.0
+
+    def _swap_in(self, plan: StepPlan) -> float:
+        ids_ = plan.swap_in_ids
+        if ids_.size == 0:
+            return 0.0
+        s = self.s
+        if (s.status[ids_] != _SWAPPED).any():
+            raise PlanError("swapping in requests that are not swapped out")
+        back = set(ids_.tolist())
+        s.swapped = [r for r in s.swapped if r not in back]
+        s.running.extend(ids_.tolist())
+        s.status[ids_] = _RUNNING
+        self._allocate(ids_, s.num_computed[ids_])
+        return self.cost.swap_s(int(s.num_computed[ids_].sum()))
+
+    def _memory_actions(self, plan: StepPlan) -> float:
+        mem = plan.memory
+        if mem is None:
+            return 0.0
+        t = 0.0
+        if mem.offload_draft:
+            if not self.draft_resident:
+                raise PlanError("offloading a draft model that is not resident")
+            t += self.cost.draft_transfer_s()
+            self.draft_resident = False
+            self.s.num_draft_computed[:] = 0  # its KV cache is dropped with it
+        if mem.reload_draft:
+            if self.draft_resident or self.cost.draft is None:
+                raise PlanError("reloading a draft model that is resident (or not configured)")
+            t += self.cost.draft_transfer_s()
+            self.draft_resident = True
+        cap = self.cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=self.bs)
+        target = cap if mem.kv_pool_blocks is None else int(mem.kv_pool_blocks)
+        if target > cap or target < self.used_blocks:
+            raise PlanError(f"KV pool of {target} blocks outside [{self.used_blocks} used, {cap} capacity]")
+        self.total_blocks = target
+        return t
+
+    # --- drafting cost -----------------------------------------------------------------------------------------
+    def _draft_time(self, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray, spec: np.ndarray,
+                    trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
+        if plan.proposer == "pld":
+            return self.cost.pld_s(int(spec.sum()))
+        which = "eagle" if plan.proposer == "eagle" else "draft"
+        if which == "draft" and not self.draft_resident and plan.draft_server is None:
+            raise PlanError("speculating with a draft model that is not resident")
+        servers = plan.draft_server
+        if servers is None or not self.draft_servers:
+            return self._draft_pass(self.cost, which, plan, dids, dc, k, spec, trees, pids, ptok)
+        servers = np.asarray(servers, dtype=np.int64)
+        t = 0.0
+        for srv in np.unique(servers[spec]).tolist():
+            mask = spec & (servers == srv)
+            if srv < 0:
+                t = max(t, self._draft_pass(self.cost, which, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
+            else:
+                ds = self.draft_servers[srv]
+                t = max(t, ds.rtt_s + self._draft_pass(ds.cost, which, plan, dids, dc, k, mask, trees, pids[:0],
+                                                      ptok[:0]))
+        return t
+
+    def _draft_pass(self, cost: CostModel, which: str, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
+                    k: np.ndarray, spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
+        """Draft steps for the speculating requests: step 1 processes each request's catch-up tokens (its last token,
+        plus whatever the draft's KV misses), steps 2..D one token per chain or ``w`` per beam."""
+        s = self.s
+        sid = dids[spec]
+        c = dc[spec]
+        depth = k[spec].copy()
+        width = np.ones_like(depth)
+        if trees:
+            for i, rid in enumerate(sid.tolist()):
+                t = trees.get(rid)
+                if t is not None:
+                    depth[i] = t.cand.draft_depth
+                    width[i] = t.cand.draft_width
+        if which == "draft":
+            have = s.num_draft_computed[sid]
+            catch = c - have + 1
+            pairs = float((catch * (have + (catch + 1) / 2.0)).sum()) if (catch > 1).any() else 0.0
+        else:
+            catch = np.ones_like(c)
+            pairs = 0.0
+        tok1, seq1 = int(catch.sum()), int(sid.size)
+        kv1 = float(c.sum()) + seq1
+        if plan.draft_sync and which == "draft":  # keep the draft's KV in sync over the rest of the step
+            rest = ~spec
+            tok1 += int(rest.sum()) + int(ptok.sum())
+            seq1 += int(rest.sum()) + int(pids.size)
+            kv1 += float(dc[rest].sum()) + int(rest.sum())
+            if pids.size:
+                pc = s.num_computed[pids]
+                pairs += float((ptok * (pc + (ptok + 1) / 2.0)).sum())
+        total = 0.0
+        if seq1:
+            total += cost.forward_s(tok1, seq1, kv_read_tokens=kv1, prefill_attn_pairs=pairs,
+                                    lm_head_tokens=seq1, decode_only=pairs == 0.0, which=which)
+        dmax = int(depth.max()) if depth.size else 0
+        if dmax >= 2:
+            # requests still drafting at step j: depth >= j; reverse cumulative sums over depth
+            n_ge = np.bincount(depth, minlength=dmax + 1)[::-1].cumsum()[::-1]
+            w_ge = np.bincount(depth, weights=width, minlength=dmax + 1)[::-1].cumsum()[::-1]
+            c_ge = np.bincount(depth, weights=c, minlength=dmax + 1)[::-1].cumsum()[::-1]
+            for j in range(2, dmax + 1):
+                n = int(n_ge[j])
+                tok = int(w_ge[j])
+                total += cost.forward_s(tok, n, kv_read_tokens=float(c_ge[j]) + j * n, lm_head_tokens=tok,
+                                        decode_only=True, which=which)
+        return total
+
+
+def _check_tree(t: TreeSpec, rid: int, pos: int) -> None:
+    cand = t.cand
+    if cand.rid != rid or cand.pos != pos:
+        raise PlanError(f"tree for request {rid} at position {pos} was drafted for {cand.rid} at {cand.pos}")
+    nodes = t.nodes
+    if nodes.size == 0:
+        return
+    if nodes.min() < 0 or nodes.max() >= cand.size:
+        raise PlanError(f"tree of request {rid} selects unknown candidate nodes")
+    sel = np.zeros(cand.size + 1, dtype=bool)  # index -1 (root) maps to the last slot
+    sel[-1] = True
+    sel[nodes] = True
+    if not sel[cand.parent[nodes]].all():
+        raise PlanError(f"tree of request {rid} is not connected to its root")
+
+
+class Engine:
+    """Runs a workload through one policy (or the replicas it declares) and returns the final state."""
+
+    def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
+                 tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray, policy: Policy,
+                 make_cost: Any, oracle: TokenOracle, tp: int, block_size: int = 16, max_model_len: int = 4096,
+                 draft_servers: tuple[DraftServer, ...] = (), record_steps: bool = False,
+                 max_sim_time_s: float | None = None) -> None:
+        self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
+        if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
+            raise ValueError("arrival times must be sorted")
+        self.policy = policy
+        self.max_sim_time_s = max_sim_time_s
+        specs = policy.replicas()
+        if specs is None:
+            pairs = [(policy, tp)]
+        else:
+            pairs = [(r.policy, r.tp) for r in specs]
+        self.replicas: list[Replica] = []
+        cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
+        for i, (pol, rtp) in enumerate(pairs):
+            state = RequestState(*cols)
+            self.replicas.append(Replica(i, pol, state, make_cost(rtp), oracle, block_size=block_size,
+                                         max_model_len=max_model_len, draft_servers=draft_servers,
+                                         record_steps=record_steps))
+        self.multi = specs is not None
+        self.replica_of = np.zeros(self.arrival_s.size, dtype=np.int64)
+
+    def run(self) -> SimOutput:
+        heap: list[tuple[float, int, int, int]] = []
+        seq = itertools.count()
+        arrivals = self.arrival_s
+        n = int(arrivals.size)
+        reps = self.replicas
+        views = [r.view for r in reps]
+        if n:
+            heapq.heappush(heap, (float(arrivals[0]), _ARRIVAL, next(seq), 0))
+        now = 0.0
+        limit = self.max_sim_time_s
+        idle_steps = 0
+        while heap:
+            t, kind, _, idx = heapq.heappop(heap)
+            if t < now:
+                raise SimulationError(f"time went backwards: {t} < {now}")
+            if limit is not None and t > limit:
+                now = limit
+                break
+            now = t
+            if kind == _ARRIVAL:
+                rep = reps[self.policy.route(idx, int(reps[0].s.slo_class[idx]), views)] if self.multi else reps[0]
+                self.replica_of[idx] = rep.index
+                rep.admit(idx)
+                if idx + 1 < n:
+                    heapq.heappush(heap, (float(arrivals[idx + 1]), _ARRIVAL, next(seq), idx + 1))
+                if not rep.busy:
+                    rep.busy = True
+                    heapq.heappush(heap, (now, _STEP, next(seq), rep.index))
+            else:
+                rep = reps[idx]
+                end = rep.step(now)
+                if end is None:
+                    rep.busy = False
+                else:
+                    # a plan with only preemptions/memory actions may take no time, but not forever
+                    idle_steps = idle_steps + 1 if end <= now else 0
+                    if idle_steps > 1000:
+                        raise SimulationError(f"replica {idx} keeps planning steps that take no time")
+                    heapq.heappush(heap, (end, _STEP, next(seq), idx))
+        else:
+            stuck = [r.index for r in reps if r.has_work()]
+            if stuck:
+                r = reps[stuck[0]]
+                raise SimulationError(
+                    f"{type(r.policy).__name__} idled with {len(r.s.waiting)} waiting, {len(r.s.running)} running and "
+                    f"{len(r.s.swapped)} swapped requests and nothing left to happen")
+        return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
+                         num_steps=sum(r.num_steps for r in reps),
+                         steps=[rec for r in reps for rec in r.steps])
+
+    def _merged(self) -> RequestState:
+        if len(self.replicas) == 1:
+            return self.replicas[0].s
+        base = self.replicas[0].s
+        for name in ("status", "num_generated", "num_computed", "first_token_at", "finish_at", "num_proposed",
+                     "num_accepted", "num_decode_steps", "num_spec_steps", "num_preemptions", "last_token_at"):
+            arr = getattr(base, name)
+            for r in self.replicas[1:]:
+                mine = self.replica_of == r.index
+                arr[mine] = getattr(r.s, name)[mine]
+        return base

@@ -1,0 +1,72 @@
+"""Base class of every system: ``schedule(view) -> StepPlan`` then ``observe(result)``.
+
+A system is built by Hydra from ``conf/system/<name>.yaml`` (its keys are the constructor's keyword arguments) and
+bound to a run with :meth:`Policy.bind`, which hands it the run's static context (hardware, models, cost model, its
+own random generator). Systems that split requests over separate replicas (AdaServe's SepPipe) override
+:meth:`Policy.replicas`; the engine then runs one policy per replica and routes each request with
+:meth:`Policy.route`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from repro.plan import StepPlan, StepResult
+
+if TYPE_CHECKING:
+    from repro.cost.model import CostModel
+    from repro.cost.spec import HardwareSpec, ModelSpec
+    from repro.state import View
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """Static facts about the run a policy may use (no ground truth)."""
+
+    hardware: HardwareSpec
+    model: ModelSpec
+    draft: ModelSpec | None
+    tp: int
+    cost: CostModel
+    rng: np.random.Generator
+    block_size: int
+    slo_classes: tuple[str, ...] = ()
+    baseline_tpot_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """One serving replica of a multi-replica system: its policy and its GPUs (tensor parallelism)."""
+
+    policy: Policy
+    tp: int
+
+
+class Policy:
+    """A serving system. Subclasses implement :meth:`schedule`; most also :meth:`observe`.
+
+    ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity).
+    """
+
+    uses_draft_model: bool = False
+
+    def bind(self, ctx: PolicyContext) -> None:
+        self.ctx = ctx
+
+    def schedule(self, view: View) -> StepPlan:
+        raise NotImplementedError
+
+    def observe(self, result: StepResult) -> None:
+        """Called after every step with what a real server observes."""
+
+    # --- multi-replica systems -------------------------------------------------------------------------------
+    def replicas(self) -> list[ReplicaSpec] | None:
+        """Separate replicas (each with its own policy and GPUs), or ``None`` for one replica run by ``self``."""
+        return None
+
+    def route(self, rid: int, slo_class: int, views: list[View]) -> int:
+        """Replica index for a request arriving now (only called when :meth:`replicas` returns a list)."""
+        return 0

@@ -1,0 +1,146 @@
+"""Engine-owned request state (struct of arrays) and the read-only view a policy sees.
+
+Every per-request quantity is a numpy array indexed by request id (the request's index in the workload's
+:class:`~workloads.RequestTable`), so the engine updates a whole batch with a few vectorized operations. A policy
+reads the same arrays through :class:`View`, where they are read-only; the reference output length (what the request
+*will* generate) and the oracle's ground truth are never exposed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from repro.cost.model import CostModel
+    from repro.oracle import Drafter
+
+
+class Status(IntEnum):
+    """Lifecycle of a request inside one replica."""
+
+    PENDING = 0  # not arrived yet (or routed to another replica)
+    WAITING = 1  # arrived, no KV on the GPU (new, or preempted by recompute)
+    RUNNING = 2  # KV on the GPU: prefilling or decoding
+    SWAPPED = 3  # preempted by swap: KV in host memory
+    FINISHED = 4
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class RequestState:
+    """Mutable per-request arrays, owned by the engine (one instance per replica)."""
+
+    def __init__(self, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
+                 tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray) -> None:
+        n = int(arrival_s.shape[0])
+        self.n = n
+        self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
+        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
+        self.output_len = np.asarray(output_len, dtype=np.int64)  # hidden from policies
+        self.tpot_slo_s = np.asarray(tpot_slo_s, dtype=np.float64)
+        self.ttft_slo_s = np.asarray(ttft_slo_s, dtype=np.float64)
+        self.slo_class = np.asarray(slo_class, dtype=np.int64)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.num_generated = np.zeros(n, dtype=np.int64)
+        self.num_computed = np.zeros(n, dtype=np.int64)  # tokens with KV on the GPU (or on the host if swapped)
+        self.num_draft_computed = np.zeros(n, dtype=np.int64)  # tokens with KV in the draft model's cache
+        self.kv_blocks = np.zeros(n, dtype=np.int64)
+        self.first_token_at = np.full(n, np.nan)
+        self.finish_at = np.full(n, np.nan)
+        self.num_proposed = np.zeros(n, dtype=np.int64)
+        self.num_accepted = np.zeros(n, dtype=np.int64)
+        self.num_decode_steps = np.zeros(n, dtype=np.int64)
+        self.num_spec_steps = np.zeros(n, dtype=np.int64)
+        self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.last_token_at = np.full(n, np.nan)  # when the request last emitted a token
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.swapped: list[int] = []
+
+    @property
+    def num_tokens(self) -> np.ndarray:
+        return self.prompt_len + self.num_generated
+
+
+class View:
+    """What a policy may read: the state a real server has, read-only.
+
+    ``waiting``/``running``/``swapped`` are int64 id arrays (waiting in queue order: preempted requests first, then
+    arrival order; running in admission order). Per-request arrays are indexed by request id. ``drafter`` gives
+    candidate token trees (the draft model's knowledge, never the truth); ``cost`` is the backend's cost model,
+    which profiling systems may query like a GPU.
+    """
+
+    def __init__(self, state: RequestState, *, block_size: int, max_model_len: int, cost: CostModel,
+                 drafter: Drafter | None, replica: int = 0) -> None:
+        self._s = state
+        self.now = 0.0
+        self.step_index = 0
+        self.replica = replica
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.cost = cost
+        self.drafter = drafter
+        self.free_blocks = 0
+        self.total_blocks = 0
+        self.draft_resident = False
+        self.arrival_s = _readonly(state.arrival_s)
+        self.prompt_len = _readonly(state.prompt_len)
+        self.tpot_slo_s = _readonly(state.tpot_slo_s)
+        self.ttft_slo_s = _readonly(state.ttft_slo_s)
+        self.slo_class = _readonly(state.slo_class)
+        self.num_generated = _readonly(state.num_generated)
+        self.num_computed = _readonly(state.num_computed)
+        self.kv_blocks = _readonly(state.kv_blocks)
+        self.first_token_at = _readonly(state.first_token_at)
+        self.last_token_at = _readonly(state.last_token_at)
+        self.num_proposed = _readonly(state.num_proposed)
+        self.num_accepted = _readonly(state.num_accepted)
+        self.num_decode_steps = _readonly(state.num_decode_steps)
+        self.num_preemptions = _readonly(state.num_preemptions)
+        self._cache: dict[str, np.ndarray] = {}
+
+    # queues are rebuilt only when the engine changed them (``_touch``)
+    def _touch(self) -> None:
+        self._cache.clear()
+
+    def _queue(self, name: str, src: Any) -> np.ndarray:
+        arr = self._cache.get(name)
+        if arr is None:
+            arr = np.fromiter(src, dtype=np.int64, count=len(src))
+            arr.flags.writeable = False
+            self._cache[name] = arr
+        return arr
+
+    @property
+    def waiting(self) -> np.ndarray:
+        return self._queue("waiting", self._s.waiting)
+
+    @property
+    def running(self) -> np.ndarray:
+        return self._queue("running", self._s.running)
+
+    @property
+    def swapped(self) -> np.ndarray:
+        return self._queue("swapped", self._s.swapped)
+
+    def num_tokens(self, rids: np.ndarray) -> np.ndarray:
+        """Prompt + generated tokens of ``rids`` (the context a decode step extends)."""
+        return self._s.prompt_len[rids] + self._s.num_generated[rids]
+
+    def blocks_for(self, rids: np.ndarray, new_tokens: np.ndarray | int) -> np.ndarray:
+        """Extra KV blocks ``rids`` need to hold ``new_tokens`` more tokens than they have computed."""
+        bs = self.block_size
+        need = (self._s.num_computed[rids] + new_tokens + bs - 1) // bs
+        return np.maximum(need - self._s.kv_blocks[rids], 0)
+
+    def status(self, rids: np.ndarray) -> np.ndarray:
+        return self._s.status[rids]

@@ -1,0 +1,48 @@
+"""Sarathi-Serve: chunked prefill within a per-step token budget, decodes first, stall-free batching.
+
+Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024, §4
+(Algorithm 2: stall-free batching).
+
+Each iteration: (1) every decode-ready running request decodes (one token each), preempting the most recently
+admitted by recompute if KV runs short; (2) partially prefilled running requests continue with the budget left;
+(3) new requests are admitted FCFS and their prompts chunked to fill the rest of the token budget.
+
+Deviations:
+- Recompute preemption (as vLLM) rather than Sarathi-Serve's swap/recompute choice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.plan import IDLE, StepPlan
+from repro.policy import Policy
+from repro.state import View
+from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
+
+
+class Sarathi(Policy):
+    def __init__(self, token_budget: int = 512, max_num_seqs: int = 256, watermark: float = 0.01) -> None:
+        self.token_budget = token_budget
+        self.max_num_seqs = max_num_seqs
+        self.watermark = watermark
+
+    def schedule(self, view: View) -> StepPlan:
+        decode, prefilling = split_running(view)
+        # (1) decodes first: they never stall behind a prefill
+        kept, preempted, _ = make_room(view, decode, 1, view.free_blocks)
+        free = view.free_blocks - int(view.blocks_for(kept, 1).sum()) + int(view.kv_blocks[preempted].sum())
+        budget = self.token_budget - kept.size
+        # (2) ongoing chunked prefills, then (3) new admissions, chunked to the remaining budget
+        cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free) if preempted.size == 0 \
+            else continue_prefills(view, prefilling[:0], token_budget=0, free_blocks=0)
+        budget -= cont.num_tokens
+        free -= int(view.blocks_for(cont.rids, cont.tokens).sum()) if cont.rids.size else 0
+        new = fcfs_admit(view, token_budget=budget, max_new_seqs=self.max_num_seqs - view.running.size,
+                         free_blocks=free, watermark_blocks=int(self.watermark * view.total_blocks), chunk=True) \
+            if preempted.size == 0 else None
+        pre_ids = cont.rids if new is None else np.concatenate([cont.rids, new.rids])
+        pre_tok = cont.tokens if new is None else np.concatenate([cont.tokens, new.tokens])
+        if kept.size == 0 and pre_ids.size == 0 and preempted.size == 0:
+            return IDLE
+        return StepPlan(prefill_ids=pre_ids, prefill_tokens=pre_tok, decode_ids=kept, preempt_ids=preempted)
