@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.cost.model import ForwardShape
 from repro.plan import StepPlan, StepResult, TreeSpec
 from repro.state import RequestState, Status, View
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel
-    from repro.oracle import TokenOracle
+    from repro.oracle import Drafter, TokenOracle
     from repro.policy import Policy
 
 _ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
@@ -57,7 +58,8 @@ class StepRecord:
     num_accepted: int
     draft_s: float
     verify_s: float
-    overhead_s: float
+    overhead_s: float  # fixed costs inside verify_s (per step, layer, request)
+    memory_s: float  # swaps and draft offload/reload before the step
     mean_k: float
     replica: int
 
@@ -77,10 +79,8 @@ class Replica:
     """One serving instance: a policy, its request state and its GPU memory."""
 
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
-                 *, block_size: int, max_model_len: int, draft_servers: tuple[DraftServer, ...] = (),
-                 record_steps: bool = False) -> None:
-        from repro.oracle import Drafter
-
+                 *, block_size: int, max_model_len: int, drafter: Drafter | None = None,
+                 draft_servers: tuple[DraftServer, ...] = (), record_steps: bool = False) -> None:
         self.index = index
         self.policy = policy
         self.s = state
@@ -96,10 +96,12 @@ class Replica:
             raise SimulationError(
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
         self.used_blocks = 0
+        self._mark = np.zeros(state.n, dtype=np.int64)
+        self._arange = np.arange(1024)
         self.busy = False
         self.num_steps = 0
         self.view = View(state, block_size=block_size, max_model_len=max_model_len, cost=cost,
-                         drafter=Drafter(oracle), replica=index)
+                         drafter=drafter, replica=index)
         self._sync_view()
 
     # ---------------------------------------------------------------------------------------------------------
@@ -135,13 +137,14 @@ class Replica:
 
     # ---------------------------------------------------------------------------------------------------------
     def _execute(self, plan: StepPlan, now: float) -> StepResult:
-        s, cost, bs = self.s, self.cost, self.bs
+        s, cost = self.s, self.cost
+        pids, ptok, dids = plan.prefill_ids, plan.prefill_tokens, plan.decode_ids
+        self._check_unique(pids, dids)
         memory_s = self._memory_actions(plan)
         memory_s += self._preempt(plan)
         memory_s += self._swap_in(plan)
 
         # --- prefill chunks ------------------------------------------------------------------------------------
-        pids, ptok = plan.prefill_ids, plan.prefill_tokens
         n_pre = int(pids.size)
         if n_pre:
             if ptok.shape != pids.shape or (ptok <= 0).any():
@@ -166,18 +169,19 @@ class Replica:
             completes = np.zeros(0, dtype=bool)
 
         # --- decode / verify -------------------------------------------------------------------------------
-        dids = plan.decode_ids
         n_dec = int(dids.size)
         trees = plan.trees or {}
         if n_dec:
-            if (s.status[dids] != _RUNNING).any():
-                raise PlanError("decode of requests that are not running")
+            gen = s.num_generated[dids]
             dc = s.num_computed[dids]
-            if (dc != s.prompt_len[dids] + s.num_generated[dids] - 1).any():
-                raise PlanError("decode of requests whose prefill has not finished")
-            k = np.zeros(n_dec, dtype=np.int64) if plan.k is None else np.asarray(plan.k, dtype=np.int64)
-            if k.shape != dids.shape or (k < 0).any():
-                raise PlanError("k must be a non-negative int per decode id")
+            if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
+                raise PlanError("decode of requests that are not running or whose prefill has not finished")
+            if plan.k is None:
+                k = np.zeros(n_dec, dtype=np.int64)
+            else:
+                k = np.asarray(plan.k, dtype=np.int64)
+                if k.shape != dids.shape or k.min() < 0:
+                    raise PlanError("k must be a non-negative int per decode id")
             if trees:
                 k = k.copy()
                 for i, rid in enumerate(dids.tolist()):
@@ -185,19 +189,14 @@ class Replica:
                     if t is not None:
                         _check_tree(t, rid, int(s.num_generated[rid]))
                         k[i] = t.num_nodes
-            q = 1 + k
+            q = k + 1
             self._allocate(dids, dc + q)
         else:
-            dc = k = q = np.zeros(0, dtype=np.int64)
-        if n_pre and n_dec:
-            both = np.concatenate([pids, dids])
-            both.sort()
-            if (both[1:] == both[:-1]).any():
-                raise PlanError("a request is both prefilled and decoded in one step")
+            gen = dc = k = q = np.zeros(0, dtype=np.int64)
 
         # --- time: drafting, then one target forward -------------------------------------------------------------
+        n_spec = int(np.count_nonzero(k))
         spec = k > 0
-        n_spec = int(spec.sum())
         draft_s = self._draft_time(plan, dids, dc, k, spec, trees, pids, ptok) if (n_spec or plan.draft_sync) else 0.0
         dec_tokens = int(q.sum())
         verify_s = cost.forward_s(
@@ -212,7 +211,6 @@ class Replica:
         proposed = np.zeros(n_dec, dtype=np.int64)
         finished: list[np.ndarray] = []
         if n_dec:
-            gen = s.num_generated[dids]
             if n_spec:
                 if trees:
                     chain = spec.copy()
@@ -238,10 +236,11 @@ class Replica:
             if plan.proposer == "draft":
                 sync = spec | plan.draft_sync
                 s.num_draft_computed[dids[sync]] = new_computed[sync]
-            s.num_proposed[dids] += proposed
-            s.num_accepted[dids] += accepted
+            if n_spec:
+                s.num_proposed[dids] += proposed
+                s.num_accepted[dids] += accepted
+                s.num_spec_steps[dids[proposed > 0]] += 1
             s.num_decode_steps[dids] += 1
-            s.num_spec_steps[dids[proposed > 0]] += 1
             s.last_token_at[dids] = end_at
             fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
             if fresh.any():
@@ -271,32 +270,44 @@ class Replica:
         result = StepResult(
             start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            overhead_s=0.0, memory_s=memory_s, num_batched_tokens=pre_tokens + dec_tokens)
+            memory_s=memory_s, num_batched_tokens=pre_tokens + dec_tokens)
         if self.record_steps:
+            overhead_s = cost.forward(ForwardShape(
+                pre_tokens + dec_tokens, n_pre + n_dec, kv_read_tokens=float(dc.sum()) + dec_tokens,
+                prefill_attn_pairs=pre_pairs, lm_head_tokens=dec_tokens + int(completes.sum()),
+                decode_only=n_pre == 0)).overhead_s if n_pre + n_dec else 0.0
             self.steps.append(StepRecord(
                 now, end_at - now, n_pre + n_dec, n_dec, n_pre, pre_tokens + dec_tokens,
                 int(emitted.sum()) + int(completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
-                verify_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index))
+                verify_s, overhead_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index))
         return result
+
+    def _check_unique(self, pids: np.ndarray, dids: np.ndarray) -> None:
+        """No request twice in one step (a later write of ``mark`` hides an earlier duplicate)."""
+        both = dids if not pids.size else (pids if not dids.size else np.concatenate([pids, dids]))
+        n = both.size
+        if n < 2:
+            return
+        pos = self._arange[:n] if n <= self._arange.size else np.arange(n)
+        self._mark[both] = pos
+        if (self._mark[both] != pos).any():
+            raise PlanError("a request appears twice in one step")
 
     # --- KV blocks -----------------------------------------------------------------------------------------------
     def _allocate(self, rids: np.ndarray, tokens: np.ndarray) -> None:
         """Grow the requests' KV to hold ``tokens`` tokens each."""
-        need = (tokens + self.bs - 1) // self.bs
-        extra = need - self.s.kv_blocks[rids]
-        grow = extra > 0
-        if grow.any():
-            self.s.kv_blocks[rids[grow]] = need[grow]
-            self.used_blocks += int(extra[grow].sum())
-            if self.used_blocks > self.total_blocks:
-                raise PlanError(
-                    f"out of KV blocks: the plan needs {self.used_blocks} of {self.total_blocks} (preempt first)")
+        cur = self.s.kv_blocks[rids]
+        need = np.maximum((tokens + (self.bs - 1)) // self.bs, cur)
+        self.s.kv_blocks[rids] = need
+        self.used_blocks += int(need.sum() - cur.sum())
+        if self.used_blocks > self.total_blocks:
+            raise PlanError(
+                f"out of KV blocks: the plan needs {self.used_blocks} of {self.total_blocks} (preempt first)")
 
     def _release_to(self, rids: np.ndarray, tokens: np.ndarray) -> None:
         """Shrink the requests' KV to ``tokens`` tokens each (rejected speculation frees its slots)."""
-        need = (tokens + self.bs - 1) // self.bs
-        cur = self.s.kv_blocks[rids]
-        self.used_blocks -= int((cur - need).sum())
+        need = (tokens + (self.bs - 1)) // self.bs
+        self.used_blocks -= int(self.s.kv_blocks[rids].sum() - need.sum())
         self.s.kv_blocks[rids] = need
 
     def _finish(self, rids: np.ndarray, at: float) -> None:
@@ -398,30 +409,38 @@ class Replica:
         """Draft steps for the speculating requests: step 1 processes each request's catch-up tokens (its last token,
         plus whatever the draft's KV misses), steps 2..D one token per chain or ``w`` per beam."""
         s = self.s
-        sid = dids[spec]
-        c = dc[spec]
-        depth = k[spec].copy()
-        width = np.ones_like(depth)
+        n = int(np.count_nonzero(spec))
+        if n == dids.size:
+            sid, c, depth = dids, dc, k
+        else:
+            sid, c, depth = dids[spec], dc[spec], k[spec]
+        csum = float(c.sum())
+        width: np.ndarray | None = None
         if trees:
+            depth = depth.copy()
+            width = np.ones_like(depth)
             for i, rid in enumerate(sid.tolist()):
                 t = trees.get(rid)
                 if t is not None:
                     depth[i] = t.cand.draft_depth
                     width[i] = t.cand.draft_width
-        if which == "draft":
+        tok1, pairs = n, 0.0
+        if which == "draft" and n:
             have = s.num_draft_computed[sid]
-            catch = c - have + 1
-            pairs = float((catch * (have + (catch + 1) / 2.0)).sum()) if (catch > 1).any() else 0.0
-        else:
-            catch = np.ones_like(c)
-            pairs = 0.0
-        tok1, seq1 = int(catch.sum()), int(sid.size)
-        kv1 = float(c.sum()) + seq1
+            lag = c - have  # tokens the draft's cache misses besides the last one
+            missing = int(lag.sum())
+            if missing:
+                tok1 += missing
+                catch = lag + 1
+                pairs = float((catch * (have + (catch + 1) / 2.0)).sum())
+        seq1, kv1 = n, csum + n
         if plan.draft_sync and which == "draft":  # keep the draft's KV in sync over the rest of the step
             rest = ~spec
-            tok1 += int(rest.sum()) + int(ptok.sum())
-            seq1 += int(rest.sum()) + int(pids.size)
-            kv1 += float(dc[rest].sum()) + int(rest.sum())
+            n_rest = dids.size - n
+            tok1 += n_rest + int(ptok.sum())
+            seq1 += n_rest + int(pids.size)
+            if n_rest:
+                kv1 += float(dc[rest].sum()) + n_rest
             if pids.size:
                 pc = s.num_computed[pids]
                 pairs += float((ptok * (pc + (ptok + 1) / 2.0)).sum())
@@ -429,16 +448,24 @@ class Replica:
         if seq1:
             total += cost.forward_s(tok1, seq1, kv_read_tokens=kv1, prefill_attn_pairs=pairs,
                                     lm_head_tokens=seq1, decode_only=pairs == 0.0, which=which)
-        dmax = int(depth.max()) if depth.size else 0
+        if not n:
+            return total
+        dmax, dmin = int(depth.max()), int(depth.min())
+        if width is None and dmax == dmin:  # every request drafts the same chain: closed form per step
+            for j in range(2, dmax + 1):
+                total += cost.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
+            return total
         if dmax >= 2:
             # requests still drafting at step j: depth >= j; reverse cumulative sums over depth
             n_ge = np.bincount(depth, minlength=dmax + 1)[::-1].cumsum()[::-1]
-            w_ge = np.bincount(depth, weights=width, minlength=dmax + 1)[::-1].cumsum()[::-1]
+            w_ge = n_ge if width is None else np.bincount(depth, weights=width, minlength=dmax + 1)[::-1].cumsum()[::-1]
             c_ge = np.bincount(depth, weights=c, minlength=dmax + 1)[::-1].cumsum()[::-1]
             for j in range(2, dmax + 1):
-                n = int(n_ge[j])
+                nj = int(n_ge[j])
+                if nj == 0:
+                    continue
                 tok = int(w_ge[j])
-                total += cost.forward_s(tok, n, kv_read_tokens=float(c_ge[j]) + j * n, lm_head_tokens=tok,
+                total += cost.forward_s(tok, nj, kv_read_tokens=float(c_ge[j]) + j * nj, lm_head_tokens=tok,
                                         decode_only=True, which=which)
         return total
 
@@ -464,7 +491,8 @@ class Engine:
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
                  tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray, policy: Policy,
-                 make_cost: Any, oracle: TokenOracle, tp: int, block_size: int = 16, max_model_len: int = 4096,
+                 make_cost: Any, oracle: TokenOracle, tp: int, drafter: Drafter | None = None,
+                 block_size: int = 16, max_model_len: int = 4096,
                  draft_servers: tuple[DraftServer, ...] = (), record_steps: bool = False,
                  max_sim_time_s: float | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
@@ -482,7 +510,7 @@ class Engine:
         for i, (pol, rtp) in enumerate(pairs):
             state = RequestState(*cols)
             self.replicas.append(Replica(i, pol, state, make_cost(rtp), oracle, block_size=block_size,
-                                         max_model_len=max_model_len, draft_servers=draft_servers,
+                                         max_model_len=max_model_len, drafter=drafter, draft_servers=draft_servers,
                                          record_steps=record_steps))
         self.multi = specs is not None
         self.replica_of = np.zeros(self.arrival_s.size, dtype=np.int64)

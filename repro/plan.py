@@ -152,7 +152,6 @@ class StepResult:
     finished_ids: np.ndarray
     draft_s: float
     verify_s: float
-    overhead_s: float
     memory_s: float
     num_batched_tokens: int
     extra: dict[str, float] = field(default_factory=dict)

@@ -98,7 +98,7 @@ def _draft_servers(cfg: DictConfig) -> tuple[DraftServer, ...]:
 def run_point(cfg: DictConfig) -> PointResult:
     """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
     from repro.metrics import summarize
-    from repro.oracle import TokenOracle
+    from repro.oracle import Drafter, TokenOracle
     from workloads import build_workload
 
     t0 = time.perf_counter()
@@ -121,6 +121,7 @@ def run_point(cfg: DictConfig) -> PointResult:
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     policy=policy, make_cost=lambda tp: build_cost(cfg, tp), oracle=oracle, tp=int(cfg.tp),
+                    drafter=Drafter(oracle),
                     block_size=block_size, max_model_len=model.max_context,
                     draft_servers=_draft_servers(cfg), record_steps=bool(cfg.engine.record_steps),
                     max_sim_time_s=cfg.get("max_sim_time_s"))

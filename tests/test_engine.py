@@ -1,0 +1,221 @@
+"""Engine: hand-computable runs, the plan invariants it enforces, preemption, swapping, memory actions, replicas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import FixedOracle, make_cost, make_engine, make_requests, run
+from repro.engine import PlanError, SimulationError
+from repro.plan import CandidateTree, MemoryAction, StepPlan, TreeSpec, ids
+from repro.policy import Policy, ReplicaSpec
+from repro.state import Status, View
+from systems.static_sd import StaticSD
+from systems.vllm import VLLM
+
+
+class Scripted(Policy):
+    """Replays a list of plans or plan factories (one per step), then prefills and decodes plainly."""
+
+    uses_draft_model = True
+
+    def __init__(self, *plans: object) -> None:
+        self.plans = list(plans)
+        self.results: list[object] = []
+
+    def schedule(self, view: View) -> StepPlan:
+        if not self.plans:
+            if view.waiting.size:
+                return _prefill_all(view)
+            return StepPlan(decode_ids=view.running)
+        p = self.plans.pop(0)
+        return p(view) if callable(p) else p  # type: ignore[return-value]
+
+    def observe(self, result: object) -> None:
+        self.results.append(result)
+
+
+def test_single_request_timeline_matches_cost_model() -> None:
+    # one request, prompt 32, 5 output tokens: 1 prefill step (first token) + 4 decode steps
+    out = run(VLLM(), make_requests(1, prompt_len=32, output_len=5))
+    cost = make_cost(draft=None)
+    prefill = cost.forward_s(32, 1, prefill_attn_pairs=32 * (0 + 33 / 2), lm_head_tokens=1)
+    decodes = [cost.forward_s(1, 1, kv_read_tokens=32 + i + 1, decode_only=True) for i in range(4)]
+    s = out.state
+    assert out.num_steps == 5
+    assert s.first_token_at[0] == pytest.approx(prefill)
+    assert s.finish_at[0] == pytest.approx(prefill + sum(decodes))
+    assert s.num_generated[0] == 5 and s.status[0] == Status.FINISHED and s.kv_blocks[0] == 0
+
+
+@pytest.mark.parametrize(("k", "accept", "output_len", "decode_steps"), [
+    (3, 2, 10, 3),   # prefill gives token 1; then 3 tokens per step: 4, 7, 10
+    (3, 3, 10, 3),   # 4 per step: 5, 9, then capped at 1: 10
+    (3, 0, 4, 3),    # nothing accepted: one token per step
+    (0, 0, 4, 3),    # k = 0 behaves like plain decoding
+    (5, 5, 2, 1),    # the first decode step is capped at the one remaining token
+])
+def test_speculation_emits_accepted_plus_one_capped(k: int, accept: int, output_len: int, decode_steps: int) -> None:
+    out = run(StaticSD(k=k), make_requests(1, output_len=output_len), oracle=FixedOracle(accept))
+    s = out.state
+    assert s.num_generated[0] == output_len
+    assert s.num_decode_steps[0] == decode_steps
+    assert s.num_proposed[0] == k * decode_steps
+    assert s.num_accepted[0] <= s.num_proposed[0]
+
+
+def test_speculation_costs_draft_steps() -> None:
+    # a k=3 step with a draft costs 3 draft forwards more than the verify pass alone
+    pol = StaticSD(k=3)
+    eng = make_engine(pol, make_requests(1, output_len=3), oracle=FixedOracle(0), record_steps=True)
+    out = eng.run()
+    dec = [r for r in out.steps if r.num_decode]
+    assert dec and all(r.draft_s > 0 for r in dec)
+    cost = eng.replicas[0].cost
+    one = cost.forward_s(1, 1, kv_read_tokens=34, decode_only=True, which="draft")
+    assert dec[0].draft_s == pytest.approx(3 * one, rel=0.05)
+
+
+def test_all_requests_finish_and_time_is_monotone() -> None:
+    rng = np.random.default_rng(1)
+    reqs = make_requests(60, prompt_len=list(rng.integers(4, 600, 60)), output_len=list(rng.integers(1, 200, 60)),
+                         gap_s=0.05)
+    eng = make_engine(StaticSD(k=4), reqs, oracle=FixedOracle(2), record_steps=True)
+    out = eng.run()
+    s = out.state
+    assert (s.status == Status.FINISHED).all()
+    assert (s.num_generated == reqs["output_len"]).all()
+    starts = np.array([r.start_at for r in out.steps])
+    ends = starts + np.array([r.latency_s for r in out.steps])
+    assert (np.diff(starts) > 0).all() and (starts[1:] >= ends[:-1] - 1e-12).all()
+    assert (s.first_token_at >= s.arrival_s).all() and (s.finish_at >= s.first_token_at).all()
+    assert eng.replicas[0].used_blocks == 0
+
+
+def test_kv_pressure_preempts_by_recompute_and_everything_finishes() -> None:
+    reqs = make_requests(8, prompt_len=60, output_len=100)
+    eng = make_engine(VLLM(), reqs, kv_blocks=40)
+    out = eng.run()
+    s = out.state
+    assert (s.status == Status.FINISHED).all()
+    assert s.num_preemptions.sum() > 0
+    assert (s.num_generated == 100).all()
+
+
+@pytest.mark.parametrize(("plan", "message"), [
+    (StepPlan(decode_ids=ids([0])), "not running"),                                   # decode before prefill
+    (StepPlan(prefill_ids=ids([0, 0]), prefill_tokens=ids([16, 16])), "twice"),       # duplicate id
+    (StepPlan(prefill_ids=ids([0]), prefill_tokens=ids([0])), "positive"),            # empty chunk
+    (StepPlan(prefill_ids=ids([0]), prefill_tokens=ids([33])), "past"),               # chunk past the prompt
+    (StepPlan(preempt_ids=ids([1])), "not running"),                                  # preempt a waiting request
+    (StepPlan(swap_in_ids=ids([1])), "not swapped"),
+    (StepPlan(memory=MemoryAction(reload_draft=True)), "resident"),                   # draft already resident
+    (StepPlan(memory=MemoryAction(kv_pool_blocks=10**9)), "capacity"),
+])
+def test_invalid_plans_are_rejected(plan: StepPlan, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        run(Scripted(plan), make_requests(2, prompt_len=32))
+
+
+def _prefill_all(view: View) -> StepPlan:
+    w = view.waiting
+    return StepPlan(prefill_ids=w, prefill_tokens=view.num_tokens(w))
+
+
+def test_negative_k_and_out_of_kv_are_rejected() -> None:
+    bad_k = Scripted(_prefill_all, lambda v: StepPlan(decode_ids=v.running, k=-np.ones(v.running.size, np.int64)))
+    with pytest.raises(PlanError, match="non-negative"):
+        run(bad_k, make_requests(2))
+    with pytest.raises(PlanError, match="out of KV"):
+        run(Scripted(_prefill_all), make_requests(4, prompt_len=64), kv_blocks=10)
+
+
+def _tree(rid: int, pos: int, parent: list[int]) -> CandidateTree:
+    n = len(parent)
+    depth = np.zeros(n, dtype=np.int64)
+    for i, p in enumerate(parent):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    rank = np.array([0 if i == 0 or parent[i] != parent[i - 1] else 1 for i in range(n)])
+    prob = np.full(n, 0.5)
+    return CandidateTree(rid=rid, pos=pos, parent=np.array(parent), depth=depth, rank=rank, prob=prob,
+                         path_prob=0.5 ** depth, draft_depth=int(depth.max()), draft_width=2)
+
+
+def test_tree_must_be_connected_to_its_root() -> None:
+    cand = _tree(0, 1, [-1, -1, 0, 0])
+    broken = Scripted(_prefill_all, lambda v: StepPlan(decode_ids=ids([0]), k=ids([0]),
+                                                       trees={0: TreeSpec(cand, ids([2]))}))
+    with pytest.raises(PlanError, match="connected"):
+        run(broken, make_requests(1))
+    ok = Scripted(_prefill_all, lambda v: StepPlan(decode_ids=ids([0]), k=ids([0]),
+                                                   trees={0: TreeSpec(cand, ids([0, 2, 3]))}))
+    out = run(ok, make_requests(1, output_len=6), oracle=FixedOracle(5))
+    assert out.state.num_proposed[0] == 3 and out.state.num_accepted[0] == 2  # path 0 -> 2 is rank 0 twice
+
+
+def test_swap_preemption_charges_the_host_link_both_ways() -> None:
+    pol = Scripted(_prefill_all, StepPlan(preempt_ids=ids([0]), preempt_mode="swap"),
+                   StepPlan(swap_in_ids=ids([0])), lambda v: StepPlan(decode_ids=v.running))
+    eng = make_engine(pol, make_requests(1, prompt_len=500, output_len=2), record_steps=True)
+    out = eng.run()
+    swap = eng.replicas[0].cost.swap_s(500)
+    assert swap > 0
+    mem = [r.memory_s for r in out.steps]
+    assert mem[1] == pytest.approx(swap) and mem[2] == pytest.approx(swap)
+    assert out.state.num_preemptions[0] == 1 and out.state.status[0] == Status.FINISHED
+
+
+def test_draft_offload_frees_kv_and_reload_costs_a_transfer() -> None:
+    pol = Scripted(StepPlan(memory=MemoryAction(offload_draft=True)), StepPlan(memory=MemoryAction(reload_draft=True)),
+                   _prefill_all, lambda v: StepPlan(decode_ids=v.running))
+    eng = make_engine(pol, make_requests(1, output_len=2), record_steps=True)
+    rep = eng.replicas[0]
+    with_draft = rep.total_blocks
+    cost = rep.cost
+    assert cost.kv_capacity_blocks(draft_resident=False) > with_draft
+    out = eng.run()
+    assert [r.memory_s for r in out.steps[:2]] == pytest.approx([cost.draft_transfer_s()] * 2)
+    assert rep.total_blocks == with_draft
+
+
+def test_draft_catches_up_after_skipped_speculation() -> None:
+    # speculate, skip 10 steps without keeping the draft in sync, speculate again: the draft replays what it missed
+    def dec(k: int):
+        return lambda v: StepPlan(decode_ids=v.running, k=np.full(v.running.size, k, dtype=np.int64))
+    def prefill_synced(v: View) -> StepPlan:
+        return StepPlan(prefill_ids=v.waiting, prefill_tokens=v.num_tokens(v.waiting), draft_sync=True)
+    pol = Scripted(prefill_synced, dec(2), *[dec(0)] * 10, dec(2))
+    out = run(pol, make_requests(4, output_len=40), oracle=FixedOracle(0), record_steps=True)
+    spec = [r.draft_s for r in out.steps if r.num_proposed]
+    assert len(spec) == 2 and spec[1] > spec[0]
+
+
+class TwoPools(Policy):
+    """Routes requests by SLO class to one of two vLLM replicas (SepPipe-like)."""
+
+    def __init__(self) -> None:
+        self.pools = [ReplicaSpec(VLLM(), tp=1), ReplicaSpec(VLLM(), tp=1)]
+
+    def replicas(self) -> list[ReplicaSpec]:
+        return self.pools
+
+    def route(self, rid: int, slo_class: int, views: list[View]) -> int:
+        return slo_class
+
+
+def test_replicas_route_and_run_independently() -> None:
+    reqs = make_requests(10, gap_s=0.01)
+    reqs["slo_class"] = np.arange(10) % 2
+    out = run(TwoPools(), reqs)
+    assert (out.replica_of == reqs["slo_class"]).all()
+    assert (out.state.status == Status.FINISHED).all()
+
+
+class Idle(Policy):
+    def schedule(self, view: View) -> StepPlan:
+        return StepPlan()
+
+
+def test_idle_policy_with_waiting_requests_is_an_error() -> None:
+    with pytest.raises(SimulationError, match="idled"):
+        run(Idle(), make_requests(2))
