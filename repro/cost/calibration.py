@@ -1,0 +1,356 @@
+"""Every measured number in ``../shared/CALIBRATION.md`` that the cost model should reproduce, next to the
+model.
+
+``calibration_table()`` returns one tidy row per number: the four Vidur linear-layer profiles
+(``kind="linear"``,
+compared with ``ForwardCost.linear_s`` of a single-sequence pass, tolerance 15 %) and the whole-step
+anchors from
+the seed papers (``kind="anchor"``, tolerance 20 %). Anchors measured on a full serving stack include its
+fixed
+costs, which the model charges through the per-GPU overhead parameters (no per-row correction). Where a
+paper leaves
+the setup open (context length, batch size), the row's ``note`` states the choice made here. Rows whose
+published
+number cannot be reproduced by any consistent model carry ``checked=False`` and say why in the note; the tests
+expect those to fail and report them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+
+from repro.cost.model import CostModel, ForwardShape
+from repro.cost.spec import load_hardware, load_model
+
+LINEAR_TOL = 0.15
+ANCHOR_TOL = 0.20
+MiB = 2**20
+
+# CALIBRATION.md, "Linear-layer time vs tokens in the step" (Vidur profiles, ms per step, all layers).
+LINEAR_X = (1, 8, 16, 32, 64, 96, 128, 192, 256, 512)
+LINEAR_TABLES: dict[str, tuple[str, str, int, tuple[float, ...]]] = {
+    "A100 Llama-2-7B linear": (
+        "a100-80g",
+        "llama2-7b",
+        1,
+        (9.28, 9.06, 9.18, 9.54, 9.70, 11.78, 12.24, 15.92, 17.81, 33.36),
+    ),
+    "H100 Llama-2-7B linear": (
+        "h100-80g",
+        "llama2-7b",
+        1,
+        (5.60, 5.50, 5.79, 5.79, 5.86, 7.30, 6.37, 7.41, 9.15, 11.98),
+    ),
+    "A100 Llama-2-70B TP4 linear": (
+        "a100-80g",
+        "llama2-70b",
+        4,
+        (24.9, 25.6, 26.1, 26.1, 26.8, 31.6, 33.2, 45.0, 51.0, 89.3),
+    ),
+    "A40 Llama-2-7B linear": (
+        "a40",
+        "llama2-7b",
+        1,
+        (23.9, 24.2, 24.7, 26.5, 30.1, 29.6, 30.3, 34.9, 44.6, 71.1),
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    table: str
+    x_name: str
+    x: float
+    measured: float
+    modelled: float
+    tolerance: float
+    kind: str
+    note: str
+    checked: bool = True
+
+
+@cache
+def _cm(hw: str, model: str, tp: int = 1, draft: str | None = None) -> CostModel:
+    return CostModel(load_hardware(hw), load_model(model), tp=tp, draft=load_model(draft) if draft else None)
+
+
+def _linear_rows() -> list[_Row]:
+    rows = []
+    for table, (hw, model, tp, measured) in LINEAR_TABLES.items():
+        cm = _cm(hw, model, tp)
+        for x, ms in zip(LINEAR_X, measured, strict=True):
+            modelled = _linear_ms(cm, x)
+            rows.append(
+                _Row(table, "tokens", x, ms, modelled, LINEAR_TOL, "linear", "Vidur linear+norm profile")
+            )
+    return rows
+
+
+def _linear_ms(cm: CostModel, tokens: int) -> float:
+    return 1e3 * cm.forward(ForwardShape(tokens, 1)).linear_s
+
+
+def _decode_s(
+    cm: CostModel, batch: int, context: float, new: int = 1, which: str = "target", decode_only: bool = True
+) -> float:
+    """One decode/verify pass: ``batch`` sequences each scoring ``new`` tokens on top of ``context``
+    cached."""
+    return cm.forward_s(batch * new, batch, batch * (context + new), 0.0, batch * new, decode_only, which)  # type: ignore[arg-type]
+
+
+def _spec_step_s(cm: CostModel, batch: int, context: float, k: int) -> tuple[float, float]:
+    """(draft seconds, verify seconds) of a chain step: k draft decode passes + one verify pass (all
+    decode-only)."""
+    draft = sum(_decode_s(cm, batch, context + i, which="draft") for i in range(k))
+    return draft, _decode_s(cm, batch, context, new=k + 1)
+
+
+def _anchor_rows() -> list[_Row]:
+    rows: list[_Row] = []
+
+    def add(
+        table: str,
+        x_name: str,
+        x: float,
+        measured: float,
+        modelled: float,
+        note: str,
+        checked: bool = True,
+        tol: float = ANCHOR_TOL,
+    ) -> None:
+        rows.append(_Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked))
+
+    # AdaServe §6.1: incremental decoding, batch 8, input 32, output 128, Llama-2-7b-chat, A100.
+    a100 = _cm("a100-80g", "llama2-7b", draft="llama-160m")
+    add(
+        "AdaServe baseline latency (A100, Llama-2-7B)",
+        "batch",
+        8,
+        12.5,
+        1e3 * _decode_s(a100, 8, 96),
+        "decode step at the mean context 32 + 128/2 = 96 tokens, CUDA graphs",
+    )
+
+    # TurboSpec §3 Figure 2: vLLM, Llama-2-7B + Llama-160M on H100, batch 50.
+    h100 = _cm("h100-80g", "llama2-7b", draft="llama-160m")
+    ctx = 32
+    add(
+        "TurboSpec Fig. 2 no-speculation step (H100)",
+        "batch",
+        50,
+        7.4,
+        1e3 * _decode_s(h100, 50, ctx),
+        f"context not stated: {ctx} tokens assumed (short synthetic prompts: a 7.4 ms step at batch 50 "
+        "leaves room for little KV)",
+    )
+    d, v = _spec_step_s(h100, 50, ctx, 2)
+    add(
+        "TurboSpec Fig. 2 k=2 speculative step (H100)",
+        "batch",
+        50,
+        12.6,
+        1e3 * (d + v),
+        f"2 Llama-160M draft passes + verify of 150 tokens, context {ctx}",
+    )
+
+    # TurboSpec §7.1: EAGLE proposing 3 tokens vs one LLaMA-3-8B forward on H100; PLD ≈ 5 %.
+    e8 = _cm("h100-80g", "llama3-8b")
+    b, c = 32, 512
+    fwd = _decode_s(e8, b, c, new=4)
+    eagle = sum(_decode_s(e8, b, c + i, which="eagle") for i in range(3))
+    add(
+        "TurboSpec §7.1 EAGLE 3 tokens / forward (H100, Llama-3-8B)",
+        "batch",
+        b,
+        17.7,
+        100 * eagle / fwd,
+        f"percent; batch {b}, context {c} (ShareGPT-like), forward = verify pass of 4 tokens per sequence. "
+        "Not "
+        "reproducible with EAGLE's shared 128K-vocabulary LM head (525M parameters, twice the EAGLE layer): "
+        "each EAGLE pass streams ≈ 1/10 of the target's bytes, so 3 passes cost 28-32 % at small "
+        "batch; "
+        "17.7 % needs "
+        "batch ≥ 64 with ≥ 2K context (or a pruned draft vocabulary)",
+        checked=False,
+    )
+    add(
+        "TurboSpec §7.1 PLD / forward (H100, Llama-3-8B)",
+        "batch",
+        b,
+        5.0,
+        100 * e8.pld_s(b) / fwd,
+        f"percent; batch {b}, context {c}; PLD = host-CPU n-gram search",
+    )
+
+    # TurboSpec §8.2: draft share of step time, Vicuna-160M (llama-160m architecture) for Llama-2-7B on H100.
+    b, c = 32, 512
+    for k, share in ((1, 15.0), (7, 35.0)):
+        d, v = _spec_step_s(h100, b, c, k)
+        add(
+            "TurboSpec §8.2 draft share of step (H100)",
+            "k",
+            k,
+            share,
+            100 * d / (d + v),
+            f"percent; batch {b} (the range is 1-32), context {c} (ShareGPT 227 in + 256 out)"
+            + (
+                ""
+                if k == 7
+                else ". Not reproducible together with k = 7 by any per-pass cost: 15 % at k = 1 and "
+                "35 % at k = 7 need T_verify(k=7) ≥ 1.31·T_verify(k=1) even at the 20 % edges, and the "
+                "draft pass would have to cost ≈ 1/6 of a target pass (a 160M model reads 2 % of the 7B's "
+                "bytes); the "
+                "paper's draft time likely includes per-round proposer work (input preparation, sampling)"
+            ),
+            checked=k == 7,
+        )
+
+    # Nightjar Table 3: c_prefill = draft prefill of batch × input tokens, 0.5B draft on RTX 4090.
+    nj = _cm("rtx4090", "qwen2.5-7b", draft="qwen2.5-0.5b")
+    for (inp, batch), ms in {
+        (128, 32): 17.87,
+        (128, 64): 28.53,
+        (256, 32): 20.65,
+        (256, 64): 22.33,
+        (512, 32): 24.30,
+        (512, 64): 102.03,
+    }.items():
+        n = inp * batch
+        modelled = 1e3 * nj.forward_s(n, batch, 0.0, batch * inp * (inp + 1) / 2, batch, False, "draft")
+        add(
+            f"Nightjar Table 3 c_prefill (RTX 4090, input {inp})",
+            "batch",
+            batch,
+            ms,
+            modelled,
+            "not reproducible: 4096 tokens in 17.87 ms needs ≥ 100 % of the 165 TFLOP/s peak, and equal "
+            "token "
+            "counts give 28.5 vs 20.7 ms and 22.3 vs 24.3 ms; the measured difference T_SD − T_base is not a "
+            "plain draft prefill",
+            checked=False,
+        )
+
+    # Nightjar Table 1: KV cache per 1K tokens of context.
+    for model, mib in (("vicuna-13b", 800.0), ("qwen2.5-7b", 56.0)):
+        kv = load_model(model).kv_bytes_per_token * 1024 / MiB
+        add(
+            f"Nightjar Table 1 KV MiB per 1K tokens ({model})",
+            "tokens",
+            1024,
+            mib,
+            kv,
+            "exact architecture sum",
+            tol=0.01,
+        )
+
+    # LAPS-SD §3 Figure 2: switching a 500-output-token request costs 14.21 % of its inference time (L20).
+    rows.append(_laps_row())
+
+    # CALIBRATION.md consequences for verification cost (whole pass, context 256, same launch mode).
+    for hw, name in (("a100-80g", "A100"), ("h100-80g", "H100")):
+        cm = _cm(hw, "llama2-7b")
+        base8 = _decode_s(cm, 8, 256)
+        add(
+            f"verify 8 seqs x (1+4) / decode 8 seqs ({name})",
+            "tokens",
+            40,
+            1.06,
+            _decode_s(cm, 8, 256, new=5) / base8,
+            "ratio (context 256); claim: within 5–7 %",
+        )
+        base32 = _decode_s(cm, 32, 256)
+        ratio = _decode_s(cm, 32, 256, new=5) / base32
+        claim = 1.9 if name == "A100" else 1.3
+        lin = _linear_ms(cm, 160) / _linear_ms(cm, 32)
+        add(
+            f"verify 32 seqs x (1+4) / decode 32 seqs ({name})",
+            "tokens",
+            160,
+            claim,
+            ratio,
+            f"ratio (context 256); the linear-layer fit alone gives {lin:.2f}"
+            + (
+                " and Vidur's own table interpolates to 1.48: the 1.9x claim contradicts the table"
+                if name == "A100"
+                else ""
+            ),
+            checked=name != "A100",
+        )
+    return rows
+
+
+def _laps_row() -> _Row:
+    """LAPS-SD Fig. 2: KV swap-out + swap-in per speculative step vs the request's inference time (L20,
+    batch 1).
+
+    LAPS-SD §5.1: LLaMA-7B target (Llama-2-7B architecture), LLaMA-68M draft, one L20, batch size 1. The
+    figure
+    states neither the prompt length, k, the acceptance rate nor how often the request is switched; we take a
+    128-token prompt, k = 4 at acceptance 0.7 (2.77 tokens per step) and one switch (out + in) per step.
+    """
+    cm = _cm("l20", "llama2-7b", draft="llama-68m")
+    prompt, out, k, alpha = 128, 500, 4, 0.7
+    per_step = (1 - alpha ** (k + 1)) / (1 - alpha)
+    work = swap = 0.0
+    generated = 0.0
+    while generated < out:
+        ctx = prompt + generated
+        d, v = _spec_step_s(cm, 1, ctx, k)
+        work += d + v
+        swap += 2 * cm.swap_s(int(ctx)) * cm.kv_bytes_per_token(include_draft=True) / cm.kv_bytes_per_token()
+        generated += per_step
+    pct = 100 * swap / work
+    return _Row(
+        "LAPS-SD Fig. 2 switching overhead (L20, 500 output tokens)",
+        "tokens",
+        out,
+        14.21,
+        pct,
+        ANCHOR_TOL,
+        "anchor",
+        f"percent; setup unstated (number of switches): one KV swap out+in per step gives {pct:.0f} %, "
+        f"so 14.21 % means about one switch every {pct / 14.21:.1f} steps",
+        checked=False,
+    )
+
+
+def calibration_table() -> pd.DataFrame:
+    """One row per measured number: measured vs modelled, relative error, tolerance, kind, note."""
+    rows = _linear_rows() + _anchor_rows()
+    df = pd.DataFrame(
+        {
+            "table": [r.table for r in rows],
+            "x_name": [r.x_name for r in rows],
+            "x": [r.x for r in rows],
+            "measured_ms": [r.measured for r in rows],
+            "modelled_ms": [r.modelled for r in rows],
+            "tolerance": [r.tolerance for r in rows],
+            "kind": [r.kind for r in rows],
+            "checked": [r.checked for r in rows],
+            "note": [r.note for r in rows],
+        }
+    )
+    df["rel_err"] = df["modelled_ms"] / df["measured_ms"] - 1.0
+    df["within_tol"] = df["rel_err"].abs() <= df["tolerance"]
+    return df
+
+
+def calibration_errors() -> pd.DataFrame:
+    """Summary per table: rows, worst and mean absolute relative error, rows outside tolerance."""
+    df = calibration_table()
+    df["abs_err"] = df["rel_err"].abs()
+    return (
+        df.groupby("table", sort=False)
+        .agg(
+            kind=("kind", "first"),
+            rows=("x", "size"),
+            max_abs_err=("abs_err", "max"),
+            mean_abs_err=("abs_err", "mean"),
+            outside_tol=("within_tol", lambda s: int((~s).sum())),
+            checked=("checked", "all"),
+        )
+        .reset_index()
+    )

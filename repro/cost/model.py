@@ -1,0 +1,268 @@
+"""Analytic step-latency model of one forward pass (DESIGN.md, "Cost model"), calibrated in
+``calibration.py``.
+
+For a pass with N = Σq_i tokens over S sequences on ``tp`` GPUs (all quantities per GPU, i.e. divided by tp):
+
+- **linear layers** (QKV, O, gated MLP): a smooth roofline ``t = (t_mem^p + t_comp^p)^(1/p)`` with
+  ``t_mem = weight bytes / (BW · mem_efficiency)`` and ``t_comp = 2 · P_linear · N / (peak ·
+  compute_efficiency)``.
+  It stays flat while the weights dominate and bends into the compute line around N ≈ the AdaServe budget; the
+  exponent p (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles
+  (CALIBRATION.md tables), one parameter set per GPU.
+- **attention**: decode/verify reads ``kv_read_tokens`` tokens of KV at ``kv_efficiency`` of peak
+bandwidth; prefill
+  chunks cost ``4 · layers · heads · head_dim`` FLOPs per causal query-key pair (QKᵀ and PV) at compute
+  efficiency.
+- **LM head**: the same roofline over ``vocab · hidden`` weights for the scored tokens (prefill: last token
+only).
+- **tensor parallelism**: two ring all-reduces per layer of N · hidden · dtype bytes:
+  ``2 (tp−1)/tp · bytes / interconnect + latency`` each (Megatron-LM, Shoeybi et al. 2019, §3).
+- **fixed costs**: per pass, per layer (eager kernel launches, or the lower CUDA-graph replay cost when the
+pass is
+  decode-only) and per sequence (CPU-side bookkeeping and sampling), as in Vidur (Agrawal et al., MLSys
+  2024) and the
+  vLLM fits quoted in CALIBRATION.md.
+
+The draft model is the same formula on the draft architecture (and its own GPU, if given); an EAGLE head is
+one
+decoder layer at the target's width plus its fc layer, with the target's LM head, on the target's GPUs.
+``forward_s`` is the engine's hot path: pure scalar arithmetic over coefficients precomputed in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from repro.cost.spec import HardwareSpec, ModelSpec
+
+Which = Literal["target", "draft", "eagle"]
+GiB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardShape:
+    """What one forward pass computes (see the module docstring for how each field is charged)."""
+
+    num_tokens: int  # Σ q_i: tokens through the linear layers this pass
+    num_seqs: int  # sequences in the pass
+    kv_read_tokens: float = 0.0  # Σ over decode/verify sequences of the context they attend (cached + new)
+    prefill_attn_pairs: float = 0.0  # Σ over prefill chunks of q_i·(c_i + (q_i+1)/2): causal query-key pairs
+    lm_head_tokens: int = -1  # tokens scored by the LM head; -1 = num_tokens
+    decode_only: bool = False  # no prefill in the pass (CUDA graphs → lower per-layer launch cost)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardCost:
+    """Seconds per component of one forward pass."""
+
+    linear_s: float
+    attention_s: float
+    lm_head_s: float
+    allreduce_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.linear_s + self.attention_s + self.lm_head_s + self.allreduce_s + self.overhead_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Coeffs:
+    """Per-model, per-GPU constants of the formulas above (seconds, or seconds per unit)."""
+
+    lin_mem_s: float  # linear weights streamed once
+    lin_tok_s: float  # compute seconds per token through the linear layers
+    head_mem_s: float  # LM-head weights streamed once
+    head_tok_s: float  # compute seconds per scored token
+    p: float
+    inv_p: float
+    kv_tok_s: float  # seconds per token of KV read
+    pair_s: float  # seconds per causal query-key pair of prefill attention
+    ar_fixed_s: float  # all-reduce latency, all layers
+    ar_tok_s: float  # all-reduce seconds per token, all layers
+    step_s: float
+    layers_eager_s: float
+    layers_graph_s: float
+    req_s: float
+
+
+def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
+    bw, peak, b = hw.bytes_per_s, hw.flops_per_s, m.dtype_bytes
+    ar_bytes_tok = 2 * (tp - 1) / tp * m.hidden_size * b  # ring all-reduce traffic per token, per all-reduce
+    n_ar = 2 * m.num_layers if tp > 1 else 0  # after attention and after the MLP (Megatron-LM §3)
+    n_launch_layers = m.num_layers + (
+        1 if m.kind == "eagle_head" else 0
+    )  # fc counts as one more layer of launches
+    return _Coeffs(
+        lin_mem_s=m.linear_params * b / tp / (bw * hw.mem_efficiency),
+        lin_tok_s=2 * m.linear_params / tp / (peak * hw.compute_efficiency),
+        head_mem_s=m.lm_head_params * b / tp / (bw * hw.mem_efficiency),
+        head_tok_s=2 * m.lm_head_params / tp / (peak * hw.compute_efficiency),
+        p=hw.knee_sharpness,
+        inv_p=1.0 / hw.knee_sharpness,
+        kv_tok_s=m.kv_bytes_per_token / tp / (bw * hw.kv_efficiency),
+        pair_s=4 * m.num_layers * m.num_heads * m.hd / tp / (peak * hw.compute_efficiency),
+        ar_fixed_s=n_ar * hw.allreduce_latency_s,
+        ar_tok_s=n_ar * ar_bytes_tok / (hw.interconnect_gbs * 1e9),
+        step_s=hw.step_overhead_s,
+        layers_eager_s=n_launch_layers * hw.layer_overhead_eager_s,
+        layers_graph_s=n_launch_layers * hw.layer_overhead_graph_s,
+        req_s=hw.request_overhead_s,
+    )
+
+
+def _parts(
+    c: _Coeffs, n: int, s: int, kv: float, pairs: float, head: int, decode_only: bool
+) -> tuple[float, float, float, float, float]:
+    """(linear, attention, lm_head, allreduce, overhead) seconds: the whole model in five lines."""
+    if head < 0:
+        head = n
+    p, ip = c.p, c.inv_p
+    linear = (c.lin_mem_s**p + (c.lin_tok_s * n) ** p) ** ip if n > 0 else 0.0
+    lm_head = (c.head_mem_s**p + (c.head_tok_s * head) ** p) ** ip if head > 0 else 0.0
+    allreduce = c.ar_fixed_s + c.ar_tok_s * n if (n > 0 and c.ar_fixed_s > 0) else 0.0
+    overhead = c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * s
+    return linear, c.kv_tok_s * kv + c.pair_s * pairs, lm_head, allreduce, overhead
+
+
+class CostModel:
+    """Step latencies of the target, its draft model or EAGLE head, plus memory and transfer costs.
+
+    ``tp`` GPUs of ``hardware`` hold the target; the draft runs on ``draft_hardware`` (default: the
+    target's GPU,
+    sharing its memory) with ``draft_tp`` GPUs. ``activation_reserve_gb`` (GiB per GPU) is kept free for
+    activations and the CUDA graphs' workspace (vLLM's profiling run reserves a similar amount).
+    """
+
+    def __init__(
+        self,
+        hardware: HardwareSpec,
+        model: ModelSpec,
+        tp: int = 1,
+        draft: ModelSpec | None = None,
+        draft_hardware: HardwareSpec | None = None,
+        draft_tp: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        activation_reserve_gb: float = 2.0,
+    ) -> None:
+        if tp < 1 or draft_tp < 1:
+            raise ValueError("tp and draft_tp must be ≥ 1")
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError("gpu_memory_utilization must lie in (0, 1]")
+        self.hardware = hardware
+        self.model = model
+        self.tp = tp
+        self.draft = draft
+        self.draft_hardware = draft_hardware
+        self.draft_tp = draft_tp
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.activation_reserve_gb = activation_reserve_gb
+        self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
+        self._coeffs: dict[str, _Coeffs] = {
+            "target": _coeffs(hardware, model, tp),
+            "eagle": _coeffs(hardware, self._eagle, tp),
+        }
+        if draft is not None:
+            self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp)
+
+    def _c(self, which: str) -> _Coeffs:
+        try:
+            return self._coeffs[which]
+        except KeyError:
+            raise ValueError(
+                f"which={which!r}: expected 'target', 'eagle' or (with a draft) 'draft'"
+            ) from None
+
+    def forward(self, shape: ForwardShape, which: Which = "target") -> ForwardCost:
+        """Cost of one forward pass of the target, the draft model or the EAGLE head."""
+        if (
+            shape.num_tokens < 0
+            or shape.num_seqs < 0
+            or shape.kv_read_tokens < 0
+            or shape.prefill_attn_pairs < 0
+        ):
+            raise ValueError(f"negative quantity in {shape}")
+        return ForwardCost(
+            *_parts(
+                self._c(which),
+                shape.num_tokens,
+                shape.num_seqs,
+                shape.kv_read_tokens,
+                shape.prefill_attn_pairs,
+                shape.lm_head_tokens,
+                shape.decode_only,
+            )
+        )
+
+    def forward_s(
+        self,
+        num_tokens: int,
+        num_seqs: int,
+        kv_read_tokens: float = 0.0,
+        prefill_attn_pairs: float = 0.0,
+        lm_head_tokens: int = -1,
+        decode_only: bool = False,
+        which: Which = "target",
+    ) -> float:
+        """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
+        a, b, c, d, e = _parts(
+            self._c(which),
+            num_tokens,
+            num_seqs,
+            kv_read_tokens,
+            prefill_attn_pairs,
+            lm_head_tokens,
+            decode_only,
+        )
+        return a + b + c + d + e
+
+    # ---- memory -------------------------------------------------------------------------------------------
+    @property
+    def _draft_colocated(self) -> bool:
+        return self.draft is not None and self.draft_hardware is None
+
+    def kv_bytes_per_token(self, include_draft: bool = False) -> float:
+        """KV bytes per token of context for the whole model (all TP shards together), plus the draft's if
+        asked."""
+        extra = self.draft.kv_bytes_per_token if (include_draft and self.draft is not None) else 0
+        return float(self.model.kv_bytes_per_token + extra)
+
+    def kv_capacity_blocks(self, draft_resident: bool = True, block_size: int = 16) -> int:
+        """KV blocks of ``block_size`` tokens that fit: tp · memory · utilization − weights − activation
+        reserve.
+
+        A co-located, resident draft takes its weights and its own KV per token (vLLM keeps the draft's KV
+        in the
+        same block table); a draft on other GPUs (``draft_hardware``) takes nothing here.
+        """
+        with_draft = draft_resident and self._draft_colocated
+        free = (
+            self.tp * self.hardware.memory_bytes * self.gpu_memory_utilization
+            - self.model.weight_bytes
+            - (self.draft.weight_bytes if with_draft and self.draft is not None else 0)
+            - self.tp * self.activation_reserve_gb * GiB
+        )
+        per_block = block_size * self.kv_bytes_per_token(include_draft=with_draft)
+        return max(0, int(free // per_block))
+
+    def swap_s(self, num_tokens: int) -> float:
+        """Move the target KV of ``num_tokens`` context between GPU and host, one direction (tp links in
+        parallel)."""
+        return num_tokens * self.model.kv_bytes_per_token / (self.tp * self.hardware.host_link_gbs * 1e9)
+
+    def draft_transfer_s(self) -> float:
+        """Move the draft's weights over the host link (offload or reload), its draft_tp links in parallel."""
+        if self.draft is None:
+            raise ValueError("draft_transfer_s: this cost model has no draft")
+        hw = self.draft_hardware or self.hardware
+        return self.draft.weight_bytes / (self.draft_tp * hw.host_link_gbs * 1e9)
+
+    def pld_s(self, num_seqs: int) -> float:
+        """Prompt-lookup proposer: CPU n-gram matching, per step plus per sequence (TurboSpec §7.1: ≈ 5 %)."""
+        return self.hardware.pld_step_s + self.hardware.pld_request_s * num_seqs
+
+    @property
+    def budget_tokens(self) -> int:
+        """AdaServe's per-step token budget B for this GPU (AdaServe Table 1)."""
+        return self.hardware.adaserve_budget

@@ -1,0 +1,241 @@
+"""Hardware and model specifications: frozen value objects built from ``conf/hardware/*.yaml`` and
+``conf/model/*.yaml``.
+
+A YAML file is flat ``key: value`` data whose keys are exactly the dataclass fields, so
+``HardwareSpec(**cfg)`` fails
+at once on an unknown or missing key. Every number in the YAML cites its source in a comment (vendor data
+sheets,
+HuggingFace ``config.json`` files, and the fits documented in ``../shared/CALIBRATION.md``).
+
+Units: ``*_tflops`` in 1e12 FLOP/s, ``*_gbs`` in 1e9 bytes/s, ``memory_gb`` in GiB (what ``nvidia-smi``
+reports for
+an "80 GB" part is 80 GiB), ``*_s`` in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+ModelKind = Literal["decoder", "eagle_head"]
+Tokenizer = Literal["llama2", "llama3", "qwen"]
+
+
+class UnknownSpecError(KeyError):
+    """An unknown hardware or model id; the message lists the valid ids."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; show the plain message instead
+        return str(self.args[0]) if self.args else ""
+
+
+def _to_dict(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """A plain dict from a dict or an OmegaConf ``DictConfig`` (Hydra hands the engine ``cfg.hardware``)."""
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    from omegaconf import OmegaConf  # only needed for DictConfig inputs
+
+    out = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(out, dict):
+        raise TypeError(f"expected a mapping config, got {type(cfg).__name__}")
+    return {str(k): v for k, v in out.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareSpec:
+    """One GPU (and its host) as the cost model sees it; every parameter is shared by all models on it.
+
+    Physical meaning of the efficiency parameters (see ``repro.cost.model``):
+        mem_efficiency       fraction of ``mem_bw_gbs`` that weight-streaming GEMMs reach (Vidur: ≈ 0.64–0.73)
+        compute_efficiency   fraction of ``peak_tflops`` that large GEMMs reach (prefill: ≈ 0.65–0.73)
+        knee_sharpness       p of the smooth roofline t = (t_mem^p + t_comp^p)^(1/p); large p → sharp max()
+        kv_efficiency        fraction of bandwidth that decode attention reaches reading the KV cache (≈ 0.5)
+        allreduce_latency_s  fixed latency of one NCCL all-reduce
+        step_overhead_s      per forward pass: scheduling, input preparation, sampling launch
+        layer_overhead_eager_s / layer_overhead_graph_s   per decoder layer: kernel launches without / with
+                             CUDA graphs (graphs are only used for decode-only passes)
+        request_overhead_s   per sequence in the pass: CPU-side metadata, sampling, detokenization
+        pld_step_s, pld_request_s   prompt-lookup proposer CPU cost per step and per sequence
+    """
+
+    name: str
+    peak_tflops: float
+    mem_bw_gbs: float
+    memory_gb: float
+    interconnect_gbs: float
+    host_link_gbs: float
+    adaserve_budget: int
+    mem_efficiency: float
+    compute_efficiency: float
+    knee_sharpness: float
+    kv_efficiency: float
+    allreduce_latency_s: float
+    step_overhead_s: float
+    layer_overhead_eager_s: float
+    layer_overhead_graph_s: float
+    request_overhead_s: float
+    pld_step_s: float
+    pld_request_s: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "name" and not (isinstance(v, int | float) and v >= 0):
+                raise ValueError(f"hardware {self.name!r}: {f.name} must be a non-negative number, got {v!r}")
+        for key in ("mem_efficiency", "compute_efficiency", "kv_efficiency"):
+            if not 0.0 < getattr(self, key) <= 1.0:
+                raise ValueError(f"hardware {self.name!r}: {key} must lie in (0, 1]")
+        if self.knee_sharpness < 1.0:
+            raise ValueError(f"hardware {self.name!r}: knee_sharpness must be ≥ 1")
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> HardwareSpec:
+        """Build from a dict or a Hydra/OmegaConf node (unknown keys raise ``TypeError``)."""
+        return cls(**_to_dict(cfg))
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.mem_bw_gbs * 1e9
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.peak_tflops * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer (Llama/Qwen family: gated SiLU MLP, GQA) or an EAGLE draft head.
+
+    An ``eagle_head`` is EAGLE's one decoder layer at the target's width plus the ``fc`` layer fusing the
+    target's
+    feature with the token embedding (2·hidden → hidden); it shares the target's embedding and LM head
+    (Li et al., "EAGLE", ICML 2024, §4), so none of those count towards its own weights.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_context: int
+    tokenizer: Tokenizer
+    head_dim: int | None = None
+    dtype_bytes: int = 2
+    tie_embeddings: bool = False
+    kind: ModelKind = "decoder"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("decoder", "eagle_head"):
+            raise ValueError(
+                f"model {self.name!r}: kind must be 'decoder' or 'eagle_head', got {self.kind!r}"
+            )
+        if self.tokenizer not in ("llama2", "llama3", "qwen"):
+            raise ValueError(f"model {self.name!r}: unknown tokenizer family {self.tokenizer!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name!r}: num_heads must be a multiple of num_kv_heads")
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> ModelSpec:
+        """Build from a dict or a Hydra/OmegaConf node (unknown keys raise ``TypeError``)."""
+        return cls(**_to_dict(cfg))
+
+    @property
+    def hd(self) -> int:
+        """Head dimension (``head_dim`` resolved)."""
+        assert self.head_dim is not None
+        return self.head_dim
+
+    @property
+    def layer_linear_params(self) -> int:
+        """QKV + O + gate/up/down parameters of one decoder layer (biases and norms are negligible)."""
+        h, q, kv = self.hidden_size, self.num_heads * self.hd, self.num_kv_heads * self.hd
+        return h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size
+
+    @property
+    def fc_params(self) -> int:
+        """EAGLE's feature-fusion layer (2·hidden → hidden); 0 for a plain decoder."""
+        return 2 * self.hidden_size * self.hidden_size if self.kind == "eagle_head" else 0
+
+    @property
+    def linear_params(self) -> int:
+        """Parameters every token passes through in the decoder stack (what Vidur's linear profile
+        measures)."""
+        return self.num_layers * self.layer_linear_params + self.fc_params
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def weight_params(self) -> int:
+        """Parameters resident on the GPU(s); an EAGLE head borrows the target's embedding and LM head."""
+        if self.kind == "eagle_head":
+            return self.linear_params
+        head = 0 if self.tie_embeddings else self.lm_head_params
+        return self.linear_params + self.embedding_params + head
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight_params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer: 2 · layers · kv_heads · head_dim · dtype_bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.hd * self.dtype_bytes
+
+    def eagle_head(self) -> ModelSpec:
+        """The EAGLE head of this target: one layer at its width plus fc, sharing its LM head."""
+        return replace(self, name=f"eagle-{self.name}", num_layers=1, kind="eagle_head", source=self.source)
+
+
+def _available(kind: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
+
+
+def _load(kind: str, name: str) -> dict[str, Any]:
+    path = CONF_DIR / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise UnknownSpecError(f"unknown {kind} {name!r}; available: {', '.join(_available(kind))}")
+    with path.open() as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a mapping")
+    return data
+
+
+def available_hardware() -> list[str]:
+    """Ids of every ``conf/hardware/*.yaml``."""
+    return _available("hardware")
+
+
+def available_models() -> list[str]:
+    """Ids of every ``conf/model/*.yaml``."""
+    return _available("model")
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    """``conf/hardware/<name>.yaml`` as a :class:`HardwareSpec` (unknown id → :class:`UnknownSpecError`)."""
+    return HardwareSpec(**_load("hardware", name))
+
+
+def load_model(name: str) -> ModelSpec:
+    """``conf/model/<name>.yaml`` as a :class:`ModelSpec` (unknown id → :class:`UnknownSpecError`)."""
+    return ModelSpec(**_load("model", name))

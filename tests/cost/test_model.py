@@ -1,0 +1,242 @@
+"""Structure and invariants of the analytic cost model, the specs, the profile model and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repro.cost.model import CostModel, ForwardShape
+from repro.cost.profile import ProfileCostModel
+from repro.cost.spec import (
+    CONF_DIR,
+    HardwareSpec,
+    ModelSpec,
+    UnknownSpecError,
+    available_hardware,
+    available_models,
+    load_hardware,
+    load_model,
+)
+
+GPUS = ("a100-80g", "a100-40g", "h100-80g", "l40s", "l4", "l20", "rtx4090", "a40")
+REPO = Path(__file__).resolve().parents[2]
+MiB = 2**20
+
+
+def cm(hw: str = "a100-80g", model: str = "llama2-7b", **kw: object) -> CostModel:
+    draft = kw.pop("draft", None)
+    return CostModel(
+        load_hardware(hw), load_model(model), draft=load_model(str(draft)) if draft else None, **kw
+    )  # type: ignore[arg-type]
+
+
+def test_every_listed_gpu_and_model_loads() -> None:
+    assert set(GPUS) <= set(available_hardware())
+    for name in available_hardware():
+        assert load_hardware(name).name == name
+    for name in available_models():
+        assert load_model(name).name == name
+
+
+def test_efficiency_parameters_live_in_hardware_only() -> None:
+    """Same parameters for every model on a GPU: model YAMLs hold architecture only."""
+    hw_fields = {f.name for f in dataclasses.fields(HardwareSpec)}
+    model_fields = {f.name for f in dataclasses.fields(ModelSpec)}
+    assert not ({"mem_efficiency", "compute_efficiency", "knee_sharpness", "kv_efficiency"} & model_fields)
+    assert not (hw_fields - {"name"}) & model_fields
+
+
+def test_unknown_key_and_unknown_name_fail() -> None:
+    cfg = dataclasses.asdict(load_hardware("a100-80g"))
+    assert HardwareSpec.from_cfg(cfg) == load_hardware("a100-80g")
+    with pytest.raises(TypeError):
+        HardwareSpec.from_cfg({**cfg, "bogus": 1})
+    with pytest.raises(UnknownSpecError, match=r"available: .*a100-80g"):
+        load_hardware("a100-81g")
+    with pytest.raises(KeyError):
+        load_model("nope")
+
+
+def test_from_dictconfig() -> None:
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.create(dataclasses.asdict(load_model("llama3-8b")))
+    assert ModelSpec.from_cfg(node) == load_model("llama3-8b")
+
+
+@pytest.mark.parametrize(
+    ("model", "mib_per_token"),
+    [
+        ("llama2-7b", 0.5),  # 2·32·32·128·2 bytes
+        ("vicuna-13b", 800 / 1024),  # Nightjar Table 1: 800 MiB per 1K tokens
+        ("qwen2.5-7b", 56 / 1024),  # Nightjar Table 1: 56 MiB per 1K tokens
+        ("llama3-8b", 0.125),  # GQA: 8 KV heads
+        ("llama2-70b", 0.3125),  # 2·80·8·128·2
+    ],
+)
+def test_kv_bytes(model: str, mib_per_token: float) -> None:
+    assert load_model(model).kv_bytes_per_token / MiB == pytest.approx(mib_per_token)
+
+
+def test_parameter_counts() -> None:
+    assert load_model("llama2-7b").weight_params == pytest.approx(6.74e9, rel=0.01)
+    assert load_model("llama3-8b").weight_params == pytest.approx(8.03e9, rel=0.01)
+    assert load_model("qwen2.5-0.5b").weight_params == pytest.approx(0.494e9, rel=0.02)
+    eagle = load_model("eagle-llama3-8b")
+    assert (
+        eagle.weight_params == eagle.layer_linear_params + 2 * 4096 * 4096
+    )  # LM head shared with the target
+
+
+@pytest.mark.parametrize("hw", ["a100-80g", "h100-80g"])
+def test_knee_flat_then_linear(hw: str) -> None:
+    m = cm(hw)
+    lin = [m.forward(ForwardShape(n, 1)).linear_s for n in (1, 16, 32, 64, 1024, 2048, 4096)]
+    assert lin[3] / lin[0] < 1.15  # flat (memory-bound) up to 64 tokens
+    slope1, slope2 = lin[5] - lin[4], lin[6] - lin[5]
+    assert slope2 / 2 == pytest.approx(slope1, rel=0.05)  # linear (compute-bound) far past the knee
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 4096),
+    dn=st.integers(0, 512),
+    s=st.integers(1, 64),
+    kv=st.floats(0, 1e6),
+    dkv=st.floats(0, 1e5),
+    which=st.sampled_from(["target", "draft", "eagle"]),
+)
+def test_monotone(n: int, dn: int, s: int, kv: float, dkv: float, which: str) -> None:
+    m = _MONO
+    base = m.forward_s(n, s, kv, which=which)  # type: ignore[arg-type]
+    assert m.forward_s(n + dn, s, kv, which=which) >= base  # type: ignore[arg-type]
+    assert m.forward_s(n, s, kv + dkv, which=which) >= base  # type: ignore[arg-type]
+
+
+_MONO = cm("h100-80g", "llama3-8b", draft="llama3.2-1b")
+
+
+@pytest.mark.parametrize("which", ["target", "draft", "eagle"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ForwardShape(1, 1),
+        ForwardShape(40, 8, 4000.0, decode_only=True),
+        ForwardShape(512, 2, 0.0, 66000.0, 2),
+    ],
+)
+def test_forward_s_equals_forward_total(which: str, shape: ForwardShape) -> None:
+    m = cm("a100-80g", "llama2-70b", tp=4, draft="llama-160m")
+    fields = dataclasses.astuple(shape)
+    assert m.forward_s(*fields, which=which) == m.forward(shape, which).total_s  # type: ignore[arg-type]
+
+
+def test_tp_reduces_70b_step() -> None:
+    t = {
+        tp: cm("a100-80g", "llama2-70b", tp=tp).forward_s(32, 32, 32 * 512, decode_only=True)
+        for tp in (2, 4, 8)
+    }
+    assert t[8] < t[4] < t[2]
+    assert cm("a100-80g", "llama2-70b", tp=4).forward(ForwardShape(32, 32)).allreduce_s > 0
+    assert cm("a100-80g", "llama2-7b").forward(ForwardShape(32, 32)).allreduce_s == 0
+
+
+def test_capacity_shrinks_with_resident_draft() -> None:
+    m = cm("a100-80g", "llama2-7b", draft="llama-160m")
+    with_draft, without = (
+        m.kv_capacity_blocks(draft_resident=True),
+        m.kv_capacity_blocks(draft_resident=False),
+    )
+    assert 0 < with_draft < without
+    # 80 GiB · 0.9 − 13.5 GB weights − 2 GiB reserve ≈ 57 GiB ≈ 116K tokens at 0.5 MiB per token
+    assert without * 16 == pytest.approx((80 * 0.9 - 2) * 2**30 / MiB * 2 - 6.738e9 * 2 / MiB * 2, rel=0.01)
+    assert cm("l4", "llama2-70b").kv_capacity_blocks() == 0
+
+
+def test_transfers_and_budget() -> None:
+    m = cm("a100-80g", "llama2-7b", draft="llama-160m")
+    assert m.swap_s(1000) == pytest.approx(1000 * 2**19 / 25e9)  # 0.5 MiB per token over 25 GB/s
+    assert cm("a100-80g", "llama2-70b", tp=4).swap_s(1000) < cm("a100-80g", "llama2-70b", tp=2).swap_s(1000)
+    assert m.draft_transfer_s() == pytest.approx(load_model("llama-160m").weight_bytes / 25e9)
+    assert m.budget_tokens == 156 and cm("h100-80g").budget_tokens == 582
+    assert 0 < m.pld_s(32) < 0.1 * m.forward_s(32, 32, 32 * 512, decode_only=True)
+    with pytest.raises(ValueError):
+        cm().draft_transfer_s()
+    with pytest.raises(ValueError):
+        cm().forward_s(1, 1, which="draft")
+
+
+def test_profile_model_interpolates(tmp_path: Path) -> None:
+    path = tmp_path / "profile.csv"
+    rows = ["num_tokens,context,latency_ms"] + [
+        f"{n},{c},{10 + 0.01 * n + 0.002 * c}" for n in (1, 64, 256) for c in (0, 1024, 4096)
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    p = ProfileCostModel(path)
+    # bilinear interpolation is exact on a bilinear surface, and extrapolation continues it
+    for n, s, ctx in ((1, 1, 0), (32, 4, 512), (200, 8, 3000), (512, 2, 8000)):
+        assert p.forward_s(n, s, s * ctx) == pytest.approx((10 + 0.01 * n + 0.002 * ctx) / 1e3)
+    assert p.forward(ForwardShape(32, 4, 2048.0)).total_s == p.forward_s(32, 4, 2048.0)
+    path.write_text("num_tokens,context,latency_ms\n1,0,1\n2,5,1\n")
+    with pytest.raises(ValueError, match="full grid"):
+        ProfileCostModel(path)
+
+
+def test_cli_prints_exact_keys() -> None:
+    args = [
+        "--model",
+        "llama2-7b",
+        "--hardware",
+        "a100-80g",
+        "--batch",
+        "8",
+        "--draft",
+        "llama-160m",
+        "--k",
+        "4",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "repro.cost", *args], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    data = json.loads(out.stdout)
+    assert list(data) == [
+        "total_ms",
+        "linear_ms",
+        "attention_ms",
+        "lm_head_ms",
+        "allreduce_ms",
+        "overhead_ms",
+        "draft_ms",
+        "kv_capacity_tokens",
+        "budget_tokens",
+    ]
+    parts = sum(
+        data[k]
+        for k in ("linear_ms", "attention_ms", "lm_head_ms", "allreduce_ms", "overhead_ms", "draft_ms")
+    )
+    assert data["total_ms"] == pytest.approx(parts)
+    assert data["draft_ms"] > 0 and data["budget_tokens"] == 156
+
+
+def test_cli_bad_name_exits_2_with_one_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "repro.cost", "--model", "llama9", "--hardware", "a100-80g"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "llama9" in lines[0] and "llama2-7b" in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_conf_dir_located() -> None:
+    assert (CONF_DIR / "hardware" / "a100-80g.yaml").is_file()
