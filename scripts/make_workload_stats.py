@@ -1,0 +1,108 @@
+"""Regenerate the embedded length tables ``workloads/stats/*.csv`` from the real data files.
+
+Usage: ``REPRO_DATA=../shared/data python scripts/make_workload_stats.py [--out workloads/stats]``
+
+For every dataset with a local file it writes ``<dataset>.<tokenizer>.csv``: 101 quantiles of prompt and
+reference
+output token counts (``workloads.stats.write_table``) and the normal-score correlation, per tokenizer
+family for
+text sets, ``native`` for files that ship counts (ArXiv in Llama-2 tokens, traces). Sonnet tables hold
+per-line
+token counts (the vLLM sampler's unit). Records are never written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workloads.datasets import (
+    ADASERVE_TRACES,
+    SPECBENCH_PARTS,
+    DataMissingError,
+    default_data_root,
+    load_records,
+)
+from workloads.sonnet import load_sonnet_lines
+from workloads.stats import STATS_DIR, write_table
+from workloads.tokens import TOKENIZER_FAMILIES
+
+TEXT_SETS = (
+    "sharegpt",
+    "alpaca",
+    "specbench",
+    *(f"specbench_{p}" for p in SPECBENCH_PARTS),
+    "cnn_dailymail",
+    "gsm8k",
+    "mtbench",
+    "mbpp",
+    "spider",
+    "chatbot_arena",
+    "awesome_prompts",
+)
+NATIVE_SETS = (
+    "arxiv",
+    "azure2023_conv",
+    "azure2023_code",
+    "mooncake",
+    *(f"adaserve_{s}" for s in ADASERVE_TRACES),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=STATS_DIR)
+    parser.add_argument("--data", type=str, default=None, help="data folder (default $REPRO_DATA)")
+    args = parser.parse_args()
+    root = default_data_root(args.data)
+    if root is None:
+        sys.exit("no data folder: set REPRO_DATA")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in TEXT_SETS:
+        for tok in TOKENIZER_FAMILIES:
+            _write(args.out, name, tok, root)
+    for name in NATIVE_SETS:
+        _write(args.out, name, None, root)
+    sonnet = root / "sonnet" / "sonnet.txt"
+    for tok in TOKENIZER_FAMILIES:
+        lines = load_sonnet_lines(str(sonnet), tok)
+        meta = {
+            "dataset": "sonnet",
+            "tokenizer": tok,
+            "kind": "per-line token counts of sonnet.txt",
+            "source": "sonnet/sonnet.txt",
+            "how": lines.how,
+            "num_lines": str(len(lines.line_tokens)),
+            "base_prompt_tokens": str(lines.base_prompt_tokens),
+        }
+        write_table(
+            args.out / f"sonnet.{tok}.csv", meta, lines.line_tokens, np.full(len(lines.line_tokens), -1)
+        )
+        print(f"sonnet.{tok}: {len(lines.line_tokens)} lines")
+
+
+def _write(out: Path, name: str, tok: str | None, root: Path) -> None:
+    try:
+        rec = load_records(name, str(root), tok)
+    except DataMissingError as e:
+        print(f"skip {name}: {e}")
+        return
+    label = tok or "native"
+    counted = "llama2" if name == "arxiv" else ("trace's own" if tok is None else tok)
+    meta = {
+        "dataset": name,
+        "tokenizer": label,
+        "counts": counted,
+        "source": rec.source.replace(str(root), "$REPRO_DATA"),
+    }
+    write_table(out / f"{name}.{label}.csv", meta, np.asarray(rec.prompt_len), np.asarray(rec.output_len))
+    print(f"{name}.{label}: {len(rec.prompt_len)} records, median prompt {np.median(rec.prompt_len):.0f}")
+
+
+if __name__ == "__main__":
+    main()

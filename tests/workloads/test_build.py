@@ -1,0 +1,185 @@
+"""build_workload: determinism, classes, mixtures and switches, fallbacks, limits and the shipped configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from workloads.build import RequestTable, build_workload
+
+
+def make_cfg(
+    datasets: list[dict[str, Any]] | None = None, n: int = 200, rate: float = 4.0, **overrides: Any
+) -> dict[str, Any]:
+    """A plain-dict workload config with literal values."""
+    cfg: dict[str, Any] = {
+        "num_requests": n,
+        "arrival": {"kind": "poisson", "rate_per_s": rate},
+        "datasets": datasets if datasets is not None else [{"name": "sharegpt"}],
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def seed(s: int = 0) -> np.random.SeedSequence:
+    return np.random.SeedSequence(s)
+
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
+
+
+def _same(a: RequestTable, b: RequestTable) -> bool:
+    return (
+        all(
+            np.array_equal(getattr(a, f), getattr(b, f))
+            for f in ("arrival_s", "prompt_len", "output_len", "dataset", "slo_class", "tpot_slo_s")
+        )
+        and a.source == b.source
+    )
+
+
+@pytest.mark.parametrize("source", ["auto", "embedded"])
+def test_deterministic_per_seed(real_data: Path, source: str) -> None:
+    cfg = make_cfg([{"name": "sharegpt"}, {"name": "alpaca", "weight": 2.0}], source=source)
+    a = build_workload(cfg, seed=seed(7), tokenizer="llama2")
+    ss = seed(7)  # reusing one SeedSequence object gives the same table (its spawn counter is not advanced)
+    assert _same(
+        build_workload(cfg, seed=ss, tokenizer="llama2"), build_workload(cfg, seed=ss, tokenizer="llama2")
+    )
+    assert _same(a, build_workload(cfg, seed=seed(7), tokenizer="llama2"))
+    assert not np.array_equal(a.arrival_s, build_workload(cfg, seed=seed(8), tokenizer="llama2").arrival_s)
+
+
+def test_table_contract(real_data: Path) -> None:
+    t = build_workload(make_cfg(n=300), seed=seed(), tokenizer="llama3")
+    assert len(t) == 300 and t.classes == ("default",)
+    assert t.arrival_s.dtype == np.float64 and np.all(np.diff(t.arrival_s) >= 0)
+    assert t.prompt_len.dtype == np.int64 and t.output_len.dtype == np.int64 and t.output_len.min() >= 1
+    assert t.slo_class.dtype == np.int64 and np.all(t.slo_class == 0) and np.all(np.isinf(t.tpot_slo_s))
+    assert set(t.dataset) == {"sharegpt"} and "real files" in t.source
+
+
+def test_class_proportions_and_slos(real_data: Path) -> None:
+    cfg = make_cfg(
+        n=1000,
+        datasets=None,
+        slo_classes={
+            "urgent": {"proportion": 0.6, "tpot_slo_x_baseline": 1.0, "datasets": [{"name": "alpaca"}]},
+            "search": {"tpot_slo_ms": 30.0, "datasets": [{"name": "arxiv"}]},
+            "chat": {"tpot_slo_ms": 100.0, "datasets": [{"name": "alpaca"}]},
+        },
+    )
+    del cfg["datasets"]
+    t = build_workload(cfg, seed=seed(), tokenizer="llama2", baseline_tpot_s=0.0125)
+    assert t.classes == ("urgent", "search", "chat")
+    np.testing.assert_array_equal(
+        np.bincount(t.slo_class), [600, 200, 200]
+    )  # rest split equally, exact counts
+    np.testing.assert_allclose(np.unique(t.tpot_slo_s), [0.0125, 0.030, 0.100])
+    assert set(t.dataset[t.slo_class == 1]) == {"arxiv"} and set(t.dataset[t.slo_class != 1]) == {"alpaca"}
+    with pytest.raises(ValueError, match="baseline"):
+        build_workload(cfg, seed=seed(), tokenizer="llama2")
+
+
+def test_mixture_weights(real_data: Path) -> None:
+    t = build_workload(
+        make_cfg([{"name": "gsm8k", "weight": 3}, {"name": "mbpp", "weight": 1}], n=2000),
+        seed=seed(),
+        tokenizer="qwen",
+    )
+    assert np.mean(t.dataset == "gsm8k") == pytest.approx(0.75, abs=0.04)
+
+
+def test_dataset_switch_by_time_and_fraction(real_data: Path) -> None:
+    phases = [
+        {"start_s": 0.0, "datasets": [{"name": "sonnet"}]},
+        {"start_s": 20.0, "datasets": [{"name": "sharegpt"}]},
+    ]
+    t = build_workload(
+        make_cfg(None, n=200, phases=phases) | {"datasets": []}, seed=seed(), tokenizer="llama2"
+    )
+    assert set(t.dataset[t.arrival_s < 20]) == {"sonnet"} and set(t.dataset[t.arrival_s >= 20]) == {
+        "sharegpt"
+    }
+    phases = [
+        {"start_fraction": 0.0, "datasets": [{"name": "mbpp"}]},
+        {"start_fraction": 0.5, "datasets": [{"name": "spider"}]},
+    ]
+    t = build_workload(
+        make_cfg(None, n=100, phases=phases) | {"datasets": []}, seed=seed(), tokenizer="llama2"
+    )
+    assert list(t.dataset[:50]) == ["mbpp"] * 50 and list(t.dataset[50:]) == ["spider"] * 50
+
+
+def test_embedded_fallback_with_empty_data_dir(empty_data: Path) -> None:
+    t = build_workload(
+        make_cfg([{"name": "sharegpt"}, {"name": "sonnet"}, {"name": "cnn_dailymail"}]),
+        seed=seed(),
+        tokenizer="llama2",
+    )
+    assert len(t) == 200 and "embedded" in t.source and "real file" not in t.source
+    with pytest.raises(FileNotFoundError, match="sharegpt"):
+        build_workload(make_cfg(source="real"), seed=seed(), tokenizer="llama2")
+
+
+def test_published_source(empty_data: Path) -> None:
+    t = build_workload(
+        make_cfg([{"name": "cnn_dailymail", "published_target": "13b"}], n=4000, source="published"),
+        seed=seed(),
+        tokenizer="llama2",
+    )
+    assert t.prompt_len.mean() == pytest.approx(1067, rel=0.05) and t.output_len.mean() == pytest.approx(
+        94, rel=0.05
+    )
+    assert "TurboSpec Table 2" in t.source
+
+
+@pytest.mark.parametrize("policy", ["filter", "truncate"])
+def test_max_model_len(real_data: Path, policy: str) -> None:
+    t = build_workload(
+        make_cfg([{"name": "arxiv"}], n=300, overlength=policy),
+        seed=seed(),
+        tokenizer="llama2",
+        max_model_len=2048,
+    )
+    assert np.all(t.prompt_len + t.output_len <= 2048) and len(t) == 300 and t.output_len.min() >= 1
+
+
+def test_trace_replay_with_lengths_and_slos(real_data: Path) -> None:
+    cfg = make_cfg(
+        [{"name": "trace"}],
+        n=500,
+        arrival={"kind": "trace", "trace": "adaserve_fig10_emission_rps4.0_prop0.5"},
+        trace_slo=True,
+    )
+    t = build_workload(cfg, seed=seed(), baseline_tpot_s=0.05)
+    assert t.classes == ("x1.2", "50ms", "150ms") and np.all(t.output_len == 256)
+    np.testing.assert_allclose(np.unique(t.tpot_slo_s), [0.05, 0.06, 0.15])
+    cfg = make_cfg(
+        [{"name": "trace"}], n=400, arrival={"kind": "trace", "trace": "azure2023_code", "rate_per_s": 3.0}
+    )
+    t = build_workload(cfg, seed=seed())
+    assert (len(t) - 1) / (t.arrival_s[-1] - t.arrival_s[0]) == pytest.approx(3.0, rel=1e-6)
+
+
+def test_unknown_keys_are_named() -> None:
+    with pytest.raises(ValueError, match="rps_typo"):
+        build_workload(make_cfg(rps_typo=1), seed=seed())
+    with pytest.raises(ValueError, match="weigth"):
+        build_workload(make_cfg([{"name": "alpaca", "weigth": 1}]), seed=seed())
+    with pytest.raises(ValueError, match="unknown dataset"):
+        build_workload(make_cfg([{"name": "nope"}]), seed=seed())
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_build(real_data: Path, path: Path) -> None:
+    root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "workload": OmegaConf.load(path)})
+    t = build_workload(
+        root.workload, seed=seed(), tokenizer="llama2", max_model_len=4096, baseline_tpot_s=0.0125
+    )
+    assert 0 < len(t) <= 60 and t.output_len.min() >= 1 and np.all(np.diff(t.arrival_s) >= 0)
+    assert t.source

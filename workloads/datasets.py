@@ -1,0 +1,461 @@
+"""Loaders for the real dataset and trace files (../shared/data/MANIFEST.md) and the hub-only sets.
+
+Every loader returns :class:`LengthRecords`: per-record prompt and reference-output token counts in the target
+model family's tokenizer (or the counts the file ships with, named in ``tokenizer``), ``-1`` where a file
+has no
+reference output (the sampler then draws the output from the ShareGPT output-length marginal, see
+``workloads.sampling``). Loaders are cached per (dataset, data root, tokenizer) for the process, so token
+counting
+happens once. Missing files raise :class:`DataMissingError` naming the file to provide.
+
+Prompt/output construction per dataset (``name``: prompt → output):
+
+- ``sharegpt``: the Llama-3 token-id files (300a + 300b, exact counts; re-tokenized by decoding the ids for
+  llama2/qwen); ``variant="v3_first_turn"``: first human turn of the 1,000 V3 conversations (no output);
+  ``variant="v3_full"`` (hub only): ``ShareGPT_V3_unfiltered_cleaned_split.json``, first turn → second turn.
+  vLLM's ``sample_sharegpt_requests`` rules are applied by the builder (see ``vllm_sharegpt_keep``).
+- ``alpaca``: instruction + "\\n" + input (when non-empty) → output. ``variant="full"`` (hub):
+  ``alpaca_data.json``.
+- ``arxiv``: Vidur's ArXiv-summarization length table (Llama-2 counts, no text). ``variant="text"`` (hub).
+- ``specbench`` and its parts ``specbench_<category>`` (mt_bench, translation, summarization, qa,
+  math_reasoning, rag): first turn → ``reference`` when present; ``cnn_dailymail`` = the summarization part
+  (``variant="full"``: hub CNN/DailyMail ``test.jsonl`` article → highlights); ``gsm8k``: question → answer.
+- ``mtbench``: first turn → none. ``mbpp``: text + test asserts → code. ``spider``: question → SQL query.
+  ``chatbot_arena``: first turn → none (``variant="full"``: hub conversations, first user → first
+  assistant turn).
+  ``awesome_prompts``: prompt → none.
+- traces ``azure2023_conv``, ``azure2023_code``, ``mooncake``, ``adaserve_<file stem>``, hub ``burstgpt``,
+  ``azure2024_conv``/``azure2024_code``: the lengths the trace records (its own tokenizer), plus timestamps.
+- hub-only text sets: ``openorca``, ``chatbot_instruction_prompts``, ``minithinky``, ``hle``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from repro import errors
+from workloads.tokens import count_tokens, load_encoder, load_llama3_decoder
+
+SPECBENCH_PARTS: tuple[str, ...] = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+_MT_BENCH_CATEGORIES = frozenset(
+    {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+)
+
+
+class DataMissingError(errors.DataMissingError, FileNotFoundError):
+    """A dataset file is not available locally; the message names the file to provide."""
+
+
+@dataclass(frozen=True, slots=True)
+class LengthRecords:
+    """Per-record token counts of one dataset (arrays are read-only)."""
+
+    name: str
+    prompt_len: np.ndarray  # int64
+    output_len: np.ndarray  # int64, -1 where the file has no reference output
+    source: str  # e.g. "real file /path/x.json (5000 records, llama2 tokenizer)"
+    timestamps_s: np.ndarray | None = None  # traces only: arrival time of each record (seconds)
+    tpot_slo_ratio: np.ndarray | None = None  # AdaServe artifact only: slo_ratio per record
+
+
+def default_data_root(data_dir: str | None = None) -> Path | None:
+    """Resolve the data folder: ``data_dir`` if given, else ``$REPRO_DATA``, else ``<repo>/../shared/data``.
+
+    Read at call time (never at import). Returns None when no folder is found.
+    """
+    if data_dir:
+        return Path(data_dir)
+    env = os.environ.get("REPRO_DATA")
+    if env:
+        return Path(env)
+    guess = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return guess if guess.is_dir() else None
+
+
+def _require(root: Path | None, rel: str, hf_id: str | None = None) -> Path:
+    path = (root / rel) if root is not None else None
+    if path is None or not path.is_file():
+        where = f"$REPRO_DATA/{rel}" if root is None else str(root / rel)
+        hub = f" (Hugging Face: datasets.load_dataset({hf_id!r}))" if hf_id else ""
+        raise DataMissingError(f"dataset file missing: provide {where}{hub}")
+    return path
+
+
+def _frozen(a: Sequence[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.int64)
+    arr.flags.writeable = False
+    return arr
+
+
+def _counted(
+    name: str, path: Path, root: Path, tokenizer: str | None, prompts: list[str], outputs: list[str | None]
+) -> LengthRecords:
+    """Count prompt and output tokens and package them; ``None`` outputs become -1."""
+    tok_dir = root / "tokenizers"
+    p = count_tokens([str(x) for x in prompts], tokenizer, tok_dir)
+    present = [str(o) for o in outputs if o is not None]
+    o = count_tokens(present, tokenizer, tok_dir)
+    out = np.full(len(outputs), -1, dtype=np.int64)
+    out[[i for i, x in enumerate(outputs) if x is not None]] = o.counts
+    no_out = "" if present else ", no reference outputs"
+    return LengthRecords(
+        name, _frozen(p.counts), _frozen(out), f"real file {path} ({len(prompts)} records, {p.how}{no_out})"
+    )
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _json(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- ShareGPT
+
+
+def vllm_sharegpt_keep(
+    prompt_len: np.ndarray, output_len: np.ndarray, fixed_output_len: int | None
+) -> np.ndarray:
+    """vLLM ``sample_sharegpt_requests`` pruning: drop prompt < 4, output < 4 (unless fixed), prompt > 1024,
+    prompt + output > 2048."""
+    short = (prompt_len < 4) | ((output_len < 4) if fixed_output_len is None else False)
+    long = (prompt_len > 1024) | (prompt_len + output_len > 2048)
+    return ~(short | long)
+
+
+def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    if variant == "v3_first_turn":
+        path = _require(root, "sharegpt/sharegpt_v3_first_turn_1000.json")
+        prompts = [r["conversations"][0]["value"] for r in _json(path)]
+        return _counted("sharegpt", path, root, tokenizer, prompts, [None] * len(prompts))
+    if variant == "v3_full":
+        path = _require(
+            root,
+            "sharegpt/ShareGPT_V3_unfiltered_cleaned_split.json",
+            "anon8231489123/ShareGPT_Vicuna_unfiltered",
+        )
+        convs = [r["conversations"] for r in _json(path) if len(r.get("conversations", [])) >= 2]
+        return _counted(
+            "sharegpt", path, root, tokenizer, [c[0]["value"] for c in convs], [c[1]["value"] for c in convs]
+        )
+    if variant != "tokens":
+        raise ValueError(f"sharegpt variant must be tokens|v3_first_turn|v3_full, got {variant!r}")
+    paths = [_require(root, f"sharegpt/sharegpt_llama3_tokens_300{s}.jsonl") for s in "ab"]
+    rows = [r for p in paths for r in _jsonl(p)]
+    how = "llama3 token ids"
+    prompt = [r["input_toks"] for r in rows]
+    output = [r["output_toks"] for r in rows]
+    if tokenizer not in (None, "llama3"):
+        decode = load_llama3_decoder(str(root / "tokenizers"))
+        encode = load_encoder(tokenizer, str(root / "tokenizers"))
+        if decode is not None and encode is not None:
+            prompt = encode([decode(r["input_tok_ids"]) for r in rows])
+            output = encode([decode(r["output_tok_ids"]) for r in rows])
+            how = f"llama3 ids decoded, re-tokenized with {tokenizer}"
+        else:
+            how = f"llama3 counts (no {tokenizer} or llama3 tokenizer file to re-tokenize)"
+    src = f"real files {paths[0]} + {paths[1].name} ({len(rows)} records, {how})"
+    return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src)
+
+
+# ---------------------------------------------------------------- instruction / QA sets
+
+
+def _alpaca(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    rel, hf = (
+        ("alpaca/alpaca_data.json", "tatsu-lab/alpaca")
+        if variant == "full"
+        else ("alpaca/alpaca_5000.json", None)
+    )
+    path = _require(root, rel, hf)
+    rows = _json(path)
+    prompts = [r["instruction"] + ("\n" + r["input"] if r.get("input") else "") for r in rows]
+    return _counted("alpaca", path, root, tokenizer, prompts, [r["output"] for r in rows])
+
+
+def _arxiv(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    if variant == "text":
+        path = _require(root, "arxiv/arxiv_summarization.jsonl", "ccdv/arxiv-summarization")
+        rows = _jsonl(path)
+        return _counted(
+            "arxiv", path, root, tokenizer, [r["article"] for r in rows], [r["abstract"] for r in rows]
+        )
+    path = _require(root, "arxiv/arxiv_summarization_lengths_llama2.csv")
+    df = pd.read_csv(path)
+    note = "" if tokenizer in (None, "llama2") else f"; counts are llama2, not {tokenizer}"
+    return LengthRecords(
+        "arxiv",
+        _frozen(df["num_prefill_tokens"].to_numpy()),
+        _frozen(df["num_decode_tokens"].to_numpy()),
+        f"real file {path} ({len(df)} records, llama2 token counts{note})",
+    )
+
+
+def _specbench_rows(root: Path, part: str | None) -> tuple[Path, list[dict]]:
+    path = _require(root, "specbench/question.jsonl")
+    rows = _jsonl(path)
+    if part is None:
+        return path, rows
+    if part == "mt_bench":
+        return path, [r for r in rows if r["category"] in _MT_BENCH_CATEGORIES]
+    return path, [r for r in rows if r["category"] == part]
+
+
+def _specbench(part: str | None) -> Callable[[Path, str | None, str], LengthRecords]:
+    def load(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+        path, rows = _specbench_rows(root, part)
+        name = "specbench" if part is None else f"specbench_{part}"
+        outputs = [r["reference"][0] if r.get("reference") else None for r in rows]
+        return _counted(name, path, root, tokenizer, [r["turns"][0] for r in rows], outputs)
+
+    return load
+
+
+def _cnn_dailymail(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    if variant == "full":
+        path = _require(root, "cnn_dailymail/test.jsonl", "abisee/cnn_dailymail")
+        rows = _jsonl(path)
+        return _counted(
+            "cnn_dailymail",
+            path,
+            root,
+            tokenizer,
+            [r["article"] for r in rows],
+            [r["highlights"] for r in rows],
+        )
+    path, rows = _specbench_rows(root, "summarization")
+    return _counted(
+        "cnn_dailymail",
+        path,
+        root,
+        tokenizer,
+        [r["turns"][0] for r in rows],
+        [r["reference"][0] for r in rows],
+    )
+
+
+def _gsm8k(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "gsm8k/test.jsonl")
+    rows = _jsonl(path)
+    return _counted(
+        "gsm8k", path, root, tokenizer, [r["question"] for r in rows], [r["answer"] for r in rows]
+    )
+
+
+def _mtbench(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "mtbench/question.jsonl")
+    rows = _jsonl(path)
+    return _counted("mtbench", path, root, tokenizer, [r["turns"][0] for r in rows], [None] * len(rows))
+
+
+def _mbpp(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "mbpp/mbpp.jsonl")
+    rows = _jsonl(path)
+    # The MBPP paper's prompt: task text plus the test asserts the code must pass.
+    prompts = [f"{r['text']}\nYour code should pass these tests:\n" + "\n".join(r["test_list"]) for r in rows]
+    return _counted("mbpp", path, root, tokenizer, prompts, [r["code"] for r in rows])
+
+
+def _spider(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "spider/dev.json")
+    rows = _json(path)
+    return _counted(
+        "spider", path, root, tokenizer, [r["question"] for r in rows], [r["query"] for r in rows]
+    )
+
+
+def _chatbot_arena(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    if variant == "full":
+        path = _require(
+            root, "chatbot_arena/chatbot_arena_conversations.jsonl", "lmsys/chatbot_arena_conversations"
+        )
+        convs = [r["conversation_a"] for r in _jsonl(path) if len(r.get("conversation_a", [])) >= 2]
+        return _counted(
+            "chatbot_arena",
+            path,
+            root,
+            tokenizer,
+            [c[0]["content"] for c in convs],
+            [c[1]["content"] for c in convs],
+        )
+    path = _require(root, "chatbot_arena/arena_hard_1k.jsonl")
+    rows = _jsonl(path)
+    return _counted("chatbot_arena", path, root, tokenizer, [r["turns"][0] for r in rows], [None] * len(rows))
+
+
+def _awesome_prompts(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "awesome_chatgpt_prompts/prompts.csv")
+    prompts = [str(x) for x in pd.read_csv(path)["prompt"].fillna("")]
+    return _counted("awesome_prompts", path, root, tokenizer, prompts, [None] * len(prompts))
+
+
+def _hub_text(
+    name: str, rel: str, hf_id: str, prompt_cols: tuple[str, ...], output_col: str | None
+) -> Callable[[Path, str | None, str], LengthRecords]:
+    """Loader for a hub-only text set stored locally as .jsonl/.json/.parquet/.csv in its published
+    columns."""
+
+    def load(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+        path = _require(root, rel, hf_id)
+        df = _read_table(path)
+        prompts = [
+            "\n".join(str(r[c]) for c in prompt_cols if isinstance(r[c], str) and r[c])
+            for _, r in df.iterrows()
+        ]
+        outputs: list[str | None] = [str(x) for x in df[output_col]] if output_col else [None] * len(df)
+        return _counted(name, path, root, tokenizer, prompts, outputs)
+
+    return load
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return pd.read_json(path, lines=path.suffix == ".jsonl")
+
+
+# ---------------------------------------------------------------- traces
+
+
+def _azure(year: int, kind: str) -> Callable[[Path, str | None, str], LengthRecords]:
+    def load(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+        if year == 2023:
+            path = _require(root, f"traces/azure2023_{kind}.csv")
+        else:
+            path = _require(
+                root, f"traces/AzureLLMInferenceTrace_{kind}_1week.csv", None
+            )  # github.com/Azure/AzurePublicDataset (AzureLLMInferenceDataset2024)
+        df = pd.read_csv(path)
+        ts = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
+        return LengthRecords(
+            f"azure{year}_{kind}",
+            _frozen(df["ContextTokens"].to_numpy()),
+            _frozen(df["GeneratedTokens"].to_numpy()),
+            f"real trace {path} ({len(df)} records, trace token counts)",
+            ts - ts.min(),
+        )
+
+    return load
+
+
+def _mooncake(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "traces/mooncake_conversation.jsonl")
+    rows = _jsonl(path)
+    ts = np.array([r["timestamp"] for r in rows], dtype=np.float64) / 1e3
+    return LengthRecords(
+        "mooncake",
+        _frozen([r["input_length"] for r in rows]),
+        _frozen([r["output_length"] for r in rows]),
+        f"real trace {path} ({len(rows)} records, trace token counts)",
+        ts,
+    )
+
+
+def _burstgpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+    path = _require(root, "traces/BurstGPT_1.csv", "lzzmm/BurstGPT")
+    df = pd.read_csv(path)
+    df = df[df["Response tokens"] > 0]
+    return LengthRecords(
+        "burstgpt",
+        _frozen(df["Request tokens"].to_numpy()),
+        _frozen(df["Response tokens"].to_numpy()),
+        f"real trace {path} ({len(df)} records, trace token counts)",
+        df["Timestamp"].to_numpy(dtype=np.float64),
+    )
+
+
+def _adaserve(stem: str) -> Callable[[Path, str | None, str], LengthRecords]:
+    def load(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
+        path = _require(root, f"adaserve_artifact/{stem}.json")
+        rows = _json(path)
+        return LengthRecords(
+            f"adaserve_{stem}",
+            _frozen([r["input_length"] for r in rows]),
+            _frozen([r["output_length"] for r in rows]),
+            f"real trace {path} ({len(rows)} records, trace token counts)",
+            np.array([r["emission_time_ms"] for r in rows], dtype=np.float64) / 1e3,
+            np.array([r["slo_ratio"] for r in rows], dtype=np.float64),
+        )
+
+    return load
+
+
+ADASERVE_TRACES: tuple[str, ...] = (
+    "fig8_9_emission_rps2.4_ol256",
+    "fig8_9_emission_rps3.6_ol256",
+    "fig8_9_emission_rps4.8_ol256",
+    "fig10_emission_rps4.0_prop0.5",
+    "fig11_emission_slo0.8_ol256",
+    "fig14_emission_fluc_6m_peak4.0",
+)
+
+LOADERS: dict[str, Callable[[Path, str | None, str], LengthRecords]] = {
+    "sharegpt": _sharegpt,
+    "alpaca": _alpaca,
+    "arxiv": _arxiv,
+    "specbench": _specbench(None),
+    **{f"specbench_{p}": _specbench(p) for p in SPECBENCH_PARTS},
+    "cnn_dailymail": _cnn_dailymail,
+    "gsm8k": _gsm8k,
+    "mtbench": _mtbench,
+    "mbpp": _mbpp,
+    "spider": _spider,
+    "chatbot_arena": _chatbot_arena,
+    "awesome_prompts": _awesome_prompts,
+    "openorca": _hub_text(
+        "openorca",
+        "openorca/1M-GPT4-Augmented.parquet",
+        "Open-Orca/OpenOrca",
+        ("system_prompt", "question"),
+        "response",
+    ),
+    "chatbot_instruction_prompts": _hub_text(
+        "chatbot_instruction_prompts",
+        "chatbot_instruction_prompts/train.parquet",
+        "alespalla/chatbot_instruction_prompts",
+        ("prompt",),
+        "response",
+    ),
+    "minithinky": _hub_text(
+        "minithinky", "minithinky/train.parquet", "ngxson/MiniThinky-dataset", ("prompt",), "response"
+    ),
+    "hle": _hub_text("hle", "hle/test.parquet", "cais/hle", ("question",), "answer"),
+    "azure2023_conv": _azure(2023, "conv"),
+    "azure2023_code": _azure(2023, "code"),
+    "azure2024_conv": _azure(2024, "conv"),
+    "azure2024_code": _azure(2024, "code"),
+    "mooncake": _mooncake,
+    "burstgpt": _burstgpt,
+    **{f"adaserve_{s}": _adaserve(s) for s in ADASERVE_TRACES},
+}
+
+#: Sets whose token counts come from the file itself (the tokenizer argument does not change them).
+FIXED_COUNT_DATASETS = frozenset(
+    {"arxiv", "azure2023_conv", "azure2023_code", "azure2024_conv", "azure2024_code", "mooncake", "burstgpt"}
+    | {f"adaserve_{s}" for s in ADASERVE_TRACES}
+)
+
+
+@functools.lru_cache(maxsize=64)
+def load_records(name: str, root: str, tokenizer: str | None, variant: str = "default") -> LengthRecords:
+    """Load (once per process) the records of dataset ``name`` from data root ``root``."""
+    if name not in LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(LOADERS)} (and 'sonnet', 'fixed')")
+    if variant == "default":
+        variant = "tokens" if name == "sharegpt" else "default"
+    if name in FIXED_COUNT_DATASETS and name != "arxiv":
+        tokenizer = None
+    return LOADERS[name](Path(root), tokenizer, variant)

@@ -1,0 +1,281 @@
+"""Typed schema of the Hydra ``workload`` config node (every key is a constructor argument; unknown keys
+fail).
+
+Example (conf/workload/sharegpt.yaml)::
+
+    num_requests: ${num_requests}
+    arrival: {kind: poisson, rate_per_s: ${rps}}
+    datasets: [{name: sharegpt}]
+
+See :class:`WorkloadSpec` for every key. :func:`parse_workload` turns a mapping (or DictConfig) into the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SOURCES = ("auto", "real", "embedded", "published")
+ARRIVAL_KINDS = ("poisson", "gamma", "piecewise", "trace")
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSpec:
+    """Where prompt/output lengths come from.
+
+    ``name``: a loader in ``workloads.datasets.LOADERS``, ``sonnet`` (vLLM's sampler), ``fixed``
+    (``input_len`` /
+    ``output_len`` for every request) or ``trace`` (the lengths of the replayed trace record; trace
+    arrivals only).
+    ``weight``: relative share in a mixture. ``variant``: which file of the dataset (e.g. sharegpt
+    ``tokens`` |
+    ``v3_first_turn`` | ``v3_full``; ``full`` for hub-only full sets). ``source``: overrides the workload's.
+    ``input_len``/``prefix_len``: Sonnet request length and shared prefix (vLLM defaults 550 / 200), or
+    the fixed
+    prompt length. ``output_len``: fixed output length for every request (vLLM ``--sharegpt-output-len`` /
+    ``--sonnet-output-len``, default 150 for Sonnet); otherwise the reference output. ``prune``: vLLM's
+    ShareGPT
+    filter (prompt or output < 4, prompt > 1024, total > 2048); default on for ``sharegpt`` only.
+    ``published_target``: which TurboSpec Table 2 output column (7b | 13b | 33b | 70b) for ``source:
+    published``.
+    """
+
+    name: str
+    weight: float = 1.0
+    variant: str = "default"
+    source: str | None = None
+    input_len: int | None = None
+    prefix_len: int | None = None
+    output_len: int | None = None
+    prune: bool | None = None
+    published_target: str = "7b"
+
+    def __post_init__(self) -> None:
+        if self.weight < 0:
+            raise ValueError(f"dataset {self.name}: weight must be >= 0")
+        if self.source is not None and self.source not in SOURCES:
+            raise ValueError(f"dataset {self.name}: source must be one of {SOURCES}, got {self.source!r}")
+
+    @property
+    def key(self) -> str:
+        """Name used in ``RequestTable.dataset``."""
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalSpec:
+    """Arrival process. ``kind``: poisson | gamma | piecewise | trace.
+
+    ``rate_per_s``: Poisson/Gamma rate (``.inf``: all at t = 0), or for ``trace`` the target mean rate
+    the trace is
+    rescaled to (null: the trace's own timing). ``cv``: Gamma coefficient of variation. ``segments``:
+    piecewise
+    ``[[duration_s, rate_per_s], ...]``. ``trace``: a dataset with timestamps (azure2023_conv, azure2023_code,
+    mooncake, adaserve_<file stem>, burstgpt, azure2024_conv/code). ``start_s`` / ``window_s``: the trace
+    window.
+    """
+
+    kind: str = "poisson"
+    rate_per_s: float | None = None
+    cv: float = 1.0
+    segments: tuple[tuple[float, float], ...] = ()
+    trace: str | None = None
+    start_s: float = 0.0
+    window_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARRIVAL_KINDS:
+            raise ValueError(f"arrival.kind must be one of {ARRIVAL_KINDS}, got {self.kind!r}")
+        if self.kind in ("poisson", "gamma") and (self.rate_per_s is None or not self.rate_per_s > 0):
+            raise ValueError(f"arrival.kind={self.kind} needs rate_per_s > 0, got {self.rate_per_s}")
+        if self.kind == "piecewise" and not self.segments:
+            raise ValueError("arrival.kind=piecewise needs segments [[duration_s, rate_per_s], ...]")
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("arrival.kind=trace needs trace: <dataset with timestamps>")
+        if self.kind == "gamma" and math.isinf(self.rate_per_s or 0):
+            raise ValueError("arrival.kind=gamma needs a finite rate_per_s")
+
+
+@dataclass(frozen=True, slots=True)
+class SloClassSpec:
+    """One SLO class. ``proportion``: share of requests (null: an equal share of what the others leave).
+
+    TPOT SLO: ``tpot_slo_ms`` (absolute) or ``tpot_slo_x_baseline`` (multiple of the profiled baseline
+    latency,
+    AdaServe Table 2); neither = no SLO. ``ttft_slo_ms``: optional TTFT SLO. ``datasets``: the class's
+    own prompt
+    source (AdaServe: categories 1 and 3 from Alpaca, 2 from ArXiv); empty = the workload's datasets.
+    """
+
+    proportion: float | None = None
+    tpot_slo_ms: float | None = None
+    tpot_slo_x_baseline: float | None = None
+    ttft_slo_ms: float | None = None
+    datasets: tuple[DatasetSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.tpot_slo_ms is not None and self.tpot_slo_x_baseline is not None:
+            raise ValueError("an SLO class gives tpot_slo_ms or tpot_slo_x_baseline, not both")
+        if self.proportion is not None and not 0 <= self.proportion <= 1:
+            raise ValueError(f"SLO class proportion must be in [0, 1], got {self.proportion}")
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpec:
+    """A dataset mixture that takes over from ``start_s`` (arrival time) or ``start_fraction`` (of
+    requests)."""
+
+    datasets: tuple[DatasetSpec, ...]
+    start_s: float | None = None
+    start_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.start_s is None) == (self.start_fraction is None):
+            raise ValueError("a phase gives exactly one of start_s and start_fraction")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """The ``workload`` config node.
+
+    ``num_requests``: requests to generate (piecewise schedules may yield fewer). ``arrival``:
+    :class:`ArrivalSpec`.
+    ``datasets``: the mixture (list of :class:`DatasetSpec`). ``phases``: dataset switches mid-run (replace
+    ``datasets``; TurboSpec Figure 14). ``slo_classes``: mapping name → :class:`SloClassSpec` (order =
+    class index).
+    ``source``: auto (real file if present, else embedded table) | real | embedded | published.
+    ``data_dir``: data
+    folder (default ``$REPRO_DATA``, then ``../shared/data``). ``overlength``: what ``max_model_len``
+    does to a
+    request whose prompt + output exceeds it: ``filter`` (redraw it from the dataset, like vLLM's sampler
+    pruning;
+    trace-aligned lengths are dropped instead) or ``truncate`` (cut the output, then the prompt).
+    ``baseline_tpot_ms``: baseline latency used when the caller passes none. ``trace_slo``: take
+    per-request TPOT
+    SLOs from the AdaServe artifact's ``slo_ratio`` (> 0: × baseline; < 0: absolute ms). ``input_len`` /
+    ``output_len``: defaults for every dataset that does not set its own (``fixed`` lengths, Sonnet length, a
+    fixed output length). ``name``: label for logs.
+    """
+
+    num_requests: int
+    arrival: ArrivalSpec
+    datasets: tuple[DatasetSpec, ...] = ()
+    phases: tuple[PhaseSpec, ...] = ()
+    slo_classes: tuple[tuple[str, SloClassSpec], ...] = ()
+    source: str = "auto"
+    data_dir: str | None = None
+    overlength: str = "filter"
+    baseline_tpot_ms: float | None = None
+    trace_slo: bool = False
+    input_len: int | None = None
+    output_len: int | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 1:
+            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.source not in SOURCES:
+            raise ValueError(f"workload.source must be one of {SOURCES}, got {self.source!r}")
+        if self.overlength not in ("filter", "truncate"):
+            raise ValueError(f"workload.overlength must be filter|truncate, got {self.overlength!r}")
+        if self.datasets and self.phases:
+            raise ValueError("give workload.datasets or workload.phases, not both")
+        all_classes_have_data = bool(self.slo_classes) and all(c.datasets for _, c in self.slo_classes)
+        if not (self.datasets or self.phases or all_classes_have_data):
+            raise ValueError("workload needs datasets, phases, or datasets on every SLO class")
+        if self.phases:
+            first = self.phases[0]
+            if (first.start_s or 0.0) != 0.0 or (first.start_fraction or 0.0) != 0.0:
+                raise ValueError("the first phase must start at 0")
+        for d in self._all_datasets():
+            if d.name == "fixed" and (d.input_len is None or d.output_len is None):
+                raise ValueError("dataset 'fixed' needs input_len and output_len (on it or on the workload)")
+        uses_trace = any(d.name == "trace" for d in self._all_datasets())
+        if (uses_trace or self.trace_slo) and self.arrival.kind != "trace":
+            raise ValueError("dataset 'trace' and trace_slo need arrival.kind=trace")
+
+    def _all_datasets(self) -> list[DatasetSpec]:
+        out = list(self.datasets) + [d for p in self.phases for d in p.datasets]
+        return out + [d for _, c in self.slo_classes for d in c.datasets]
+
+
+def _make(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    """``cls(**data)`` with a clear error naming an unknown key."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{where}: expected a mapping, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    return cls(**data)
+
+
+def _datasets(items: Any, where: str) -> tuple[DatasetSpec, ...]:
+    if items is None:
+        return ()
+    if isinstance(items, (Mapping, str)):
+        raise TypeError(f"{where}: expected a list of datasets")
+    return tuple(_make(DatasetSpec, d, f"{where}[{i}]") for i, d in enumerate(items))
+
+
+def parse_workload(cfg: Mapping[str, Any]) -> WorkloadSpec:
+    """Build a :class:`WorkloadSpec` from a plain mapping or an OmegaConf ``DictConfig`` (resolved)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    data = dict(cfg)
+    names = {f.name for f in dataclasses.fields(WorkloadSpec)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"workload: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    arrival = dict(data.get("arrival") or {})
+    if "segments" in arrival:
+        arrival["segments"] = tuple((float(s[0]), float(s[1])) for s in arrival["segments"])
+    data["arrival"] = _make(ArrivalSpec, arrival, "workload.arrival")
+    data["datasets"] = _datasets(data.get("datasets"), "workload.datasets")
+    phases = []
+    for i, p in enumerate(data.get("phases") or []):
+        p = dict(p)
+        p["datasets"] = _datasets(p.get("datasets"), f"workload.phases[{i}].datasets")
+        phases.append(_make(PhaseSpec, p, f"workload.phases[{i}]"))
+    data["phases"] = tuple(phases)
+    classes = data.get("slo_classes") or {}
+    if not isinstance(classes, Mapping):
+        raise TypeError("workload.slo_classes: expected a mapping name -> {proportion, tpot_slo_ms, ...}")
+    parsed = []
+    for cname, c in classes.items():
+        c = dict(c or {})
+        c["datasets"] = _datasets(c.get("datasets"), f"workload.slo_classes.{cname}.datasets")
+        parsed.append((str(cname), _make(SloClassSpec, c, f"workload.slo_classes.{cname}")))
+    data["slo_classes"] = tuple(parsed)
+    if data.get("input_len") is not None or data.get("output_len") is not None:
+        data = _apply_length_defaults(data)
+    return WorkloadSpec(**data)
+
+
+def _apply_length_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Give every dataset without its own ``input_len``/``output_len`` the workload-level value."""
+
+    def fill(ds: tuple[DatasetSpec, ...]) -> tuple[DatasetSpec, ...]:
+        return tuple(
+            dataclasses.replace(
+                d,
+                input_len=d.input_len if d.input_len is not None else data.get("input_len"),
+                output_len=d.output_len if d.output_len is not None else data.get("output_len"),
+            )
+            for d in ds
+        )
+
+    data["datasets"] = fill(data["datasets"])
+    data["phases"] = tuple(dataclasses.replace(p, datasets=fill(p.datasets)) for p in data["phases"])
+    data["slo_classes"] = tuple(
+        (n, dataclasses.replace(c, datasets=fill(c.datasets))) for n, c in data["slo_classes"]
+    )
+    return data

@@ -1,0 +1,120 @@
+"""Token counting with the target model family's tokenizer, or an estimate when its file is absent.
+
+Tokenizer files are read from ``<data root>/tokenizers/`` (see ../shared/data/MANIFEST.md):
+
+- ``llama2``: ``llama2_tokenizer.model`` (SentencePiece; also Vicuna v1.5),
+- ``llama3``: ``llama3_tokenizer.model`` (tiktoken BPE with the Llama-3 split pattern),
+- ``qwen``: ``qwen.tiktoken`` (tiktoken BPE with the Qwen split pattern).
+
+Counts exclude special tokens (no BOS), matching the Llama-3 token-id ShareGPT files, whose
+``input_tok_ids`` start
+without ``<|begin_of_text|>``. ``sentencepiece`` and ``tiktoken`` are imported lazily and are optional:
+when the
+package or the file is missing, :func:`count_tokens` falls back to the estimate ``ceil(chars / 4)`` (the usual
+"about four characters per token" rule for English BPE vocabularies) and reports ``exact=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TOKENIZER_FAMILIES: tuple[str, ...] = ("llama2", "llama3", "qwen")
+
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+_QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+_FILES = {"llama2": "llama2_tokenizer.model", "llama3": "llama3_tokenizer.model", "qwen": "qwen.tiktoken"}
+
+#: Chat-template overhead in tokens (special tokens count one each), used by the Sonnet sampler the way vLLM's
+#: ``apply_chat_template(..., add_generation_prompt=True)`` adds them: Llama-2 ``<s>[INST] ... [/INST]``,
+#: Llama-3 ``<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n...<|eot_id|><|start_header_id|>
+#: assistant<|end_header_id|>\n\n``, Qwen ``<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n``.
+CHAT_TEMPLATE_TOKENS: dict[str, int] = {"llama2": 9, "llama3": 12, "qwen": 9}
+
+CHARS_PER_TOKEN_ESTIMATE = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounts:
+    """Token counts for a list of texts and how they were obtained."""
+
+    counts: np.ndarray  # int64, one per text
+    exact: bool  # True when the tokenizer file was used
+    how: str  # e.g. "llama2 tokenizer" or "estimate chars/4 (no llama3 tokenizer file)"
+
+
+def estimate_tokens(texts: Sequence[str]) -> np.ndarray:
+    """Estimate token counts as ``ceil(len(text) / 4)`` (at least 1 for non-empty text)."""
+    return np.array([math.ceil(len(t) / CHARS_PER_TOKEN_ESTIMATE) for t in texts], dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def load_encoder(family: str, tokenizer_dir: str) -> Callable[[list[str]], list[int]] | None:
+    """Return a batch counter ``texts -> counts`` for ``family``, or None when the file/package is missing."""
+    if family not in _FILES:
+        raise ValueError(f"unknown tokenizer family {family!r}; expected one of {TOKENIZER_FAMILIES}")
+    path = Path(tokenizer_dir) / _FILES[family]
+    if not path.is_file():
+        return None
+    if family == "llama2":
+        try:
+            import sentencepiece as spm
+        except ImportError:
+            return None
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        return lambda texts: [len(ids) for ids in sp.encode(list(texts))]
+    try:
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+    except ImportError:
+        return None
+    ranks = load_tiktoken_bpe(str(path))
+    if family == "llama3":
+        specials = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001}
+        pattern = _LLAMA3_PATTERN
+    else:
+        specials = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
+        pattern = _QWEN_PATTERN
+    enc = tiktoken.Encoding(name=family, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+    return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(list(texts))]
+
+
+@functools.lru_cache(maxsize=2)
+def load_llama3_decoder(tokenizer_dir: str) -> Callable[[list[int]], str] | None:
+    """Decoder for Llama-3 token ids (to re-tokenize the ShareGPT token files for another family)."""
+    path = Path(tokenizer_dir) / _FILES["llama3"]
+    if not path.is_file():
+        return None
+    try:
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+    except ImportError:
+        return None
+    enc = tiktoken.Encoding(
+        name="llama3-dec",
+        pat_str=_LLAMA3_PATTERN,
+        mergeable_ranks=load_tiktoken_bpe(str(path)),
+        special_tokens={},
+    )
+    return lambda ids: enc.decode(ids)
+
+
+def count_tokens(texts: Sequence[str], family: str | None, tokenizer_dir: Path | None) -> TokenCounts:
+    """Count tokens of ``texts`` with ``family``'s tokenizer from ``tokenizer_dir``, else estimate them."""
+    if family is None:
+        return TokenCounts(estimate_tokens(texts), False, "estimate chars/4 (no tokenizer family given)")
+    encoder = load_encoder(family, str(tokenizer_dir)) if tokenizer_dir is not None else None
+    if encoder is None:
+        return TokenCounts(estimate_tokens(texts), False, f"estimate chars/4 (no {family} tokenizer file)")
+    return TokenCounts(np.asarray(encoder(list(texts)), dtype=np.int64), True, f"{family} tokenizer")
