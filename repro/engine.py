@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.cost.model import ForwardShape
+from repro.cost.model import ForwardShape, Which
 from repro.plan import StepPlan, StepResult, TreeSpec
 from repro.state import RequestState, Status, View
 
@@ -219,7 +219,7 @@ class Replica:
                         if t is not None:
                             chain[i] = False
                             proposed[i] = t.num_nodes
-                            accepted[i] = self.oracle.accept_tree(t)
+                            accepted[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
                 else:
                     chain = spec
                 if chain.any():
@@ -386,7 +386,7 @@ class Replica:
                     trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
         if plan.proposer == "pld":
             return self.cost.pld_s(int(spec.sum()))
-        which = "eagle" if plan.proposer == "eagle" else "draft"
+        which: Which = "eagle" if plan.proposer == "eagle" else "draft"
         if which == "draft" and not self.draft_resident and plan.draft_server is None:
             raise PlanError("speculating with a draft model that is not resident")
         servers = plan.draft_server
@@ -404,7 +404,7 @@ class Replica:
                                                       ptok[:0]))
         return t
 
-    def _draft_pass(self, cost: CostModel, which: str, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
+    def _draft_pass(self, cost: CostModel, which: Which, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
                     k: np.ndarray, spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
         """Draft steps for the speculating requests: step 1 processes each request's catch-up tokens (its last token,
         plus whatever the draft's KV misses), steps 2..D one token per chain or ``w`` per beam."""
@@ -501,10 +501,7 @@ class Engine:
         self.policy = policy
         self.max_sim_time_s = max_sim_time_s
         specs = policy.replicas()
-        if specs is None:
-            pairs = [(policy, tp)]
-        else:
-            pairs = [(r.policy, r.tp) for r in specs]
+        pairs = [(policy, tp)] if specs is None else [(r.policy, r.tp) for r in specs]
         self.replicas: list[Replica] = []
         cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
         for i, (pol, rtp) in enumerate(pairs):

@@ -95,43 +95,61 @@ def _draft_servers(cfg: DictConfig) -> tuple[DraftServer, ...]:
     return tuple(out)
 
 
-def run_point(cfg: DictConfig) -> PointResult:
-    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
-    from repro.metrics import summarize
+@dataclass
+class Built:
+    """A point ready to simulate: the engine and what it was built from."""
+
+    engine: Engine
+    table: Any
+    cost: CostModel
+    baseline_tpot_s: float
+
+
+def build(cfg: DictConfig) -> Built:
+    """Build the cost model, workload, oracle, system and engine of one composed point."""
     from repro.oracle import Drafter, TokenOracle
     from workloads import build_workload
 
-    t0 = time.perf_counter()
     ss_workload, ss_oracle, ss_policy = np.random.SeedSequence(int(cfg.seed)).spawn(3)
     cost = build_cost(cfg)
     model = cost.model
     baseline = baseline_tpot_s(cost)
-    table = build_workload(cfg.workload, seed=ss_workload, tokenizer=model.tokenizer,
-                           max_model_len=model.max_context, baseline_tpot_s=baseline)
+    try:
+        table = build_workload(cfg.workload, seed=ss_workload, tokenizer=model.tokenizer,
+                               max_model_len=model.max_context, baseline_tpot_s=baseline)
+    except ValueError as exc:  # the workload's own checks name the bad key or value
+        raise ConfigError(f"workload config: {exc}") from None
     oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
                                   draft=str(cfg.draft.name), target=model.name)
     policy = _instantiate_system(cfg.system)
     block_size = int(cfg.engine.block_size)
-    rng = np.random.default_rng(ss_policy)
-    replicas = policy.replicas()
-    for pol, tp in [(policy, int(cfg.tp))] + [(r.policy, r.tp) for r in replicas or []]:
-        pol.bind(PolicyContext(hardware=cost.hardware, model=model, draft=cost.draft, tp=tp,
-                               cost=build_cost(cfg, tp), rng=rng, block_size=block_size,
-                               slo_classes=table.classes, baseline_tpot_s=baseline))
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     policy=policy, make_cost=lambda tp: build_cost(cfg, tp), oracle=oracle, tp=int(cfg.tp),
-                    drafter=Drafter(oracle),
-                    block_size=block_size, max_model_len=model.max_context,
+                    drafter=Drafter(oracle), block_size=block_size, max_model_len=model.max_context,
                     draft_servers=_draft_servers(cfg), record_steps=bool(cfg.engine.record_steps),
                     max_sim_time_s=cfg.get("max_sim_time_s"))
-    out = engine.run()
-    requests = requests_frame(out, table)
+    rng = np.random.default_rng(ss_policy)
+    bound = [(policy, int(cfg.tp), cost)] if policy.replicas() is None else [(policy, int(cfg.tp), cost)] + [
+        (r.policy, r.cost.tp, r.cost) for r in engine.replicas]
+    for pol, tp, pcost in bound:
+        pol.bind(PolicyContext(hardware=cost.hardware, model=model, draft=cost.draft, tp=tp, cost=pcost, rng=rng,
+                               block_size=block_size, slo_classes=table.classes, baseline_tpot_s=baseline))
+    return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline)
+
+
+def run_point(cfg: DictConfig) -> PointResult:
+    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
+    from repro.metrics import summarize
+
+    t0 = time.perf_counter()
+    built = build(cfg)
+    out = built.engine.run()
+    requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
     metrics["wall_s"] = time.perf_counter() - t0
-    notes = [table.source]
-    return PointResult(metrics=metrics, requests=requests, steps=steps, notes=notes)
+    return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source])
 
 
 def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:

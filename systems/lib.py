@@ -130,7 +130,7 @@ def make_room(view: View, decode: np.ndarray, new_tokens: np.ndarray | int,
     suffix_freed = np.concatenate([np.cumsum(freed[::-1])[::-1], [0]])[1:]
     fits = cum_need <= free_blocks + suffix_freed
     keep = int(np.nonzero(fits)[0].max()) + 1 if fits.any() else 0
-    kept_tokens = new_tokens if np.isscalar(new_tokens) else np.asarray(new_tokens)[:keep]
+    kept_tokens = new_tokens if isinstance(new_tokens, int) else new_tokens[:keep]
     return decode[:keep], decode[keep:][::-1].copy(), kept_tokens
 
 

@@ -30,7 +30,7 @@ class FixedOracle:
         k = np.asarray(k, dtype=np.int64)
         return k.copy(), np.minimum(k, self.accept)
 
-    def accept_tree(self, tree: TreeSpec) -> int:
+    def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
         cand, depth = tree.cand, 0
         on = {-1}
         for i in sorted(tree.nodes.tolist()):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import FixedOracle, make_cost, make_engine, make_requests, run
+
 from repro.engine import PlanError, SimulationError
 from repro.plan import CandidateTree, MemoryAction, StepPlan, TreeSpec, ids
 from repro.policy import Policy, ReplicaSpec

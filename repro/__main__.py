@@ -1,0 +1,87 @@
+"""Command line: ``python -m repro +exp=NAME [key=value ...]`` runs an experiment; ``python -m repro
+list`` lists
+every experiment, system, workload, hardware, model, oracle and backend config.
+
+An experiment writes ``results/NAME/`` (or ``out_dir=``): points.csv, manifest.json, figures, summary.md (see
+:mod:`repro.runner`). A configuration mistake (unknown key or config name, a key a constructor does not
+accept) or
+a missing data file prints one line ``error: ...`` on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from repro.errors import ReproError
+from repro.runner import CONF_DIR, compose_config, hydra_context, run_experiment
+
+LIST_GROUPS = ("exp", "system", "workload", "hardware", "model", "oracle", "backend")
+
+
+def _title(path: Path) -> str:
+    """An experiment's ``exp.title`` (empty when it has none or the file does not parse)."""
+    try:
+        node = OmegaConf.load(path)
+    except Exception:  # a broken YAML still gets listed; composing it reports the error
+        return ""
+    title = OmegaConf.select(node, "exp.title", default="") if isinstance(node, DictConfig) else ""
+    return str(title or "")
+
+
+def list_configs(conf_dir: Path = CONF_DIR) -> str:
+    """Every config name per group (experiments with their titles), as printed by ``python -m repro list``."""
+    lines = []
+    for group in LIST_GROUPS:
+        files = sorted((conf_dir / group).glob("*.yaml")) if (conf_dir / group).is_dir() else []
+        lines.append(f"{group} ({len(files)}):")
+        for f in files:
+            title = _title(f) if group == "exp" else ""
+            lines.append(f"  {f.stem:<28} {title}".rstrip())
+    return "\n".join(lines)
+
+
+def fail(exc: ReproError) -> None:
+    """Report a user-fixable error on one line and exit with status 2."""
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
+    """Compose the command line once before Hydra does, so a typo is one ``error:`` line with status 2."""
+    with hydra_context(conf_dir):
+        compose_config(overrides)
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base=None)
+def _run(cfg: DictConfig) -> None:
+    """Hydra task: run the experiment ``cfg.exp`` and print its one-line summary."""
+    overrides = list(HydraConfig.get().overrides.task)
+    try:
+        result = run_experiment(cfg, overrides)
+    except ReproError as exc:
+        fail(exc)
+    print(result.summary_line())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: ``list`` is handled here; everything else goes through Hydra."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["list"]:
+        print(list_configs())
+        return
+    if not any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags
+        try:
+            validate(args)
+        except ReproError as exc:
+            fail(exc)
+    _run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,584 @@
+"""Token oracle: ground truth for what speculation would achieve, with common random numbers.
+
+The oracle models, for request ``r`` at output position ``t`` (0-based), the draft model's distribution over
+its top-``W`` tokens and the target's choice among them (DESIGN.md, "Token oracle"):
+
+- **acceptance level.** Each request draws a level ``a_r ~ Beta`` with mean ``a_dataset`` (the table entry
+  of the (draft, target) pair, e.g. TurboSpec Table 3) and standard deviation ``spread``. With ``drift`` the
+  level starts at ``a_0`` and relaxes to ``a_r``: ``a_r(t) = a_r + (a_0 - a_r)·exp(-t/τ)`` (LAPS-SD Figure
+  3: acceptance is unstable early in a request and settles after ~150 tokens). Off by default.
+- **per-position distribution.** The draft's top-1 probability ``p0(r, t) ~ Beta(mean a_r(t), concentration
+  κ_pos)``; rank ``j ≥ 1`` gets ``(1 - p0)(1 - q) q^(j-1)`` with ``q = max(decay, 1 - p0/(1 - p0))`` (the
+  smallest ratio that keeps the ranks sorted), so ``(1 - p0) q^(W-1)`` of the mass lies outside the top
+  ``W``.
+- **truth.** The target's token at ``t`` is the draft's rank-``j`` token with probability ``p_j`` (a
+  calibrated draft) or none of the top ``W`` (rank ``W``, a "miss"). Hence ``P(rank 0) = E[p0] =
+  a_dataset``: a chain's per-token acceptance converges to the configured mean.
+- **what the drafter reports.** ``confidence`` γ distorts the reported probabilities: ``∝ p^γ``,
+  renormalised over the same top-``W`` mass (γ = 1 calibrated, γ > 1 over-confident, γ < 1 under-confident).
+  Truth is always drawn from the true ``p``.
+- **acceptance.** A chain of ``k`` accepts the longest prefix of positions whose true rank is 0; a tree
+  accepts the longest root path that follows the true ranks (node at depth ``i`` is on the true path iff its
+  rank equals the true rank at ``pos + i - 1`` and its parent is on the path).
+- **off-path nodes.** A node off the true path (its context differs from the true text) has its own child
+  distribution, drawn like a true one (``Beta(a_r(s), κ_pos)`` at its children's position ``s``). Each
+  position keeps ``NUM_ALT`` such draws; an off-path node picks one by a hash of (seed, r, divergence
+  position, ranks after the divergence), i.e. of its absolute context, so the same context always gets the
+  same distribution.
+- **common random numbers.** Everything at (r, t) depends only on (seed, r, t): values are generated lazily
+  in chunks of ``CHUNK`` positions, each chunk from its own generator seeded by (seed, proposer, r, chunk
+  index), so neither the order nor the number of queries, nor the request's length, changes them.
+- **proposers.** ``"draft"`` (the draft model; the pair's table), ``"eagle"`` (same mechanics, the EAGLE
+  table) and ``"pld"`` (prompt lookup: at each position a match exists with probability ``match``; it
+  proposes ``min(k, match length)`` tokens accepted as a chain with per-token acceptance ``a_r ~
+  Beta(accept, spread)``; no match → nothing proposed).
+
+Storage is a flat pool per proposer: chunk slots addressed through a (request × chunk) table, so a batch
+query is a handful of fancy-indexing operations with no per-request Python. Off-path distributions live in a
+second store, generated (from their own seeds) only for chunks a beam search reaches, so chain-only runs
+never pay for them. ``release(rid)`` frees a finished request's chunks.
+
+Deviations (from a real draft model): ranks below the top-1 follow a deterministic geometric profile given
+``p0`` (no per-position noise); positions are independent given the request level; off-path distributions
+are shared among contexts that hash to the same of the ``NUM_ALT`` draws of a position.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from repro.plan import CandidateTree, TreeSpec
+
+CHUNK = 512  # positions generated per (request, chunk); a power of two
+ALT_CHUNK = 256  # positions per chunk of off-path distributions (NUM_ALT draws per position)
+NUM_ALT = 16  # off-path child distributions kept per position; a power of two
+P_FLOOR = 1e-6  # numerical floor on a drawn top-1 probability (keeps every reported probability in (0, 1])
+MAX_WIDTH = 127  # ranks are stored as int8
+
+_ALT_MASK = np.uint64(NUM_ALT - 1)
+_STREAM_IDS = {"draft": 0, "eagle": 1, "pld": 2}
+_LEVEL, _CHUNK_KEY, _ALT_KEY = 0, 1, 2
+_INIT_SLOTS = 64
+_AR = np.arange(4096, dtype=np.int64)
+_AR.flags.writeable = False
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+def _as_seed_seq(seed: np.random.SeedSequence | int) -> np.random.SeedSequence:
+    return seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+
+
+def _rng(base: np.random.SeedSequence, *key: int) -> np.random.Generator:
+    """A generator seeded by ``base`` and ``key`` only (independent of any other draw)."""
+    ss = np.random.SeedSequence(base.entropy, spawn_key=(*base.spawn_key, *key), pool_size=base.pool_size)
+    return np.random.Generator(np.random.PCG64(ss))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _beta_mean_sd(rng: np.random.Generator, mean: float, sd: float) -> float:
+    """One draw of a Beta with the given mean and standard deviation (``sd = 0``: the mean itself)."""
+    if sd <= 0.0:
+        return mean
+    conc = mean * (1.0 - mean) / sd**2 - 1.0
+    return float(rng.beta(mean * conc, (1.0 - mean) * conc))
+
+
+def _check_mean(name: str, mean: float, sd: float) -> float:
+    mean = float(mean)
+    if not 0.0 < mean < 1.0:
+        raise ValueError(f"{name}: mean {mean} must lie in (0, 1)")
+    if sd > 0.0 and sd**2 >= mean * (1.0 - mean):
+        raise ValueError(f"{name}: spread {sd} too large for mean {mean} (need spread² < mean·(1 - mean))")
+    return mean
+
+
+def _check_mean_of(what: str, spread: float, dataset: str, mean: float) -> float:
+    return _check_mean(f"{what} / {dataset}", mean, spread)
+
+
+def _per_request(dataset: np.ndarray, table: Mapping[str, Any], default: Any, what: str,
+                 value: Callable[[str, Any], Any]) -> list[Any]:
+    """Look up each request's dataset in ``table`` (then its ``default`` key, then ``default``)."""
+    names, inverse = np.unique(dataset.astype(str), return_inverse=True)
+    found = []
+    for name in names.tolist():
+        entry = table.get(name, table.get("default", default))
+        if entry is None:
+            raise KeyError(f"no {what} for dataset {name!r} (and no default); add it to conf/oracle")
+        found.append(value(name, entry))
+    return [found[i] for i in inverse.reshape(-1).tolist()]
+
+
+def true_dist(p0: np.ndarray, width: int, decay: float) -> np.ndarray:
+    """The draft's top-``width`` probabilities (last axis, sorted descending) given its top-1 ``p0``."""
+    rest = 1.0 - p0
+    q = np.maximum(decay, 1.0 - p0 / rest)
+    p1 = np.minimum(rest * (1.0 - q), p0)  # = p0 when q is raised: exact, so ties break towards rank 0
+    lower = p1[..., None] * q[..., None] ** np.arange(width - 1)
+    return np.concatenate([p0[..., None], lower], axis=-1)
+
+
+def sample_rank(p0: np.ndarray, u: np.ndarray, width: int, decay: float) -> np.ndarray:
+    """Inverse CDF of :func:`true_dist` at uniforms ``u``: the target's rank (``width`` = not in the top W).
+
+    The cumulative mass through rank ``j ≥ 1`` is ``p0 + p1 (1 - q^j)/(1 - q)``, so the rank is the smallest
+    ``j`` with ``q^j < 1 - (u - p0)(1 - q)/p1``.
+    """
+    rest = 1.0 - p0
+    q = np.maximum(decay, 1.0 - p0 / rest)
+    p1 = np.minimum(rest * (1.0 - q), p0)
+    y = np.maximum(1.0 - (u - p0) * (1.0 - q) / p1, 1e-300)
+    j = np.floor(np.log(y) / np.log(q)) + 1.0
+    return np.where(u < p0, 0, np.minimum(j, width)).astype(np.int8)
+
+
+def reported_dist(p: np.ndarray, confidence: float) -> np.ndarray:
+    """What the drafter reports: ``p^γ`` renormalised to the same total mass (γ = 1: ``p`` itself)."""
+    if confidence == 1.0:
+        return p
+    r = p**confidence
+    return r * (p.sum(axis=-1, keepdims=True) / r.sum(axis=-1, keepdims=True))
+
+
+def _positions(pos: np.ndarray, depth: int) -> np.ndarray:
+    """Validated int64 start positions for a lookahead of ``depth`` tokens."""
+    pos = np.asarray(pos, dtype=np.int64).reshape(-1)
+    if not 1 <= depth < _AR.size or (pos.size and int(pos.min()) < 0):
+        raise ValueError(f"depth must lie in 1..{_AR.size - 1} and positions be >= 0")
+    return pos
+
+
+# --- storage ----------------------------------------------------------------------------------------------
+
+class _ChunkStore:
+    """Per-request chunks of per-position arrays in flat pools; index = ``slot·chunk + offset``."""
+
+    def __init__(self, num_requests: int, fields: Mapping[str, tuple[tuple[int, ...], type]],
+                 fill: Callable[[int, int], Mapping[str, np.ndarray]], chunk: int = CHUNK) -> None:
+        self._fields = dict(fields)
+        self._fill = fill
+        self.chunk, self._shift, self._mask = chunk, chunk.bit_length() - 1, chunk - 1
+        self.table = np.full((num_requests, 1), -1, dtype=np.int64)
+        self.pools: dict[str, np.ndarray] = {
+            n: np.zeros((_INIT_SLOTS * chunk, *s), dtype=d) for n, (s, d) in self._fields.items()}
+        self._free = list(range(_INIT_SLOTS - 1, -1, -1))
+
+    def locate(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Flat pool indices of (rids, positions) (broadcast together), generating missing chunks."""
+        chunk = positions >> self._shift  # positions must be >= 0 (the public methods check)
+        try:
+            slots = self.table[rids, chunk]
+        except IndexError:  # a chunk index beyond the table: widen it
+            grow = max(int(chunk.max()) + 1, 2 * self.table.shape[1])
+            self.table = np.pad(self.table, ((0, 0), (0, grow - self.table.shape[1])), constant_values=-1)
+            slots = self.table[rids, chunk]
+        if slots.size and slots.min() < 0:
+            missing = slots < 0
+            rr = np.broadcast_to(rids, chunk.shape)[missing].tolist()
+            for r, c in sorted(set(zip(rr, chunk[missing].tolist(), strict=True))):
+                self._generate(r, c)
+            slots = self.table[rids, chunk]
+        return (slots << self._shift) | (positions & self._mask)
+
+    def _generate(self, rid: int, chunk: int) -> None:
+        if not self._free:
+            cap = self.pools[next(iter(self.pools))].shape[0] // self.chunk
+            for name, arr in self.pools.items():
+                self.pools[name] = np.concatenate([arr, np.zeros_like(arr)])
+            self._free = list(range(2 * cap - 1, cap - 1, -1))
+        slot = self._free.pop()
+        for name, values in self._fill(rid, chunk).items():
+            self.pools[name][slot * self.chunk:(slot + 1) * self.chunk] = values
+        self.table[rid, chunk] = slot
+
+    def release(self, rid: int) -> None:
+        row = self.table[rid]
+        self._free.extend(row[row >= 0].tolist())
+        row[:] = -1
+
+    @property
+    def num_chunks(self) -> int:
+        return int((self.table >= 0).sum())
+
+
+@dataclass(frozen=True, slots=True)
+class _Beam:
+    """A batch of candidate trees as (n, depth·width) arrays."""
+
+    parent: np.ndarray
+    rank: np.ndarray
+    prob: np.ndarray
+    path_prob: np.ndarray
+
+
+class _TokenStream:
+    """The draft-distribution model of one proposer (draft model or EAGLE head) over all requests."""
+
+    def __init__(self, name: str, base: np.random.SeedSequence, means: np.ndarray, *, spread: float,
+                 pos_concentration: float, drift: Mapping[str, float] | None, width: int, decay: float,
+                 confidence: float) -> None:
+        self.name, self._base, self._sid = name, base, _STREAM_IDS[name]
+        self._means, self._spread = means, spread
+        self._kappa, self.width, self._decay, self._gamma = pos_concentration, width, decay, confidence
+        self._drift = dict(drift) if drift else None
+        if self._drift is not None:
+            _check_mean(f"{name} drift a0", self._drift["a0"], float(self._drift.get("a0_spread", 0.0)))
+            if float(self._drift["tau"]) <= 0.0:
+                raise ValueError("drift tau must be > 0 tokens")
+        self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
+        n = means.shape[0]
+        self._level = np.full(n, np.nan)
+        self._a0 = np.full(n, np.nan)
+        self.store = _ChunkStore(n, {"p0": ((), np.float32), "rank": ((), np.int8)}, self._fill)
+        # off-path child distributions: generated only for chunks a beam search reaches (own seeds)
+        self.alt_store = _ChunkStore(n, {"alt": ((NUM_ALT,), np.float32)}, self._fill_alt, ALT_CHUNK)
+
+    def level(self, rid: int) -> tuple[float, float]:
+        """The request's level a_r and its drift start a_0 (drawn on first use, seeded by (seed, r))."""
+        if math.isnan(self._level[rid]):
+            rng = _rng(self._base, self._sid, _LEVEL, rid)
+            self._level[rid] = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
+            if self._drift is not None:
+                self._a0[rid] = _beta_mean_sd(rng, float(self._drift["a0"]),
+                                              float(self._drift.get("a0_spread", 0.0)))
+        return float(self._level[rid]), float(self._a0[rid])
+
+    def _draw_p0(self, rng: np.random.Generator, rid: int, first: int, size: tuple[int, ...]) -> np.ndarray:
+        """Top-1 probabilities ~ Beta(mean a_r(t), concentration κ_pos) at positions ``first + i``."""
+        a_r, a_0 = self.level(rid)
+        k = self._kappa
+        if self._drift is None:
+            p0 = rng.beta(a_r * k, (1.0 - a_r) * k, size=size)
+        else:  # LAPS-SD Fig. 3: a_r(t) = a_r + (a_0 - a_r)·exp(-t/τ)
+            t = first + np.arange(size[0])
+            mean = a_r + (a_0 - a_r) * np.exp(-t / float(self._drift["tau"]))
+            mean = mean.reshape(-1, *[1] * (len(size) - 1))
+            p0 = rng.beta(mean * k, (1.0 - mean) * k, size=size)
+        return np.clip(p0, P_FLOOR, 1.0 - P_FLOOR).astype(np.float32)
+
+    def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        rng = _rng(self._base, self._sid, _CHUNK_KEY, rid, chunk)
+        p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
+        rank = sample_rank(p0.astype(np.float64), rng.random(CHUNK), self.width, self._decay)
+        return {"p0": p0, "rank": rank}
+
+    def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        rng = _rng(self._base, self._sid, _ALT_KEY, rid, chunk)
+        return {"alt": self._draw_p0(rng, rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))}
+
+    def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        idx = self.store.locate(rids, positions)  # may grow the pools: index them afterwards
+        return self.store.pools["rank"][idx]
+
+    def reported(self, p0: np.ndarray) -> np.ndarray:
+        return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
+
+    def beam(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int) -> _Beam:
+        """AdaServe §4.3 Step 1 beam search for a batch: layer 1 = the root's top ``width`` children; each
+        later layer = the top ``width`` of the ``width × W`` children of the previous layer by path
+        probability (the draft's reported probabilities)."""
+        if not 1 <= width <= self.width:
+            raise ValueError(f"beam width {width} outside 1..{self.width} (the oracle models the draft's top "
+                             f"{self.width} tokens; raise oracle.width)")
+        n, W = rids.shape[0], self.width
+        grid = pos[:, None] + _AR[:depth]
+        idx = self.store.locate(rids[:, None], grid)
+        alt_idx = self.alt_store.locate(rids[:, None], grid) if depth > 1 else idx
+        pools, alt = self.store.pools, self.alt_store.pools["alt"]
+        p0_true = pools["p0"][idx].astype(np.float64)
+        rank_true = pools["rank"][idx]
+        div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
+                                     ^ grid.astype(np.uint64)))  # hash of (seed, r, divergence position)
+        out_parent = np.empty((n, depth * width), dtype=np.int64)
+        out_rank = np.empty((n, depth * width), dtype=np.int64)
+        out_prob = np.empty((n, depth * width))
+        out_pp = np.empty((n, depth * width))
+        on = np.ones((n, 1), dtype=bool)
+        pp = np.ones((n, 1))
+        h = np.zeros((n, 1), dtype=np.uint64)
+        for i in range(depth):
+            # children of the previous layer sit at position pos + i
+            node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
+                on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
+            rep = self.reported(node_p0).reshape(n, node_p0.shape[1] * W)
+            cpp = np.repeat(pp, W, axis=1) * rep
+            pick = np.argsort(-cpp, axis=1, kind="stable")[:, :width]
+            pick.sort(axis=1)  # BFS: parent-major, then rank
+            slot, rk = pick // W, pick % W
+            par_on = np.take_along_axis(on, slot, axis=1)
+            base = np.where(par_on, div[:, i:i + 1], np.take_along_axis(h, slot, axis=1))
+            h = _mix(base ^ ((rk.astype(np.uint64) + np.uint64(1)) * np.uint64(0xD1B54A32D192ED03)))
+            on = par_on & (rk == rank_true[:, i:i + 1])
+            pp = np.take_along_axis(cpp, pick, axis=1)
+            cols = slice(i * width, (i + 1) * width)
+            out_parent[:, cols] = slot + (i - 1) * width if i else -1
+            out_rank[:, cols] = rk
+            out_prob[:, cols] = np.take_along_axis(rep, pick, axis=1)
+            out_pp[:, cols] = pp
+        return _Beam(out_parent, out_rank, out_prob, out_pp)
+
+
+class _PldStream:
+    """Prompt lookup decoding: per position, whether the context matches the prompt, the length of the
+    continuation it offers and whether the target accepts the copied token."""
+
+    def __init__(self, base: np.random.SeedSequence, match: np.ndarray, accept: np.ndarray,
+                 match_len: np.ndarray, spread: float) -> None:
+        self._base, self._sid = base, _STREAM_IDS["pld"]
+        self._match, self._accept, self._match_len, self._spread = match, accept, match_len, spread
+        self.store = _ChunkStore(match.shape[0], {"match": ((), np.int16), "ok": ((), np.bool_)}, self._fill)
+
+    def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        a_r = _beta_mean_sd(_rng(self._base, self._sid, _LEVEL, rid), float(self._accept[rid]), self._spread)
+        rng = _rng(self._base, self._sid, _CHUNK_KEY, rid, chunk)
+        has = rng.random(CHUNK) < self._match[rid]
+        length = rng.geometric(1.0 / self._match_len[rid], size=CHUNK)  # continuation length, mean match_len
+        ok = rng.random(CHUNK) < a_r
+        return {"match": np.where(has, np.minimum(length, 2**15 - 1), 0).astype(np.int16), "ok": ok}
+
+    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        store = self.store
+        idx = store.locate(rids, pos)  # may grow the pools: index them afterwards
+        proposed = np.minimum(k, store.pools["match"][idx]).astype(np.int64)
+        kmax = int(proposed.max()) if proposed.size else 0
+        if kmax == 0:
+            return proposed, np.zeros_like(proposed)
+        if kmax >= _AR.size:
+            raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
+        idx = store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])
+        hit = store.pools["ok"][idx] & (_AR[:kmax + 1] < proposed[:, None])  # last column: always False
+        return proposed, hit.argmin(axis=1)  # leading accepted tokens
+
+
+# --- public API -------------------------------------------------------------------------------------------
+
+class TokenOracle:
+    """Acceptance ground truth with common random numbers (see the module docstring for the model).
+
+    ``dataset`` holds each request's dataset name (index = request id). ``accept_mean`` maps dataset → mean
+    per-token acceptance of the configured (draft, target) pair; a ``"default"`` key or ``default_accept``
+    covers datasets not listed (otherwise ``KeyError`` naming the dataset and ``pair``); an empty table
+    without default means no draft model (using the ``"draft"`` proposer then raises). ``eagle_accept_mean``
+    is the same for an EAGLE head; ``pld`` maps dataset → ``{match, accept, match_len}`` (the ``"default"``
+    entry is merged under each). ``width`` = W, the number of draft ranks modelled per position; ``spread`` =
+    standard deviation of the per-request level; ``pos_concentration`` = κ_pos of the per-position Beta;
+    ``decay`` = ratio of successive lower-rank probabilities; ``confidence`` = γ; ``drift`` =
+    ``{a0, tau[, a0_spread]}`` or ``None``.
+    """
+
+    def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,
+                 accept_mean: Mapping[str, float], *, default_accept: float | None = None,
+                 eagle_accept_mean: Mapping[str, float] | None = None,
+                 pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 8, spread: float = 0.1,
+                 pos_concentration: float = 2.0, decay: float = 0.7, confidence: float = 1.0,
+                 drift: Mapping[str, float] | None = None, pair: str = "(draft, target)") -> None:
+        if not 1 <= width <= MAX_WIDTH:
+            raise ValueError(f"width {width} outside 1..{MAX_WIDTH}")
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay {decay} must lie in (0, 1)")
+        if pos_concentration <= 0.0 or confidence <= 0.0 or spread < 0.0:
+            raise ValueError("pos_concentration and confidence must be > 0, spread >= 0")
+        base = _as_seed_seq(seed)
+        self._dataset = np.asarray(dataset, dtype=object).reshape(-1)
+        self.width = width
+        self._missing: dict[str, str] = {}  # proposer -> why its table is missing (raised on use)
+        self._streams: dict[str, _TokenStream] = {}
+        tables = {"draft": (accept_mean, default_accept, f"acceptance mean for pair {pair}"),
+                  "eagle": (eagle_accept_mean, None, "EAGLE acceptance mean")}
+        for name, (table, default, what) in tables.items():
+            if table is None or (not table and default is None):
+                continue
+            means = _per_request(self._dataset, table, default, what,
+                                 functools.partial(_check_mean_of, what, spread))
+            self._streams[name] = _TokenStream(
+                name, base, np.asarray(means, dtype=np.float64), spread=spread,
+                pos_concentration=pos_concentration, drift=drift, width=width, decay=decay,
+                confidence=confidence)
+        self._pld: _PldStream | None = None
+        if pld is not None:
+            merged = _per_request(self._dataset, pld, None, "prompt-lookup entry",
+                                  lambda ds, e: {**pld.get("default", {}), **e})
+            match = np.array([float(e["match"]) for e in merged])
+            if ((match < 0) | (match > 1)).any():
+                raise ValueError("pld match probability must lie in [0, 1]")
+            acc = np.array([_check_mean("pld accept", e["accept"], spread) for e in merged])
+            mlen = np.array([float(e.get("match_len", 32.0)) for e in merged])
+            if (mlen < 1).any():
+                raise ValueError("pld match_len must be >= 1")
+            self._pld = _PldStream(base, match, acc, mlen, spread)
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any], *, seed: np.random.SeedSequence | int, dataset: np.ndarray,
+                 draft: str | None, target: str) -> TokenOracle:
+        """Build from the Hydra ``oracle`` node (conf/oracle/default.yaml) for the (draft, target) pair.
+
+        ``accept[draft][target]`` is the pair's table (``draft=None``: no draft model);
+        ``eagle_accept[target]`` the EAGLE head's; ``accept_override`` (a float) forces every dataset's mean
+        of both the draft and the EAGLE head (TurboSpec's controlled-acceptance benchmarks). A pair missing
+        from the tables raises ``KeyError`` (naming the pair and the known ones) when its proposer is first
+        used, so runs that never speculate (or only use prompt lookup) work with any target.
+        """
+        override = cfg.get("accept_override")
+        accept: Mapping[str, float] = {}
+        default: float | None = None
+        eagle: Mapping[str, float] | None = (cfg.get("eagle_accept") or {}).get(target)
+        if override is not None:
+            default = float(override)
+            eagle = {"default": default}
+        missing: dict[str, str] = {}
+        table = cfg["accept"]
+        if override is None and draft is not None:
+            if draft in table and target in table[draft]:
+                accept = dict(table[draft][target])
+            else:
+                pairs = sorted(f"{d}/{t}" for d in table for t in table[d])
+                missing["draft"] = (f"no acceptance table for draft {draft!r} with target {target!r} in "
+                                    f"oracle.accept (known pairs: {pairs})")
+        if eagle is None:
+            missing["eagle"] = f"no EAGLE acceptance table for target {target!r} in oracle.eagle_accept"
+        drift = cfg.get("drift")
+        oracle = cls(seed, dataset, accept, default_accept=default,
+                   eagle_accept_mean=dict(eagle) if eagle is not None else None,
+                   pld={k: dict(v) for k, v in cfg["pld"].items()} if cfg.get("pld") is not None else None,
+                   width=int(cfg.get("width", 8)), spread=float(cfg.get("spread", 0.1)),
+                   pos_concentration=float(cfg.get("pos_concentration", 2.0)),
+                   decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
+                   drift=dict(drift) if drift is not None else None, pair=f"{draft}/{target}")
+        oracle._missing.update(missing)
+        return oracle
+
+    def _stream(self, proposer: str) -> _TokenStream:
+        stream = self._streams.get(proposer)
+        if stream is None:
+            if proposer in self._missing:
+                raise KeyError(self._missing[proposer])
+            raise ValueError(f"proposer {proposer!r} is not configured in this oracle "
+                             f"(available: {sorted(self._streams) + (['pld'] if self._pld else [])})")
+        return stream
+
+    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                     proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+        """(num_proposed, num_accepted) per request for a chain of ``k[i]`` tokens starting at ``pos[i]``.
+
+        Draft/EAGLE: proposed = k, accepted = leading positions whose true rank is 0. PLD: proposed =
+        ``min(k, match length)`` (0 without a match), accepted = leading copied tokens the target accepts.
+        """
+        rids = np.asarray(rids, dtype=np.int64)
+        pos = np.asarray(pos, dtype=np.int64)
+        k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
+        if pos.size and int(pos.min()) < 0:
+            raise ValueError("positions must be >= 0")
+        if proposer == "pld":
+            if self._pld is None:
+                raise ValueError("prompt lookup (pld) is not configured in this oracle")
+            return self._pld.accept_chain(rids, pos, k)
+        stream = self._stream(proposer)
+        kmax = int(k.max()) if k.size else 0
+        if kmax == 0:
+            return k.copy(), np.zeros_like(k)
+        if kmax >= _AR.size:
+            raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
+        ranks = stream.true_ranks(rids[:, None], pos[:, None] + _AR[:kmax + 1])
+        hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
+        return k.copy(), hit.argmin(axis=1)  # leading positions whose true rank is 0
+
+    def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
+        """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""
+        cand = tree.cand
+        nodes = np.sort(np.asarray(tree.nodes, dtype=np.int64))
+        if nodes.size == 0:
+            return 0
+        depth = cand.depth[nodes]
+        truth = self._stream(proposer).true_ranks(np.array(cand.rid), cand.pos + _AR[:int(depth.max())])
+        on_path = {-1}
+        best = 0
+        for i in nodes[cand.rank[nodes] == truth[depth - 1]].tolist():  # BFS order: parents first
+            if int(cand.parent[i]) in on_path:
+                on_path.add(i)
+                best = max(best, int(cand.depth[i]))
+        return best
+
+    def candidates(self, rid: int, pos: int, depth: int, width: int,
+                   proposer: str = "draft") -> CandidateTree:
+        """Beam-search candidate tree of ``depth`` × ``width`` (AdaServe §4.3 Step 1) for one request."""
+        return self.candidates_batch(np.array([rid]), np.array([pos]), depth, width, proposer)[0]
+
+    def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
+                         proposer: str = "draft") -> list[CandidateTree]:
+        """:meth:`candidates` for a batch, vectorized over requests."""
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        pos = _positions(pos, depth)
+        beam = self._stream(proposer).beam(rids, pos, depth, width)
+        node_depth = np.repeat(np.arange(1, depth + 1, dtype=np.int64), width)
+        for arr in (node_depth, beam.parent, beam.rank, beam.prob, beam.path_prob):
+            arr.flags.writeable = False
+        return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
+                              beam.path_prob[i], depth, width)
+                for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
+
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
+        """The draft's reported top-1 probability at each of the ``k`` steps of its greedy chain."""
+        return self.chain_probs_batch(np.array([rid]), np.array([pos]), k, proposer)[0]
+
+    def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
+                          proposer: str = "draft") -> np.ndarray:
+        """:meth:`chain_probs` for a batch: an (n, k) array."""
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        if k <= 0:
+            return np.zeros((rids.size, 0))
+        return self._stream(proposer).beam(rids, _positions(pos, k), k, 1).prob
+
+    def release(self, rid: int) -> None:
+        """Free a finished request's generated chunks (values are regenerated identically if asked again)."""
+        for stream in self._streams.values():
+            stream.store.release(rid)
+        if self._pld is not None:
+            self._pld.store.release(rid)
+
+    @property
+    def num_live_chunks(self) -> int:
+        """Chunks currently held across proposers (for leak checks)."""
+        held = sum(s.store.num_chunks for s in self._streams.values())
+        return held + (self._pld.store.num_chunks if self._pld is not None else 0)
+
+
+class Drafter:
+    """The draft model's view a policy gets as ``view.drafter``: reported probabilities, never true ranks."""
+
+    __slots__ = ("_oracle",)
+
+    def __init__(self, oracle: TokenOracle) -> None:
+        self._oracle = oracle
+
+    @property
+    def max_width(self) -> int:
+        """The widest beam the drafter supports (the oracle's W)."""
+        return self._oracle.width
+
+    def candidates(self, rid: int, pos: int, depth: int, width: int,
+                   proposer: str = "draft") -> CandidateTree:
+        return self._oracle.candidates(rid, pos, depth, width, proposer)
+
+    def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
+                         proposer: str = "draft") -> list[CandidateTree]:
+        return self._oracle.candidates_batch(rids, pos, depth, width, proposer)
+
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
+        return self._oracle.chain_probs(rid, pos, k, proposer)
+
+    def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
+                          proposer: str = "draft") -> np.ndarray:
+        return self._oracle.chain_probs_batch(rids, pos, k, proposer)

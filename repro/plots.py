@@ -1,0 +1,403 @@
+"""Figures as pure functions of tidy tables (points.csv, requests.parquet, steps.parquet).
+
+Every function takes a DataFrame and column names and returns a matplotlib Figure in one shared
+paper-like style
+(white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are
+averaged, with
+the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an
+experiment's
+``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``.
+
+Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required;
+``x``, ``y`` (a
+column, or a list of columns for stacked_bar), ``hue`` (default ``system``), ``col``, ``row``, ``style``,
+``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order`` and ``where``
+(``{column: value}``
+filters applied first) are optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from repro.errors import ConfigError
+
+PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
+SEED_COL = "seed"
+SPEC_KEYS = {
+    "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
+    "logx", "logy", "ylim", "hue_order", "where",
+}  # fmt: skip
+
+
+def use_style() -> None:
+    """The one shared style: seaborn whitegrid, paper context, small fonts, no legend frame."""
+    sns.set_theme(
+        style="whitegrid",
+        context="paper",
+        font_scale=0.9,
+        rc={"figure.dpi": 150, "savefig.dpi": 150, "legend.frameon": False, "axes.titlesize": 8},
+    )
+
+
+def _several_seeds(df: pd.DataFrame, keys: Sequence[str]) -> bool:
+    """True when some combination of ``keys`` appears with more than one seed (error bars make sense)."""
+    if SEED_COL not in df.columns or df.empty:
+        return False
+    return bool(df.groupby([k for k in keys if k in df.columns], dropna=False)[SEED_COL].nunique().max() > 1)
+
+
+def _order(df: pd.DataFrame, col: str | None) -> list[Any]:
+    """Distinct values of ``col`` in order of first appearance (grid order)."""
+    return [] if col is None else list(pd.unique(df[col]))
+
+
+def _facets(
+    df: pd.DataFrame,
+    col: str | None,
+    row: str | None,
+    draw: Callable[[Axes, pd.DataFrame], None],
+    sharey: bool = True,
+) -> Figure:
+    """A grid of panels, one per (row, col) value, each drawn by ``draw(ax, subset)``; one legend on top."""
+    cols, rows = _order(df, col) or [None], _order(df, row) or [None]
+    fig, axes = plt.subplots(
+        len(rows), len(cols), figsize=(PANEL_W * len(cols), PANEL_H * len(rows)), squeeze=False,
+        sharey=sharey,
+    )  # fmt: skip
+    for i, rv in enumerate(rows):
+        for j, cv in enumerate(cols):
+            sub = df
+            if row is not None:
+                sub = sub[sub[row] == rv]
+            if col is not None:
+                sub = sub[sub[col] == cv]
+            ax = axes[i][j]
+            draw(ax, sub)
+            ax.set_title(", ".join(f"{k} = {v}" for k, v in ((row, rv), (col, cv)) if k is not None))
+    _shared_legend(fig, axes.ravel().tolist())
+    return fig
+
+
+def _shared_legend(fig: Figure, axes: list[Axes]) -> None:
+    """Replace per-panel legends by one legend above the figure."""
+    handles, labels = [], []
+    for ax in axes:
+        h, labs = ax.get_legend_handles_labels()
+        for hh, ll in zip(h, labs, strict=True):
+            if ll not in labels:
+                handles.append(hh)
+                labels.append(ll)
+        legend = ax.get_legend()
+        if legend is not None:
+            legend.remove()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 5))
+    fig.tight_layout()
+
+
+def _decorate(fig: Figure, title: str | None, xlabel: str | None, ylabel: str | None, **opts: Any) -> Figure:
+    """Axis labels, log scales, y limits and the figure title."""
+    for ax in fig.axes:
+        if xlabel is not None:
+            ax.set_xlabel(xlabel)
+        if ylabel is not None:
+            ax.set_ylabel(ylabel)
+        if opts.get("logx"):
+            ax.set_xscale("log")
+        if opts.get("logy"):
+            ax.set_yscale("log")
+        if opts.get("ylim") is not None:
+            ax.set_ylim(*opts["ylim"])
+    if title and len(fig.axes) == 1 and not fig.axes[0].get_title():
+        fig.axes[0].set_title(title)  # one panel: the title sits between the legend and the plot
+    elif title:
+        rows = max(len(leg.get_texts()) for leg in fig.legends) // 5 + 1 if fig.legends else 0
+        fig.suptitle(title, y=1.0 + 0.25 * rows / fig.get_figheight(), va="bottom")  # above the legend
+    return fig
+
+
+def line(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    hue: str | None = "system",
+    col: str | None = None,
+    row: str | None = None,
+    style: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    hue_order: Sequence[Any] | None = None,
+    **opts: Any,
+) -> Figure:
+    """Mean ``y`` against ``x`` per ``hue`` (error bars: std over seeds), faceted by ``col``/``row``."""
+    errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x, style or x]) else None
+    order = list(hue_order) if hue_order else (_order(df, hue) or None)
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        sns.lineplot(
+            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, markers=True,
+            dashes=style is not None, errorbar=errorbar, err_style="bars", ax=ax,
+        )  # fmt: skip
+
+    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+
+
+def bar(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    hue: str | None = "system",
+    col: str | None = None,
+    row: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    hue_order: Sequence[Any] | None = None,
+    **opts: Any,
+) -> Figure:
+    """Grouped bars: mean ``y`` per ``x`` and ``hue`` (error bars: std over seeds)."""
+    errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x]) else None
+    order = list(hue_order) if hue_order else (_order(df, hue) or None)
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        sns.barplot(
+            data=sub, x=x, y=y, hue=hue, hue_order=order, order=_order(df, x), errorbar=errorbar, ax=ax
+        )
+
+    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+
+
+def cdf(
+    df_requests: pd.DataFrame,
+    value: str,
+    hue: str | None = "system",
+    col: str | None = None,
+    row: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = "CDF",
+    hue_order: Sequence[Any] | None = None,
+    **opts: Any,
+) -> Figure:
+    """Empirical CDF of a per-request ``value`` (e.g. TPOT) per ``hue``."""
+    order = list(hue_order) if hue_order else (_order(df_requests, hue) or None)
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        sns.ecdfplot(data=sub, x=value, hue=hue, hue_order=order, ax=ax)
+
+    return _decorate(_facets(df_requests, col, row, draw), title, xlabel, ylabel, **opts)
+
+
+def timeline(
+    steps_df: pd.DataFrame,
+    x: str = "start_at",
+    y: str = "num_batched_tokens",
+    hue: str | None = "system",
+    col: str | None = None,
+    row: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = "time (s)",
+    ylabel: str | None = None,
+    hue_order: Sequence[Any] | None = None,
+    **opts: Any,
+) -> Figure:
+    """A per-step quantity over simulated time (one line per ``hue``, no averaging)."""
+    hue = hue if hue in steps_df.columns else None
+    order = list(hue_order) if hue_order else (_order(steps_df, hue) or None)
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        sns.lineplot(
+            data=sub, x=x, y=y, hue=hue, hue_order=order, estimator=None, drawstyle="steps-post", ax=ax
+        )
+
+    return _decorate(_facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
+
+
+def stacked_bar(
+    df: pd.DataFrame,
+    x: str,
+    y: Sequence[str],
+    col: str | None = None,
+    row: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    **opts: Any,
+) -> Figure:
+    """Breakdown bars: the means (over seeds) of columns ``y`` stacked per ``x`` (e.g.
+    draft/verify/overhead)."""
+    parts = list(y)
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        means = sub.groupby(x, sort=False)[parts].mean()
+        bottom = pd.Series(0.0, index=means.index)
+        labels = [str(v) for v in means.index]
+        for p in parts:
+            ax.bar(labels, means[p].to_numpy(), bottom=bottom.to_numpy(), label=p)
+            bottom = bottom + means[p]
+        ax.set_xlabel(x)
+
+    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+
+
+#: figure kind → (function, which table it reads, the name its y/value argument has).
+KINDS: dict[str, tuple[Callable[..., Figure], str, str]] = {
+    "line": (line, "points", "y"),
+    "bar": (bar, "points", "y"),
+    "stacked_bar": (stacked_bar, "points", "y"),
+    "cdf": (cdf, "requests", "value"),
+    "timeline": (timeline, "steps", "y"),
+}
+
+
+def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """Save ``fig`` as PNG (150 dpi) and PDF (no timestamps, so reruns give the same file); close it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(
+        paths[1], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None, "Producer": None}
+    )
+    plt.close(fig)
+    return paths
+
+
+def filter_rows(df: pd.DataFrame, where: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Rows of ``df`` whose columns equal the ``where`` values (lists = any of)."""
+    for key, value in (where or {}).items():
+        if key not in df.columns:
+            raise ConfigError(f"where: no column '{key}' (columns: {', '.join(map(str, df.columns))})")
+        values = value if isinstance(value, list | tuple) else [value]
+        df = df[df[key].isin(values)]
+    return df
+
+
+def check_spec(spec: Mapping[str, Any], columns: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` naming the key when a figure spec is malformed or names a missing column."""
+    name = spec.get("name", "?")
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ConfigError(
+            f"exp.figures[{name}]: unknown key(s) {sorted(unknown)} (known: {sorted(SPEC_KEYS)})"
+        )
+    if "name" not in spec or spec.get("kind") not in KINDS:
+        raise ConfigError(
+            f"exp.figures[{name}]: needs a name and a kind in {sorted(KINDS)}, got {spec.get('kind')!r}"
+        )
+    for key in ("x", "hue", "col", "row", "style"):
+        v = spec.get(key)
+        if v is not None and v not in columns:
+            raise ConfigError(f"exp.figures[{name}].{key}: no column '{v}'")
+    ys = spec.get("y")
+    for y in ys if isinstance(ys, list | tuple) else [ys] if ys is not None else []:
+        if y not in columns:
+            raise ConfigError(f"exp.figures[{name}].y: no column '{y}'")
+
+
+def drop_missing_facets(spec: Mapping[str, Any], columns: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The spec without facet keys (col/row/style) naming absent columns — a quick run's grid may lack them —
+    and a note per dropped key."""
+    out, notes = dict(spec), []
+    for key in ("col", "row", "style"):
+        if out.get(key) is not None and out[key] not in columns:
+            notes.append(f"figure {spec.get('name')}: no column '{out.pop(key)}', drawn without {key}")
+    return out, notes
+
+
+def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | None]) -> Figure | None:
+    """One figure from its spec, or None when the table it reads was not saved (e.g. no requests.parquet)."""
+    fn, source, y_arg = KINDS[str(spec.get("kind"))]
+    df = tables.get(source)
+    if df is None:
+        return None
+    spec, _ = drop_missing_facets(spec, list(df.columns))
+    check_spec(spec, list(df.columns))
+    args = {k: v for k, v in spec.items() if k not in ("name", "kind", "where", "y")}
+    if spec.get("y") is not None:
+        args[y_arg] = spec["y"]
+    return fn(filter_rows(df, spec.get("where")), **args)
+
+
+def draw_figures(
+    figures: Sequence[Mapping[str, Any]],
+    points: pd.DataFrame,
+    out_dir: Path,
+    requests: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
+) -> tuple[list[Path], list[str]]:
+    """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
+    figures."""
+    use_style()
+    tables = {"points": points, "requests": requests, "steps": steps}
+    paths: list[Path] = []
+    skipped: list[str] = []
+    for spec in figures:
+        if spec.get("kind") not in KINDS:
+            check_spec(spec, list(points.columns))
+        skipped += (
+            drop_missing_facets(spec, list(points.columns))[1] if KINDS[spec["kind"]][1] == "points" else []
+        )
+        fig = draw_figure(spec, tables)
+        if fig is None:
+            source = KINDS[str(spec["kind"])][1]
+            skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
+            continue
+        paths += save(fig, out_dir, str(spec["name"]))
+    return paths, skipped
+
+
+def model_vs_measured(
+    df: pd.DataFrame, x: str = "x", measured: str = "measured_ms", modelled: str = "modelled_ms",
+    title: str | None = None, xlabel: str | None = None, ylabel: str | None = "ms",
+) -> Figure:  # fmt: skip
+    """A calibration table: the model as a line, the measurements as points."""
+    use_style()
+    fig, ax = plt.subplots(figsize=(PANEL_W, PANEL_H))
+    d = df.sort_values(x)
+    ax.plot(d[x], d[modelled], "-", marker=".", label="model")
+    ax.scatter(d[x], d[measured], color="black", s=12, zorder=3, label="measured")
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel or "")
+    if title:
+        ax.set_title(title)
+    _shared_legend(fig, [ax])
+    return fig
+
+
+def relative_error_bars(
+    df: pd.DataFrame, label: str = "table", err: str = "rel_err", tol: str = "tolerance",
+    title: str | None = None,
+) -> Figure:  # fmt: skip
+    """Calibration anchors in one unit-free panel: (modelled / measured − 1) in % per row, one bar each,
+    with the row's tolerance as grey ticks (blue bars are within it, red ones outside)."""
+    use_style()
+    d = df.reset_index(drop=True)
+    pct, band = d[err].to_numpy() * 100, d[tol].to_numpy() * 100
+    fig, ax = plt.subplots(figsize=(2 * PANEL_W, 0.22 * len(d) + 1.0))
+    ypos = range(len(d))
+    colors = ["tab:blue" if abs(e) <= b else "tab:red" for e, b in zip(pct, band, strict=True)]
+    ax.barh(list(ypos), pct, color=colors)
+    ax.scatter(band, list(ypos), marker="|", color="grey", s=80, label="± tolerance")
+    ax.scatter(-band, list(ypos), marker="|", color="grey", s=80)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(list(ypos), [str(v) for v in d[label]])
+    ax.invert_yaxis()
+    ax.set_xlabel("modelled / measured − 1 (%)")
+    if title:
+        ax.set_title(title)
+    _shared_legend(fig, [ax])
+    return fig

@@ -1,0 +1,179 @@
+"""repro.metrics on hand-computed request tables."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repro.metrics import (
+    POINT_METRICS,
+    attained,
+    jain_index,
+    per_class,
+    regret,
+    regret_from_arms,
+    sum_log,
+    summarize,
+    tpot_s,
+)
+
+INF = math.inf
+NAN = math.nan
+
+
+def req(
+    arrival: float = 0.0,
+    first: float = 1.0,
+    finish: float = 2.0,
+    out: int = 11,
+    tpot_slo: float = INF,
+    ttft_slo: float = INF,
+    cls: str = "default",
+    proposed: int = 0,
+    accepted: int = 0,
+    decode_steps: int = 10,
+    spec_steps: int = 0,
+) -> dict[str, object]:
+    """One request row as the engine writes it."""
+    return {
+        "rid": 0, "dataset": "d", "slo_class": cls, "arrival_s": arrival, "first_token_at": first,
+        "finish_at": finish, "prompt_len": 5, "output_len": out, "num_proposed": proposed,
+        "num_accepted": accepted, "num_decode_steps": decode_steps, "num_spec_steps": spec_steps,
+        "tpot_slo_s": tpot_slo, "ttft_slo_s": ttft_slo, "num_preemptions": 0,
+    }  # fmt: skip
+
+
+def frame(*rows: dict[str, object]) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows))
+    df["rid"] = np.arange(len(df))
+    return df
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (req(), True),  # no SLO at all: a finished request attains
+        (req(tpot_slo=0.1), True),  # TPOT = (2-1)/(11-1) = 0.1 ≤ 0.1 (boundary attains)
+        (req(tpot_slo=0.099), False),  # 0.1 > 0.099
+        (req(finish=NAN, tpot_slo=INF), False),  # unfinished = miss, even without SLO
+        (req(out=1, finish=1.0, tpot_slo=0.001), True),  # single token: no TPOT, judged by TTFT only
+        (req(out=1, finish=1.0, ttft_slo=0.5), False),  # single token, TTFT 1.0 > 0.5
+        (req(tpot_slo=0.2, ttft_slo=0.5), False),  # TPOT fine, TTFT 1.0 > 0.5
+        (req(tpot_slo=0.2, ttft_slo=1.0), True),  # both met
+    ],
+)
+def test_attainment_per_request(row: dict[str, object], expected: bool) -> None:
+    assert attained(frame(row))[0] == expected
+
+
+def test_tpot_undefined_for_single_token_and_unfinished() -> None:
+    t = tpot_s(frame(req(), req(out=1, finish=1.0), req(finish=NAN)))
+    assert t[0] == pytest.approx(0.1)
+    assert np.isnan(t[1]) and np.isnan(t[2])
+
+
+def test_summarize_hand_computed() -> None:
+    df = frame(
+        # TPOT 0.1 s, meets 0.15; latency 2; TTFT 1
+        req(arrival=0.0, first=1.0, finish=2.0, out=11, tpot_slo=0.15, cls="urgent",
+            proposed=20, accepted=10, decode_steps=5, spec_steps=5),
+        # TPOT 0.2 s, misses 0.15; latency 4; TTFT 2
+        req(arrival=1.0, first=3.0, finish=5.0, out=11, tpot_slo=0.15, cls="urgent",
+            proposed=20, accepted=5, decode_steps=5, spec_steps=5),
+        # unfinished: 4 tokens so far, TTFT 0.5
+        req(arrival=2.0, first=2.5, finish=NAN, out=4, cls="relaxed", decode_steps=3),
+    )  # fmt: skip
+    m = summarize(df, sim_time_s=10.0)
+    assert set(POINT_METRICS) <= set(m)
+    assert m["num_requests"] == 3
+    assert m["slo_attainment"] == pytest.approx(1 / 3)
+    assert m["goodput_tok_s"] == pytest.approx(11 / 10)  # only the first request's tokens
+    assert m["throughput_tok_s"] == pytest.approx(26 / 10)
+    assert m["request_throughput"] == pytest.approx(2 / 10)
+    assert m["mean_latency_s"] == pytest.approx(3.0)
+    assert m["p50_latency_s"] == pytest.approx(3.0)
+    assert m["mean_ttft_ms"] == pytest.approx((1000 + 2000 + 500) / 3)
+    assert m["mean_tpot_ms"] == pytest.approx(150.0)
+    assert m["acceptance_rate"] == pytest.approx(15 / 40)
+    assert m["mean_accepted_len"] == pytest.approx((15 + 13) / 13)  # (accepted + decode steps) / decode steps
+    assert m["mean_acceptance_length"] == pytest.approx(1 + 15 / 10)  # vLLM: 1 + accepted / drafts
+    assert m["slo_attainment_urgent"] == pytest.approx(0.5)
+    assert m["slo_attainment_relaxed"] == 0.0
+    assert m["completed"] == 2
+    assert m["sim_time_s"] == 10.0
+
+
+def test_no_speculation_gives_nan_acceptance_and_unit_length() -> None:
+    m = summarize(frame(req(), req()), sim_time_s=5.0)
+    assert math.isnan(m["acceptance_rate"])
+    assert m["mean_accepted_len"] == 1.0
+
+
+def test_mean_batch_size_from_steps_or_littles_law() -> None:
+    df = frame(req(first=0.0, finish=4.0), req(first=2.0, finish=4.0))
+    assert summarize(df, 4.0)["mean_batch_size"] == pytest.approx((4 + 2) / 4)
+    steps = pd.DataFrame({"num_seqs": [1, 2, 3], "latency_s": [0.1, 0.1, 0.2]})
+    m = summarize(df, 4.0, steps)
+    assert m["mean_batch_size"] == pytest.approx(2.0)
+    assert m["busy_time_s"] == pytest.approx(0.4)
+
+
+def test_empty_table_is_nan_not_error() -> None:
+    m = summarize(frame(req()).iloc[:0], sim_time_s=0.0)
+    assert m["num_requests"] == 0 and math.isnan(m["slo_attainment"])
+
+
+def test_per_class() -> None:
+    df = frame(req(cls="a", tpot_slo=0.05), req(cls="a"), req(cls="b"))
+    pc = per_class(df, sim_time_s=2.0)
+    assert pc.loc["a", "slo_attainment"] == 0.5 and pc.loc["b", "slo_attainment"] == 1.0
+    assert pc.loc["a", "goodput_tok_s"] == pytest.approx(11 / 2)
+
+
+@pytest.mark.parametrize(
+    ("x", "expected"),
+    [
+        ([1.0, 1.0, 1.0, 1.0], 1.0),  # all equal
+        ([1.0, 0.0, 0.0, 0.0], 0.25),  # one client gets everything: 1/n
+        ([1.0, 2.0], 9 / 10),  # (3)^2 / (2 * 5)
+        ([0.0, 0.0], 1.0),  # nobody got anything: equal
+    ],
+)
+def test_jain_index(x: list[float], expected: float) -> None:
+    assert jain_index(x) == pytest.approx(expected)
+
+
+def test_fairness_extras_with_clients() -> None:
+    df = frame(req(out=10), req(out=30))
+    df["client"] = ["c0", "c1"]
+    m = summarize(df, sim_time_s=10.0)
+    assert m["jain_index"] == pytest.approx(jain_index([1.0, 3.0]))
+    assert m["sum_log_goodput"] == pytest.approx(math.log(1.0) + math.log(3.0))
+    assert sum_log([1.0, 0.0]) == -INF
+
+
+def test_regret() -> None:
+    assert regret([1, 0, 1], [1, 1, 1]).tolist() == [0, 1, 1]
+    rewards = np.array([[1.0, 0.0], [1.0, 0.5], [0.0, 1.0]])  # arm 0 totals 2, arm 1 totals 1.5
+    assert regret_from_arms(rewards, [1, 1, 0]).tolist() == [1.0, 1.5, 1.5]
+
+
+def test_summarize_is_fast_enough_shape() -> None:
+    """10k requests summarize without Python loops (the speed itself is a tests/bench concern)."""
+    n = 10_000
+    rng = np.random.default_rng(0)
+    arrival = np.sort(rng.uniform(0, 100, n))
+    df = pd.DataFrame(
+        {
+            "slo_class": rng.choice(["urgent", "relaxed"], n), "arrival_s": arrival,
+            "first_token_at": arrival + 0.1, "finish_at": arrival + 2.0,
+            "output_len": rng.integers(1, 200, n),
+            "num_proposed": 10, "num_accepted": 5, "num_decode_steps": 4, "num_spec_steps": 4,
+            "tpot_slo_s": 0.05, "ttft_slo_s": INF, "prompt_len": 10, "num_preemptions": 0,
+        }
+    )  # fmt: skip
+    m = summarize(df, 110.0)
+    assert m["num_requests"] == n and 0 <= m["slo_attainment"] <= 1

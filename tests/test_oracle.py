@@ -1,0 +1,370 @@
+"""Token oracle: acceptance converges to the configured means, trees beat chains, the drafter is calibrated,
+common random numbers hold, candidate trees are well formed, prompt lookup behaves per dataset."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repro.oracle import Drafter, TokenOracle
+from repro.plan import CandidateTree, TreeSpec
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "oracle" / "default.yaml"
+
+
+def make_oracle(n: int = 200, mean: float = 0.62, seed: int = 0, dataset: str = "sharegpt",
+                **kw: object) -> TokenOracle:
+    return TokenOracle(seed, np.full(n, dataset, dtype=object), {dataset: mean}, **kw)  # type: ignore[arg-type]
+
+
+def chain_rate(oracle: TokenOracle, n: int, num_pos: int, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(proposed, accepted) as (n, num_pos) arrays for chains of k starting at every position."""
+    rids = np.arange(n)
+    out = [oracle.accept_chain(rids, np.full(n, t), np.full(n, k)) for t in range(num_pos)]
+    return np.stack([p for p, _ in out], axis=1), np.stack([a for _, a in out], axis=1)
+
+
+def ancestors(cand: CandidateTree, node: int) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = int(cand.parent[node])
+    return path[::-1]
+
+
+def on_true_path(oracle: TokenOracle, cand: CandidateTree) -> np.ndarray:
+    """Whether each candidate node lies on the true path (its root path is accepted in full)."""
+    return np.array([oracle.accept_tree(TreeSpec(cand, np.array(ancestors(cand, i)))) == cand.depth[i]
+                     for i in range(cand.size)])
+
+
+def zero_chain(cand: CandidateTree) -> np.ndarray:
+    """The rank-0 chain inside a candidate tree (as far as beam search kept it)."""
+    nodes, parent = [], -1
+    for i in range(cand.size):
+        if cand.parent[i] == parent and cand.rank[i] == 0:
+            nodes.append(i)
+            parent = i
+    return np.array(nodes, dtype=np.int64)
+
+
+# --- acceptance converges to the configured mean ------------------------------------------------------------
+
+@pytest.mark.parametrize("mean,spread", [
+    (0.30, 0.1),   # low acceptance
+    (0.62, 0.1),   # TurboSpec (160M, 7B) ShareGPT
+    (0.92, 0.05),  # TurboSpec (1B, 70B) Sonnet
+    (0.70, 0.0),   # no per-request spread
+])
+def test_chain_acceptance_rate_converges_to_mean(mean: float, spread: float) -> None:
+    n, num_pos = 400, 250
+    proposed, accepted = chain_rate(make_oracle(n, mean, spread=spread), n, num_pos)
+    assert (proposed == 1).all()
+    # per-request levels dominate the error: se² = spread²/n + mean(1-mean)/(n·num_pos)
+    se = np.sqrt(spread**2 / n + mean * (1 - mean) / (n * num_pos))
+    assert accepted.sum() / proposed.sum() == pytest.approx(mean, abs=4 * se)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.1])
+def test_expected_chain_length_matches_product_of_top1_probs(spread: float) -> None:
+    n, num_pos, k, mean = 300, 40, 4, 0.62
+    oracle = make_oracle(n, mean, spread=spread)
+    _, accepted = chain_rate(oracle, n, num_pos, k)
+    # E[accepted] = E[Σ_i Π_{j≤i} p0]: the drafter's top-1 probabilities along its chain (γ = 1)
+    probs = [oracle.chain_probs_batch(np.arange(n), np.full(n, t), k) for t in range(num_pos)]
+    expected = np.stack([np.cumprod(p, axis=1).sum(axis=1) for p in probs], axis=1)
+    se = 2 * np.sqrt(accepted.var() / accepted.size)  # ×2: positions of a request share a_r
+    assert accepted.mean() == pytest.approx(expected.mean(), abs=4 * se)
+    if spread == 0.0:  # positions are independent with E[p0] = mean: E[accepted] = Σ_i mean^i
+        assert accepted.mean() == pytest.approx(sum(mean**i for i in range(1, k + 1)), abs=4 * se)
+
+
+def test_chain_acceptance_is_a_prefix_of_rank0_positions() -> None:
+    oracle = make_oracle(50)
+    rids = np.arange(50)
+    _, a1 = chain_rate(oracle, 50, 20, 1)
+    for t in range(12):
+        _, a8 = oracle.accept_chain(rids, np.full(50, t), np.full(50, 8))
+        expect = np.cumprod(a1[:, t:t + 8], axis=1).sum(axis=1)
+        np.testing.assert_array_equal(a8, expect)
+
+
+def test_drift_starts_at_a0_and_settles_at_the_mean() -> None:
+    n = 400
+    oracle = make_oracle(n, 0.7, drift={"a0": 0.3, "tau": 20.0})
+    _, acc = chain_rate(oracle, n, 5)
+    _, late = oracle.accept_chain(np.arange(n), np.full(n, 400), np.ones(n, dtype=np.int64))
+    assert acc.mean() < 0.45
+    assert late.mean() == pytest.approx(0.7, abs=0.08)
+
+
+# --- trees --------------------------------------------------------------------------------------------------
+
+def test_wider_trees_accept_more_than_chains_and_contain_them() -> None:
+    n, depth = 200, 4
+    oracle = make_oracle(n, 0.62)
+    rids = np.arange(n)
+    totals = {1: 0, 2: 0, 4: 0}
+    for t in range(0, 60, 6):
+        pos = np.full(n, t)
+        _, chain_acc = oracle.accept_chain(rids, pos, np.full(n, depth))
+        for width in totals:
+            for cand, ca in zip(oracle.candidates_batch(rids, pos, depth, width), chain_acc, strict=True):
+                full = oracle.accept_tree(TreeSpec(cand, np.arange(cand.size)))
+                sub = zero_chain(cand)
+                sub_acc = oracle.accept_tree(TreeSpec(cand, sub))
+                assert full >= sub_acc  # the full tree accepts at least its rank-0 chain subset
+                assert sub_acc == min(int(ca), sub.size)  # ... which is what a chain of that length accepts
+                if width == 1:
+                    assert full == ca  # a width-1 beam is the greedy chain
+                totals[width] += full
+    assert totals[1] < totals[2] < totals[4]
+
+
+ORACLE_20 = make_oracle(20, 0.62, seed=11)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(rid=st.integers(0, 19), pos=st.integers(0, 600), depth=st.integers(1, 6), width=st.integers(1, 8),
+       keep=st.lists(st.booleans(), min_size=48, max_size=48))
+def test_accept_tree_of_parent_closed_subsets(rid: int, pos: int, depth: int, width: int,
+                                             keep: list[bool]) -> None:
+    oracle = ORACLE_20
+    cand = oracle.candidates(rid, pos, depth, width)
+    chosen: set[int] = set()
+    for i in range(cand.size):  # BFS order: a node may be kept only if its parent was
+        if keep[i] and (cand.parent[i] < 0 or int(cand.parent[i]) in chosen):
+            chosen.add(i)
+    nodes = np.array(sorted(chosen), dtype=np.int64)
+    acc = oracle.accept_tree(TreeSpec(cand, nodes))
+    assert 0 <= acc <= (int(cand.depth[nodes].max()) if nodes.size else 0) <= depth
+    assert acc <= oracle.accept_tree(TreeSpec(cand, np.arange(cand.size)))
+    sub = zero_chain(cand)
+    _, chain = oracle.accept_chain(np.array([rid]), np.array([pos]), np.array([sub.size]))
+    assert oracle.accept_tree(TreeSpec(cand, sub)) == chain[0]
+
+
+# --- calibration --------------------------------------------------------------------------------------------
+
+def reliability(confidence: float) -> list[tuple[float, float, float]]:
+    """(mean path_prob, fraction on the true path, standard error) per path-probability bucket."""
+    n = 150
+    oracle = make_oracle(n, 0.62, seed=3, confidence=confidence)
+    pp, hit = [], []
+    for t in range(0, 40, 4):
+        for cand in oracle.candidates_batch(np.arange(n), np.full(n, t), 3, 3):
+            pp.append(cand.path_prob)
+            hit.append(on_true_path(oracle, cand))
+    p, h = np.concatenate(pp), np.concatenate(hit)
+    edges = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 1.0])
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        m = (p >= lo) & (p < hi)
+        if m.sum() >= 200:
+            f = h[m].mean()
+            out.append((float(p[m].mean()), float(f), float(np.sqrt(max(f * (1 - f), 1e-3) / m.sum()))))
+    return out
+
+
+def test_calibrated_drafter_path_probs_match_true_path_frequency() -> None:
+    buckets = reliability(1.0)
+    assert len(buckets) >= 6
+    for mean_pp, freq, se in buckets:
+        assert freq == pytest.approx(mean_pp, abs=max(0.03, 4 * se)), buckets
+
+
+@pytest.mark.parametrize("confidence", [0.4, 2.5])  # under- and over-confident drafter
+def test_miscalibrated_drafter_is_detected(confidence: float) -> None:
+    gaps = [abs(freq - mean_pp) for mean_pp, freq, _ in reliability(confidence)]
+    assert max(gaps) > 0.08
+
+
+# --- common random numbers ----------------------------------------------------------------------------------
+
+def test_same_seed_same_answers_in_any_order_subset_or_repetition() -> None:
+    n = 40
+    a, b = make_oracle(n, seed=7), make_oracle(n, seed=7)
+    rids = np.arange(n)
+    k = np.full(n, 5)
+    ref = [a.accept_chain(rids, np.full(n, t), k)[1] for t in range(0, 600, 37)]
+    # b: far positions first, reversed order, subsets, repeated calls, releases in between
+    got: dict[tuple[int, int], int] = {}
+    for t in reversed(range(0, 600, 37)):
+        for sub in (rids[::-1][::3], rids[1::3], rids[2::3], rids[::3]):
+            _, acc = b.accept_chain(sub, np.full(sub.size, t), np.full(sub.size, 5))
+            got.update({(int(r), t): int(x) for r, x in zip(sub, acc, strict=True)})
+        b.release(int(rids[t % n]))
+    for i, t in enumerate(range(0, 600, 37)):
+        np.testing.assert_array_equal(ref[i], [got[(int(r), t)] for r in rids])
+    ca = a.candidates_batch(rids, np.full(n, 300), 5, 4)
+    cb = [b.candidates(int(r), 300, 5, 4) for r in rids[::-1]][::-1]
+    for x, y in zip(ca, cb, strict=True):
+        np.testing.assert_array_equal(x.rank, y.rank)
+        np.testing.assert_array_equal(x.path_prob, y.path_prob)
+    np.testing.assert_array_equal(a.chain_probs(3, 77, 6), b.chain_probs(3, 77, 6))
+
+
+def test_answers_do_not_depend_on_the_other_requests_or_their_datasets() -> None:
+    a = TokenOracle(5, np.array(["sharegpt"] * 10, dtype=object), {"sharegpt": 0.6})
+    b = TokenOracle(5, np.array(["sonnet"] * 5 + ["sharegpt"] * 5, dtype=object),
+                    {"sharegpt": 0.6, "sonnet": 0.3})
+    rids = np.arange(5, 10)
+    for t in (0, 255, 256, 1000):
+        np.testing.assert_array_equal(a.accept_chain(rids, np.full(5, t), np.full(5, 6))[1],
+                                      b.accept_chain(rids, np.full(5, t), np.full(5, 6))[1])
+
+
+def test_different_seed_differs() -> None:
+    n = 100
+    _, a = chain_rate(make_oracle(n, seed=1), n, 20, 4)
+    _, b = chain_rate(make_oracle(n, seed=2), n, 20, 4)
+    assert (a != b).mean() > 0.2
+
+
+def test_node_probabilities_depend_on_their_path_not_on_the_beam() -> None:
+    oracle = make_oracle(10, seed=4)
+    for rid in range(10):
+        probs: dict[tuple[int, ...], float] = {}
+        for width in (1, 2, 3, 5, 8):
+            cand = oracle.candidates(rid, 50, 4, width)
+            for i in range(cand.size):
+                key = tuple(int(cand.rank[j]) for j in ancestors(cand, i))
+                prob = float(cand.prob[i])
+                assert probs.setdefault(key, prob) == pytest.approx(prob, rel=1e-12)
+
+
+def test_release_frees_chunks_and_regenerates_identically() -> None:
+    oracle = make_oracle(8)
+    rids = np.arange(8)
+    before = oracle.accept_chain(rids, np.full(8, 500), np.full(8, 7))[1]
+    assert oracle.num_live_chunks > 0
+    for r in rids:
+        oracle.release(int(r))
+    assert oracle.num_live_chunks == 0
+    np.testing.assert_array_equal(before, oracle.accept_chain(rids, np.full(8, 500), np.full(8, 7))[1])
+
+
+# --- candidate trees ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("depth,width", [(1, 1), (1, 4), (3, 2), (8, 4), (5, 8)])
+def test_candidate_tree_structure(depth: int, width: int) -> None:
+    oracle = make_oracle(30, 0.5)
+    for cand in oracle.candidates_batch(np.arange(30), np.arange(30) * 7, depth, width):
+        assert (cand.draft_depth, cand.draft_width, cand.size) == (depth, width, depth * width)
+        assert (np.diff(cand.depth) >= 0).all()  # BFS order
+        assert (np.bincount(cand.depth)[1:] == width).all()  # every layer has `width` nodes
+        first = cand.depth == 1
+        assert (cand.parent[first] == -1).all()
+        np.testing.assert_array_equal(cand.rank[first], np.arange(width))  # the root's top-width children
+        child = ~first
+        assert (cand.parent[child] < np.arange(cand.size)[child]).all()  # parents precede children
+        assert (cand.depth[cand.parent[child]] == cand.depth[child] - 1).all()
+        assert ((cand.prob > 0) & (cand.prob <= 1)).all()
+        parent_pp = np.where(first, 1.0, cand.path_prob[np.maximum(cand.parent, 0)])
+        np.testing.assert_allclose(cand.path_prob, parent_pp * cand.prob)
+        assert (cand.path_prob <= parent_pp).all()  # non-increasing along paths
+        pairs = set(zip(cand.parent.tolist(), cand.rank.tolist(), strict=True))
+        assert len(pairs) == cand.size  # siblings are distinct tokens
+
+
+def test_beam_keeps_a_prefix_of_each_parents_ranks() -> None:
+    # a parent's children are sorted by probability: top-width selection keeps ranks 0..m-1 of each parent
+    oracle = make_oracle(20, 0.5)
+    for cand in oracle.candidates_batch(np.arange(20), np.zeros(20, dtype=np.int64), 4, 3):
+        for p in np.flatnonzero(cand.depth < 4):
+            kids = cand.rank[cand.parent == p]
+            np.testing.assert_array_equal(kids, np.arange(kids.size))
+
+
+def test_width_above_oracle_width_is_rejected() -> None:
+    oracle = make_oracle(2, width=4)
+    assert Drafter(oracle).max_width == 4
+    with pytest.raises(ValueError, match="beam width"):
+        oracle.candidates(0, 0, 2, 5)
+
+
+def test_drafter_exposes_only_the_draft_view() -> None:
+    oracle = make_oracle(4)
+    drafter = Drafter(oracle)
+    assert not hasattr(drafter, "accept_chain") and not hasattr(drafter, "accept_tree")
+    np.testing.assert_array_equal(drafter.chain_probs(1, 9, 3), oracle.chain_probs(1, 9, 3))
+    np.testing.assert_array_equal(drafter.candidates(1, 9, 3, 2).path_prob,
+                                  oracle.candidates(1, 9, 3, 2).path_prob)
+
+
+def test_chain_probs_follow_the_width1_beam() -> None:
+    oracle = make_oracle(6, confidence=1.7)
+    cand = oracle.candidates(2, 33, 6, 1)
+    np.testing.assert_allclose(oracle.chain_probs(2, 33, 6), cand.prob)
+    assert (cand.rank == 0).all()
+
+
+# --- prompt lookup ------------------------------------------------------------------------------------------
+
+PLD = {"default": {"match": 0.15, "accept": 0.35, "match_len": 32},
+       "cnn_dailymail": {"match": 0.5, "accept": 0.58}, "sharegpt": {"match": 0.2, "accept": 0.4}}
+
+
+def test_pld_proposes_nothing_without_a_match_and_summarization_beats_chat() -> None:
+    n = 300
+    ds = np.array(["cnn_dailymail", "sharegpt"] * (n // 2), dtype=object)
+    oracle = TokenOracle(0, ds, {"default": 0.6}, pld=PLD)
+    rids = np.arange(n)
+    prop, acc = [], []
+    for t in range(100):
+        p, a = oracle.accept_chain(rids, np.full(n, t), np.full(n, 5), proposer="pld")
+        prop.append(p)
+        acc.append(a)
+    p, a = np.stack(prop, 1), np.stack(acc, 1)
+    assert (p >= 0).all() and (p <= 5).all() and (a <= p).all()
+    assert (a[p == 0] == 0).all()
+    summ, chat = ds == "cnn_dailymail", ds == "sharegpt"
+    assert (p[summ] == 0).mean() == pytest.approx(0.5, abs=0.03)  # match probability per dataset
+    assert (p[chat] == 0).mean() == pytest.approx(0.8, abs=0.03)
+    assert a[summ].mean() > 2 * a[chat].mean()
+
+
+# --- configuration ------------------------------------------------------------------------------------------
+
+def test_missing_dataset_names_dataset_and_pair() -> None:
+    with pytest.raises(KeyError, match=r"llama-160m/llama2-7b.*'alpaca'"):
+        TokenOracle(0, np.array(["sharegpt", "alpaca"], dtype=object), {"sharegpt": 0.6},
+                    pair="llama-160m/llama2-7b")
+    oracle = TokenOracle(0, np.array(["alpaca"], dtype=object), {"sharegpt": 0.6}, default_accept=0.5)
+    assert oracle.accept_chain(np.array([0]), np.array([0]), np.array([3]))[0][0] == 3
+
+
+def test_from_cfg_reads_the_tables_and_the_override() -> None:
+    cfg = yaml.safe_load(CONF.read_text())
+    ds = np.array(["sharegpt"] * 300, dtype=object)
+    for draft, targets in cfg["accept"].items():
+        for target in targets:
+            TokenOracle.from_cfg(cfg, seed=0, dataset=ds, draft=draft, target=target)
+    # a pair the tables lack fails when its proposer is used (a non-speculative run needs no table)
+    oracle = TokenOracle.from_cfg(cfg, seed=0, dataset=ds, draft="llama-160m", target="qwen2.5-7b")
+    with pytest.raises(KeyError, match=r"llama-160m.*qwen2\.5-7b"):
+        oracle.accept_chain(np.array([0]), np.array([0]), np.array([2]))
+    with pytest.raises(KeyError, match=r"EAGLE.*qwen2\.5-7b"):
+        oracle.candidates(0, 0, 2, 2, proposer="eagle")
+    assert oracle.accept_chain(np.array([0]), np.array([0]), np.array([2]), proposer="pld")[0][0] <= 2
+    cfg["accept_override"] = 0.9
+    oracle = TokenOracle.from_cfg(cfg, seed=0, dataset=ds, draft="llama-160m", target="llama2-7b")
+    _, acc = chain_rate(oracle, 300, 50)
+    assert acc.mean() == pytest.approx(0.9, abs=0.03)
+    _, acc = oracle.accept_chain(np.arange(300), np.zeros(300, dtype=np.int64), np.ones(300, dtype=np.int64),
+                                 proposer="eagle")
+    assert acc.mean() == pytest.approx(0.9, abs=0.06)
+
+
+def test_unconfigured_proposer_raises() -> None:
+    oracle = make_oracle(2)
+    with pytest.raises(ValueError, match="eagle"):
+        oracle.accept_chain(np.array([0]), np.array([0]), np.array([2]), proposer="eagle")
+    with pytest.raises(ValueError, match="pld"):
+        oracle.accept_chain(np.array([0]), np.array([0]), np.array([2]), proposer="pld")
