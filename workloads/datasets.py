@@ -10,8 +10,9 @@ happens once. Missing files raise :class:`DataMissingError` naming the file to p
 
 Prompt/output construction per dataset (``name``: prompt → output):
 
-- ``sharegpt``: the Llama-3 token-id files (300a + 300b, exact counts; re-tokenized by decoding the ids for
-  llama2/qwen); ``variant="v3_first_turn"``: first human turn of the 1,000 V3 conversations (no output);
+- ``sharegpt``: the Llama-3 token-id file 300b (exact counts; re-tokenized by decoding the ids for llama2/qwen;
+  ``variant="tokens_long"``: file 300a, a long-output subset; ``"tokens_all"``: both);
+  ``variant="v3_first_turn"``: first human turn of the 1,000 V3 conversations (no output);
   ``variant="v3_full"`` (hub only): ``ShareGPT_V3_unfiltered_cleaned_split.json``, first turn → second turn.
   vLLM's ``sample_sharegpt_requests`` rules are applied by the builder (see ``vllm_sharegpt_keep``).
 - ``alpaca``: instruction + "\\n" + input (when non-empty) → output. ``variant="full"`` (hub):
@@ -149,9 +150,12 @@ def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
         return _counted(
             "sharegpt", path, root, tokenizer, [c[0]["value"] for c in convs], [c[1]["value"] for c in convs]
         )
-    if variant != "tokens":
-        raise ValueError(f"sharegpt variant must be tokens|v3_first_turn|v3_full, got {variant!r}")
-    paths = [_require(root, f"sharegpt/sharegpt_llama3_tokens_300{s}.jsonl") for s in "ab"]
+    # File 300a is a long-output subset (every output between 512 and 1,021 tokens, mean 653), file 300b a plain
+    # sample (output mean 278 Llama-3 tokens, against TurboSpec Table 2's 256 ± 249): the default uses 300b alone.
+    files = {"tokens": "b", "tokens_long": "a", "tokens_all": "ab"}
+    if variant not in files:
+        raise ValueError(f"sharegpt variant must be one of {sorted(files)} | v3_first_turn | v3_full, got {variant!r}")
+    paths = [_require(root, f"sharegpt/sharegpt_llama3_tokens_300{s}.jsonl") for s in files[variant]]
     rows = [r for p in paths for r in _jsonl(p)]
     how = "llama3 token ids"
     prompt = [r["input_toks"] for r in rows]
@@ -165,7 +169,7 @@ def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
             how = f"llama3 ids decoded, re-tokenized with {tokenizer}"
         else:
             how = f"llama3 counts (no {tokenizer} or llama3 tokenizer file to re-tokenize)"
-    src = f"real files {paths[0]} + {paths[1].name} ({len(rows)} records, {how})"
+    src = f"real file(s) {' + '.join(str(p) for p in paths)} ({len(rows)} records, {how})"
     return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src)
 
 

@@ -60,7 +60,7 @@ def test_table_contract(real_data: Path) -> None:
     assert t.arrival_s.dtype == np.float64 and np.all(np.diff(t.arrival_s) >= 0)
     assert t.prompt_len.dtype == np.int64 and t.output_len.dtype == np.int64 and t.output_len.min() >= 1
     assert t.slo_class.dtype == np.int64 and np.all(t.slo_class == 0) and np.all(np.isinf(t.tpot_slo_s))
-    assert set(t.dataset) == {"sharegpt"} and "real files" in t.source
+    assert set(t.dataset) == {"sharegpt"} and "real file" in t.source
 
 
 def test_class_proportions_and_slos(real_data: Path) -> None:

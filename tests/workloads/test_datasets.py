@@ -14,7 +14,7 @@ from workloads.tokens import count_tokens
 
 # (dataset, records, output known) on the files listed in ../shared/data/MANIFEST.md
 REAL = [
-    ("sharegpt", 600, True),
+    ("sharegpt", 300, True),
     ("alpaca", 5000, True),
     ("arxiv", 28257, True),
     ("specbench", 480, False),
@@ -49,7 +49,9 @@ def test_sharegpt_v3_first_turn_counts_prompts(real_data: Path) -> None:
 def test_sharegpt_llama3_counts_are_the_files(real_data: Path) -> None:
     # re-tokenizing the decoded ids with llama3 must give the files' own counts
     rec = load_records("sharegpt", str(real_data), "llama3")
-    assert rec.prompt_len[0] == 2358 and rec.output_len[0] == 531
+    assert rec.prompt_len[0] == 85 and rec.output_len[0] == 416
+    long = load_records("sharegpt", str(real_data), "llama3", "tokens_long")
+    assert long.prompt_len[0] == 2358 and long.output_len[0] == 531 and long.output_len.min() >= 512
 
 
 @pytest.mark.parametrize(
