@@ -524,6 +524,9 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         row = {**p.keys(exp["name"]), **out.metrics, "wall_s": out.wall_s}
         row.update(config_hash=hashes[out.index], code_version=version)
         done[(p.system, hashes[out.index])] = pf.append(row)
+        for note in out.notes:  # announce each data source once (e.g. an embedded fallback) in the log
+            if note not in ctx.notes:
+                tqdm.write(f"[data] {note}", file=sys.stderr)
         ctx.notes.extend(out.notes)
         if keep_tables:
             tables[out.index] = out
