@@ -390,8 +390,9 @@ class Replica:
         if which == "draft" and not self.draft_resident and plan.draft_server is None:
             raise PlanError("speculating with a draft model that is not resident")
         servers = plan.draft_server
+        rounds = self.cost.spec_round_s() if spec.any() else 0.0  # proposer bookkeeping, once per step
         if servers is None or not self.draft_servers:
-            return self._draft_pass(self.cost, which, plan, dids, dc, k, spec, trees, pids, ptok)
+            return rounds + self._draft_pass(self.cost, which, plan, dids, dc, k, spec, trees, pids, ptok)
         servers = np.asarray(servers, dtype=np.int64)
         t = 0.0
         for srv in np.unique(servers[spec]).tolist():
@@ -402,7 +403,7 @@ class Replica:
                 ds = self.draft_servers[srv]
                 t = max(t, ds.rtt_s + self._draft_pass(ds.cost, which, plan, dids, dc, k, mask, trees, pids[:0],
                                                       ptok[:0]))
-        return t
+        return rounds + t
 
     def _draft_pass(self, cost: CostModel, which: Which, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
                     k: np.ndarray, spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:

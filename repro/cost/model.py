@@ -262,6 +262,11 @@ class CostModel:
         """Prompt-lookup proposer: CPU n-gram matching, per step plus per sequence (TurboSpec §7.1: ≈ 5 %)."""
         return self.hardware.pld_step_s + self.hardware.pld_request_s * num_seqs
 
+    def spec_round_s(self) -> float:
+        """Host-side cost of one speculation round of a draft model or EAGLE head (preparing the proposer's
+        inputs, sampling its tokens, assembling the proposals), charged once per step that speculates."""
+        return self.hardware.spec_round_overhead_s
+
     @property
     def budget_tokens(self) -> int:
         """AdaServe's per-step token budget B for this GPU (AdaServe Table 1)."""

@@ -61,6 +61,7 @@ class HardwareSpec:
                              CUDA graphs (graphs are only used for decode-only passes)
         request_overhead_s   per sequence in the pass: CPU-side metadata, sampling, detokenization
         pld_step_s, pld_request_s   prompt-lookup proposer CPU cost per step and per sequence
+        spec_round_overhead_s       host CPU cost of one speculation round of a model-based proposer
     """
 
     name: str
@@ -81,6 +82,7 @@ class HardwareSpec:
     request_overhead_s: float
     pld_step_s: float
     pld_request_s: float
+    spec_round_overhead_s: float
 
     def __post_init__(self) -> None:
         for f in fields(self):
