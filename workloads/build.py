@@ -27,6 +27,7 @@ from workloads import arrivals as arr
 from workloads.datasets import (
     DataMissingError,
     LengthRecords,
+    check_dataset,
     default_data_root,
     load_records,
     vllm_sharegpt_keep,
@@ -386,6 +387,7 @@ class _Context:
         return fill, f"; missing outputs from the embedded sharegpt output table ({table.tokenizer})"
 
     def _embedded(self, ds: DatasetSpec) -> Any:
+        check_dataset(ds.name)
         table = find_table(ds.name, self.tokenizer)
         if table is None:
             if ds.name in PUBLISHED:

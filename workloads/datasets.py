@@ -453,11 +453,16 @@ FIXED_COUNT_DATASETS = frozenset(
 )
 
 
+def check_dataset(name: str) -> None:
+    """A dataset name is known to the loaders (``ValueError`` naming the known ones otherwise)."""
+    if name not in LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(LOADERS)} (and 'sonnet', 'fixed')")
+
+
 @functools.lru_cache(maxsize=64)
 def load_records(name: str, root: str, tokenizer: str | None, variant: str = "default") -> LengthRecords:
     """Load (once per process) the records of dataset ``name`` from data root ``root``."""
-    if name not in LOADERS:
-        raise ValueError(f"unknown dataset {name!r}; known: {sorted(LOADERS)} (and 'sonnet', 'fixed')")
+    check_dataset(name)
     if variant == "default":
         variant = "tokens" if name == "sharegpt" else "default"
     if name in FIXED_COUNT_DATASETS and name != "arxiv":
