@@ -75,9 +75,10 @@ CONF_DIR = REPO_ROOT / "conf"
 #: Keys that control how a run is executed, not what it computes: left out of ``config_hash``.
 RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "exp", "hydra")
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
-QUICK_EXP_KEYS = ("systems", "grid", "seeds", "figures", "claims")
+QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
 #: Keys an ``exp`` block may have (a typo in an experiment file is an error, not a silently ignored key).
-EXP_KEYS = ("name", "title", "description", "kind", "systems", "grid", "seeds", "quick", "figures", "claims")
+EXP_KEYS = ("name", "title", "description", "kind", "systems", "grid", "cases", "case_key", "seeds", "quick", "figures",
+            "claims")
 KEY_COLS = ("exp", "system", "seed")
 TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
 CODE_DIRS = ("repro", "systems", "workloads")
@@ -212,29 +213,64 @@ def override(key: str, value: Any, groups: Mapping[str, str]) -> str:
     return f"{groups.get(key, key)}={format_value(value)}"
 
 
+def _cases(exp: Mapping[str, Any]) -> list[tuple[str | None, dict[str, Any], dict[str, Any]]]:
+    """``exp.cases`` as (label, overrides, grid) triples; without cases, one unlabelled case with ``exp.grid``.
+
+    A case bundles settings that change together (e.g. a model with its tensor parallelism, its SLOs and its own
+    request rates); its label becomes the ``exp.case_key`` column (default ``case``)."""
+    grid = dict(exp.get("grid") or {})
+    cases = exp.get("cases")
+    if not cases:
+        return [(None, {}, grid)]
+    out = []
+    for case in cases:
+        if not isinstance(case, Mapping) or "label" not in case:
+            raise ConfigError(f"exp.cases: entry {case!r} needs a 'label'")
+        unknown = set(case) - {"label", "overrides", "grid"}
+        if unknown:
+            raise ConfigError(f"exp.cases: unknown key(s) {sorted(unknown)} in case {case['label']!r}")
+        out.append((str(case["label"]), dict(case.get("overrides") or {}), dict(case.get("grid") or grid)))
+    return out
+
+
+def grid_columns(exp: Mapping[str, Any]) -> list[str]:
+    """The swept columns of points.csv: the case key (if any) then every grid key, in order."""
+    cols: list[str] = []
+    if exp.get("cases"):
+        cols.append(str(exp.get("case_key") or "case"))
+    for _, _, grid in _cases(exp):
+        cols.extend(k for k in grid if k not in cols)
+    return cols
+
+
 def expand_points(
     exp: Mapping[str, Any], groups: Mapping[str, str], extra: Mapping[str, Any] | None = None
 ) -> list[Point]:
-    """Points of an experiment: seeds × systems × grid (cartesian over grid keys in order), in that order."""
-    grid = dict(exp.get("grid") or {})
-    for key in grid:
-        if key in ("system", "seed", "exp"):
-            raise ConfigError(f"exp.grid: '{key}' cannot be a grid key (use exp.systems / exp.seeds)")
-    axes = [list(v) if isinstance(v, list | tuple) else [v] for v in grid.values()]
+    """Points of an experiment: seeds × systems × cases × grid (cartesian over grid keys in order)."""
+    cases = _cases(exp)
+    case_key = str(exp.get("case_key") or "case")
+    for _, _, grid in cases:
+        for key in grid:
+            if key in ("system", "seed", "exp", case_key if exp.get("cases") else "exp"):
+                raise ConfigError(f"exp.grid: '{key}' cannot be a grid key (use exp.systems / exp.seeds)")
     base = [override(k, v, groups) for k, v in (extra or {}).items()]
     points: list[Point] = []
     for seed in exp.get("seeds") or [0]:
         for entry in system_entries(exp.get("systems") or []):
-            for combo in itertools.product(*axes):
-                values = tuple(zip(grid, combo, strict=True))
-                ov = [
-                    *base,
-                    f"system={format_value(entry.name)}",
-                    f"seed={int(seed)}",
-                    *(override(k, v, groups) for k, v in values),
-                    *(override(k, v, groups) for k, v in entry.overrides),
-                ]
-                points.append(Point(len(points), entry.label, int(seed), values, tuple(ov)))
+            for label, case_ov, grid in cases:
+                axes = [list(v) if isinstance(v, list | tuple) else [v] for v in grid.values()]
+                for combo in itertools.product(*axes):
+                    swept = tuple(zip(grid, combo, strict=True))
+                    values = swept if label is None else ((case_key, label), *swept)
+                    ov = [
+                        *base,
+                        f"system={format_value(entry.name)}",
+                        f"seed={int(seed)}",
+                        *(override(k, v, groups) for k, v in case_ov.items()),
+                        *(override(k, v, groups) for k, v in swept),
+                        *(override(k, v, groups) for k, v in entry.overrides),
+                    ]
+                    points.append(Point(len(points), entry.label, int(seed), values, tuple(ov)))
     return points
 
 
@@ -491,7 +527,7 @@ def _best(points: pd.DataFrame, exp: Mapping[str, Any]) -> str:
     values = points[metric].to_numpy(dtype=float)
     lower = lower_is_better(metric)
     row = points.iloc[int(np.nanargmin(values) if lower else np.nanargmax(values))]
-    where = " ".join(f"{k}={row[k]}" for k in exp.get("grid") or {} if k in points.columns)
+    where = " ".join(f"{k}={row[k]}" for k in grid_columns(exp) if k in points.columns)
     return f"best {metric}: {row[metric]:.4g} by {row['system']}" + (f" at {where}" if where else "")
 
 
@@ -506,7 +542,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         cfgs = [compose_config([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     hashes = [config_hash(c) for c in cfgs]
     version = code_version(ctx.conf_dir)
-    pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *(exp.get("grid") or {})])
+    pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *grid_columns(exp)])
     wanted = {(p.system, h) for p, h in zip(points, hashes, strict=True)}
     done: dict[tuple[str, str], dict[str, str]] = {}
     if ctx.cfg.get("resume"):
@@ -696,7 +732,7 @@ def build_manifest(ctx: RunContext, started: datetime, wall_s: float) -> dict[st
         "exp": ctx.exp["name"],
         "kind": ctx.exp.get("kind", "sweep"),
         "title": ctx.exp.get("title", ""),
-        "grid_keys": list(ctx.exp.get("grid") or {}),
+        "grid_keys": grid_columns(ctx.exp),
         "systems": [e.label for e in system_entries(ctx.exp.get("systems") or [])],
         "seeds": list(ctx.exp.get("seeds") or []),
         "quick": ctx.quick,

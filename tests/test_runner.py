@@ -122,6 +122,22 @@ def test_expand_points_order_and_overrides(conf_dir: Path) -> None:
     )
 
 
+def test_cases_bundle_overrides_with_their_own_grid(conf_dir: Path) -> None:
+    groups = runner.group_overrides(conf_dir)
+    exp = {"systems": ["vllm"], "case_key": "model", "cases": [
+        {"label": "7b", "overrides": {"model": "llama2-7b"}, "grid": {"rps": [1.0, 2.0]}},
+        {"label": "70b", "overrides": {"model": "llama2-70b", "tp": 4}, "grid": {"rps": [0.5]}},
+    ]}  # fmt: skip
+    pts = runner.expand_points(exp, groups)
+    assert [dict(p.values) for p in pts] == [
+        {"model": "7b", "rps": 1.0}, {"model": "7b", "rps": 2.0}, {"model": "70b", "rps": 0.5},
+    ]  # fmt: skip
+    assert pts[2].overrides == ("system=vllm", "seed=0", "model=llama2-70b", "tp=4", "rps=0.5")
+    assert runner.grid_columns(exp) == ["model", "rps"]
+    with pytest.raises(ConfigError, match="label"):
+        runner.expand_points({"systems": ["vllm"], "cases": [{"grid": {}}]}, groups)
+
+
 def test_quick_replaces_grid_and_adds_overrides() -> None:
     exp = {"grid": {"rps": [1, 2, 3]}, "seeds": [0, 1], "quick": {"grid": {"rps": [2]}, "num_requests": 7}}
     q, extra = runner.apply_quick(exp, True)
