@@ -222,7 +222,7 @@ def _cases(exp: Mapping[str, Any]) -> list[tuple[str | None, dict[str, Any], dic
     cases = exp.get("cases")
     if not cases:
         return [(None, {}, grid)]
-    out = []
+    out: list[tuple[str | None, dict[str, Any], dict[str, Any]]] = []
     for case in cases:
         if not isinstance(case, Mapping) or "label" not in case:
             raise ConfigError(f"exp.cases: entry {case!r} needs a 'label'")
