@@ -182,6 +182,7 @@ class Replica:
                 k = np.asarray(plan.k, dtype=np.int64)
                 if k.shape != dids.shape or k.min() < 0:
                     raise PlanError("k must be a non-negative int per decode id")
+            drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
             if trees:
                 k = k.copy()
                 for i, rid in enumerate(dids.tolist()):
@@ -189,15 +190,18 @@ class Replica:
                     if t is not None:
                         _check_tree(t, rid, int(s.num_generated[rid]))
                         k[i] = t.num_nodes
+                        drafted[i] = t.cand.draft_depth > 0
             q = k + 1
             self._allocate(dids, dc + q)
         else:
             gen = dc = k = q = np.zeros(0, dtype=np.int64)
+            drafted = k > 0
 
         # --- time: drafting, then one target forward -------------------------------------------------------------
         n_spec = int(np.count_nonzero(k))
         spec = k > 0
-        draft_s = self._draft_time(plan, dids, dc, k, spec, trees, pids, ptok) if (n_spec or plan.draft_sync) else 0.0
+        draft_s = self._draft_time(plan, dids, dc, k, drafted, trees, pids, ptok) \
+            if (n_spec or plan.draft_sync or (trees and drafted.any())) else 0.0
         dec_tokens = int(q.sum())
         verify_s = cost.forward_s(
             pre_tokens + dec_tokens, n_pre + n_dec,
@@ -234,7 +238,7 @@ class Replica:
             s.num_computed[dids] = new_computed
             self._release_to(dids, new_computed)
             if plan.proposer == "draft":
-                sync = spec | plan.draft_sync
+                sync = drafted | plan.draft_sync
                 s.num_draft_computed[dids[sync]] = new_computed[sync]
             if n_spec:
                 s.num_proposed[dids] += proposed

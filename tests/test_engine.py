@@ -219,3 +219,12 @@ class Idle(Policy):
 def test_idle_policy_with_waiting_requests_is_an_error() -> None:
     with pytest.raises(SimulationError, match="idled"):
         run(Idle(), make_requests(2))
+
+
+def test_empty_tree_still_pays_for_its_beam_search() -> None:
+    cand = _tree(0, 1, [-1, -1, 0, 0])
+    pol = Scripted(_prefill_all, lambda v: StepPlan(decode_ids=ids([0]), k=ids([0]),
+                                                    trees={0: TreeSpec(cand, ids([]))}))
+    out = run(pol, make_requests(1, output_len=4), record_steps=True)
+    first = out.steps[1]
+    assert first.num_proposed == 0 and first.draft_s > 0

@@ -1,0 +1,50 @@
+"""EqualGreedy: the budget split evenly among requests, each filled greedily by path probability (§6.3 ablation).
+
+Li et al., "AdaServe: SLO-Customized LLM Serving with Fine-Grained Speculative Decoding", arXiv:2501.12162; §6.3
+"Comparison with tree construction algorithms": like EAGLE-2's top-m selection over a beam-search candidate tree
+(Li et al., arXiv:2406.16858), but budget-aware: every request gets ⌊B/n⌋ tokens of the budget.
+
+Each iteration: AdaServe's batch scheduling and speculation (beam search of d × w, Eq. 8–9), then per request its
+⌊B/n⌋ − 1 most probable candidate nodes (the root takes one token), then verification.
+
+Deviations:
+- The B mod n tokens left by the even split stay unused (the paper does not say where they go).
+- As systems/adaserve.py: prefill-prioritized batching, no speculation when n ≥ B.
+"""
+
+from __future__ import annotations
+
+from repro.plan import IDLE, StepPlan
+from repro.policy import Policy
+from repro.state import View
+from systems.trees import admit_or_decode, select_equal, speculate, tree_plan, tree_specs
+
+
+class EqualGreedy(Policy):
+    uses_draft_model = True
+
+    def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
+        if d_max < 1 or w_max < 1:
+            raise ValueError("d_max and w_max must be >= 1")
+        if budget is not None and budget < 1:
+            raise ValueError("budget must be >= 1 (or null for the hardware's)")
+        self.d_max, self.w_max, self.budget = d_max, w_max, budget
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.watermark = watermark
+
+    def schedule(self, view: View) -> StepPlan:
+        prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
+                                          max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
+        if prefill is not None:
+            return prefill
+        n = int(decode.size)
+        if n == 0:
+            return IDLE
+        budget = self.budget if self.budget is not None else view.cost.budget_tokens
+        if budget <= n:
+            return tree_plan(view, decode, {})
+        ranked, _, _ = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
+        # ⌊B/n⌋ tokens per request, greedy by f(v) within its own candidate tree
+        return tree_plan(view, decode, tree_specs(ranked, select_equal(ranked, budget)))

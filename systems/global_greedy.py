@@ -1,0 +1,51 @@
+"""GlobalGreedy: AdaServe without SLO-customized selection (the §6.3 ablation).
+
+Li et al., "AdaServe: SLO-Customized LLM Serving with Fine-Grained Speculative Decoding", arXiv:2501.12162; §6.3
+"Comparison with tree construction algorithms": the budget B goes to the nodes with the highest approximate path
+probabilities across all candidate trees (Algorithm 2 lines 18–23 alone), so it is budget-aware but SLO-blind.
+
+Each iteration: AdaServe's batch scheduling and speculation (beam search of d × w, Eq. 8–9), then the B − n
+globally most probable candidate nodes (Eq. 6), then verification.
+
+Deviations: as systems/adaserve.py (prefill-prioritized batching, strict budget, no speculation when n ≥ B).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repro.plan import IDLE, StepPlan
+from repro.policy import Policy
+from repro.state import View
+from systems.trees import admit_or_decode, select_global, speculate, tree_plan, tree_specs
+
+
+class GlobalGreedy(Policy):
+    uses_draft_model = True
+
+    def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
+        if d_max < 1 or w_max < 1:
+            raise ValueError("d_max and w_max must be >= 1")
+        if budget is not None and budget < 1:
+            raise ValueError("budget must be >= 1 (or null for the hardware's)")
+        self.d_max, self.w_max, self.budget = d_max, w_max, budget
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.watermark = watermark
+
+    def schedule(self, view: View) -> StepPlan:
+        prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
+                                          max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
+        if prefill is not None:
+            return prefill
+        n = int(decode.size)
+        if n == 0:
+            return IDLE
+        budget = self.budget if self.budget is not None else view.cost.budget_tokens
+        if budget <= n:
+            return tree_plan(view, decode, {})
+        ranked, _, _ = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
+        # Eq. (6): the B − n most probable nodes over all candidate trees
+        counts = select_global(ranked, np.zeros(n, dtype=np.int64), budget - n)
+        return tree_plan(view, decode, tree_specs(ranked, counts))

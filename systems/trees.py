@@ -1,0 +1,249 @@
+"""Shared pieces of the tree-speculation systems (AdaServe, SpecInfer, EqualGreedy, GlobalGreedy).
+
+Li et al., "AdaServe: SLO-Customized LLM Serving with Fine-Grained Speculative Decoding", arXiv:2501.12162:
+candidate trees come from the drafter's beam search (§4.3 Step 1); selection picks nodes of them by the draft's
+approximate path probability f(v) (Eq. 7) within a token budget B (Eq. 1).
+
+Selection works on a :class:`Ranked` batch: each request's candidate nodes sorted by ``(−path_prob, depth,
+index)``. Because a child's path probability never exceeds its parent's (f(child) = f(parent)·p, p ≤ 1; paper
+App. A.1) and the parent is shallower, a parent always precedes its children in that order, so *every prefix of
+a row is a tree closed under parent*. All selectors below therefore only decide a prefix length per request
+(``counts``): the SLO step takes a prefix per request, the throughput step extends prefixes by the globally best
+remaining nodes (which again extends each row by a prefix), and the result is connected by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from repro.plan import IDLE, CandidateTree, StepPlan, TreeSpec, ids
+from repro.state import View
+
+if TYPE_CHECKING:
+    from repro.cost.model import CostModel
+from systems.lib import fcfs_admit, make_room, split_running
+
+Order = Literal["descending", "ascending"]
+_PAD_DEPTH = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """Candidate trees of a batch as padded ``(n, m)`` arrays, each row sorted by ``(−path_prob, depth, index)``.
+
+    ``node[i, j]`` is the candidate-node index of the ``j``-th best node of request ``i`` (``-1`` past
+    ``size[i]``), ``pp`` its path probability (``-inf`` as padding), ``depth`` its depth.
+    """
+
+    cands: Sequence[CandidateTree]
+    node: np.ndarray
+    pp: np.ndarray
+    depth: np.ndarray
+    size: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.node.shape[0])
+
+
+def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
+    """Sort every candidate tree's nodes by path probability (ties toward shallower, then lower index)."""
+    n = len(cands)
+    size = np.fromiter((c.size for c in cands), dtype=np.int64, count=n)
+    m = int(size.max()) if n else 0
+    if n and (size == m).all():  # the drafter's batches: one (depth × width) shape, stack without padding
+        pp = np.stack([c.path_prob for c in cands]).astype(np.float64, copy=False)
+        depth = np.stack([c.depth for c in cands])
+    else:
+        pp = np.full((n, m), -np.inf)
+        depth = np.full((n, m), _PAD_DEPTH, dtype=np.int64)
+        for i, c in enumerate(cands):
+            pp[i, : c.size] = c.path_prob
+            depth[i, : c.size] = c.depth
+    idx = np.broadcast_to(np.arange(m), (n, m))
+    node = np.lexsort((idx, depth, -pp), axis=-1)
+    spp = np.take_along_axis(pp, node, axis=1)
+    sdepth = np.take_along_axis(depth, node, axis=1)
+    node = np.where(idx < size[:, None], node, -1)
+    return Ranked(cands, node, spp, sdepth, size)
+
+
+def depth_width(n_active: int, d_max: int, w_max: int, budget: int) -> tuple[int, int]:
+    """Eq. (8)–(9): d = max(1, min(D_max, ⌈B/n⌉)), w = max(1, min(W_max, ⌊B/n⌋))."""
+    if n_active <= 0:
+        return d_max, w_max
+    d = max(1, min(d_max, -(-budget // n_active)))
+    w = max(1, min(w_max, budget // n_active))
+    return d, w
+
+
+def slo_targets(view: View, rids: np.ndarray, t_spec_s: float, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (2)–(3): A(r) = (l + t_spec)/t_TPOT − o, with l = now − first_token_at (latency since the first decoding
+    step, which starts when the first token is out) and o = tokens decoded since then (num_generated − 1). Returns
+    ``(A, target)`` where target = A_cap(r) − 1 = min(A, d + 1) − 1 is what the speculated nodes must add to the
+    root's certain token (Algorithm 2 line 6: n_acc starts at 1.0); a request without a TPOT SLO (inf) has A = −o.
+    """
+    first = view.first_token_at[rids]
+    lat = np.where(np.isnan(first), 0.0, view.now - first)
+    decoded = np.maximum(view.num_generated[rids] - 1, 0).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        a = (lat + t_spec_s) / view.tpot_slo_s[rids] - decoded
+    return a, np.minimum(a, depth + 1.0) - 1.0
+
+
+def select_slo_customized(ranked: Ranked, target: np.ndarray, key: np.ndarray, *, order: Order, n_max: int,
+                          budget: int) -> np.ndarray:
+    """Algorithm 2 lines 9–17 (SLO-customized selection): visiting requests by ``key`` (A(r)) in ``order``, add each
+    request's most probable nodes until Σ f(v) ≥ ``target`` (its A_cap − 1), at most ``n_max`` nodes per request,
+    while ``budget`` nodes remain. Returns the nodes taken per request (a prefix length of its ranked row)."""
+    n = ranked.n
+    if n == 0 or budget <= 0 or n_max <= 0:
+        return np.zeros(n, dtype=np.int64)
+    pp = np.where(np.isfinite(ranked.pp), ranked.pp, 0.0)
+    before = np.cumsum(pp, axis=1) - pp  # Σ f of the nodes ahead of each node
+    valid = np.arange(pp.shape[1]) < ranked.size[:, None]
+    # Eq. (5): node j is added while the running sum is still below the target
+    need = ((before < target[:, None]) & valid).sum(axis=1)
+    need = np.minimum(need, n_max)
+    visit = np.argsort(-key if order == "descending" else key, kind="stable")
+    cum = np.cumsum(need[visit])
+    taken = np.zeros(n, dtype=np.int64)
+    taken[visit] = np.clip(budget - (cum - need[visit]), 0, need[visit])
+    return taken
+
+
+def select_global(ranked: Ranked, counts: np.ndarray, budget: int) -> np.ndarray:
+    """Algorithm 2 lines 18–23 (throughput-optimized selection): add the ``budget`` globally most probable nodes
+    not selected yet (ties toward shallower nodes); returns the new prefix lengths."""
+    out = np.asarray(counts, dtype=np.int64).copy()
+    if budget <= 0 or ranked.n == 0:
+        return out
+    cols = np.arange(ranked.pp.shape[1])
+    rest = (cols >= out[:, None]) & (cols < ranked.size[:, None])
+    flat = np.flatnonzero(rest)
+    if flat.size > budget:
+        pp, depth = ranked.pp.ravel()[flat], ranked.depth.ravel()[flat]
+        # Eq. (6): maximise Σ f(v); keep the top `budget` by (−f, depth, request, rank)
+        flat = flat[np.lexsort((flat, depth, -pp))[:budget]]
+    out += np.bincount(flat // ranked.pp.shape[1], minlength=ranked.n)
+    return out
+
+
+def select_equal(ranked: Ranked, budget: int) -> np.ndarray:
+    """EqualGreedy (§6.3): every request gets ⌊B/n⌋ tokens (its root included) and fills them greedily by f(v)."""
+    n = ranked.n
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.minimum(max(budget // n - 1, 0), ranked.size)
+
+
+def tree_specs(ranked: Ranked, counts: np.ndarray) -> dict[int, TreeSpec]:
+    """The selected prefixes as TreeSpecs (requests with no node are left out: they decode plainly)."""
+    out: dict[int, TreeSpec] = {}
+    for i in np.flatnonzero(counts > 0).tolist():
+        cand = ranked.cands[i]
+        out[cand.rid] = TreeSpec(cand, np.sort(ranked.node[i, : int(counts[i])]))
+    return out
+
+
+def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
+    """Every selected node's parent is selected too (or is the root): the engine's connectedness check."""
+    sel = np.zeros(cand.size + 1, dtype=bool)
+    sel[-1] = True
+    sel[nodes] = True
+    return bool(sel[cand.parent[nodes]].all())
+
+
+# --- fixed expansions (SpecInfer) ------------------------------------------------------------------------------
+
+def expansion_width(expansion: Sequence[int]) -> int:
+    """Nodes on the widest level of the tree a fixed expansion describes (the beam width it needs)."""
+    return max(math.prod(expansion[: i + 1]) for i in range(len(expansion))) if expansion else 1
+
+
+def select_expansion(cand: CandidateTree, expansion: Sequence[int]) -> np.ndarray:
+    """SpecInfer's fixed expansion ⟨k_1, …, k_D⟩: at depth i every selected node keeps its k_i most probable
+    children (lowest draft rank) among those the candidate tree holds; a child the beam dropped is missing."""
+    sel = np.zeros(cand.size + 1, dtype=bool)  # last slot = the root
+    sel[-1] = True
+    parent, depth, rank = cand.parent, cand.depth, cand.rank
+    by_rank = np.lexsort((np.arange(cand.size), rank))
+    for i, k in enumerate(expansion, start=1):
+        if k <= 0:
+            break
+        level = by_rank[(depth[by_rank] == i) & sel[parent[by_rank]]]
+        if level.size == 0:
+            break
+        # keep the first k of each parent's children (level is in rank order)
+        par = parent[level]
+        order = np.argsort(par, kind="stable")
+        par_sorted = par[order]
+        start = np.searchsorted(par_sorted, par_sorted, side="left")
+        keep = level[order][np.arange(level.size) - start < k]
+        sel[keep] = True
+    return np.flatnonzero(sel[:-1])
+
+
+# --- batch scheduling and cost estimates ------------------------------------------------------------------------
+
+def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: int,
+                    watermark: float) -> tuple[StepPlan | None, np.ndarray]:
+    """vLLM-style prefill-prioritized batching (systems.lib.prefill_prioritized without its KV check): a
+    prefill-only step if waiting requests fit whole, else the decode-ready running requests (KV is checked later,
+    against the selected trees, by :func:`tree_plan`). The draft model prefills with the target (draft_sync)."""
+    adm = fcfs_admit(view, token_budget=max_num_batched_tokens, max_new_seqs=max_num_seqs - view.running.size,
+                     free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
+    if adm.rids.size:
+        return StepPlan(prefill_ids=adm.rids, prefill_tokens=adm.tokens, draft_sync=True), ids()
+    decode, _ = split_running(view)
+    return None, decode
+
+
+def tree_plan(view: View, decode: np.ndarray, trees: dict[int, TreeSpec]) -> StepPlan:
+    """A decode step verifying ``trees``, preempting the most recently admitted requests (recompute) while the KV
+    for 1 + tree nodes per request does not fit."""
+    if decode.size == 0:
+        return IDLE
+    q = np.ones(decode.size, dtype=np.int64)
+    for i, rid in enumerate(decode.tolist()):
+        t = trees.get(rid)
+        if t is not None:
+            q[i] += t.num_nodes
+    kept, preempted, _ = make_room(view, decode, q, view.free_blocks)
+    if preempted.size:
+        trees = {rid: trees[rid] for rid in kept.tolist() if rid in trees}
+    if kept.size == 0 and preempted.size == 0:
+        return IDLE
+    return StepPlan(decode_ids=kept, trees=trees, proposer="draft", draft_sync=True, preempt_ids=preempted)
+
+
+def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth: int, width: int,
+                    verify_tokens: int) -> float:
+    """The cost model's latency of a tree decode step (what AdaServe profiles offline): d draft passes of the beam
+    search (the roots, then n·w tokens per pass) plus one target pass over ``verify_tokens`` tree tokens, for
+    ``num_seqs`` requests holding ``context_tokens`` tokens of context in all."""
+    n = num_seqs
+    if n == 0:
+        return 0.0
+    t = cost.forward_s(n, n, kv_read_tokens=context_tokens + n, decode_only=True, which="draft")
+    for j in range(2, depth + 1):
+        t += cost.forward_s(n * width, n, kv_read_tokens=context_tokens + j * n, decode_only=True, which="draft")
+    return t + cost.forward_s(verify_tokens, n, kv_read_tokens=context_tokens + verify_tokens, decode_only=True)
+
+
+def speculate(view: View, decode: np.ndarray, *, d_max: int, w_max: int, budget: int) -> tuple[Ranked, int, int]:
+    """AdaServe §4.3 Step 1 with §5.2's schedule: candidate trees of depth d and beam width w (Eq. 8–9 from the
+    number of active requests) for every decoding request, ranked for selection. Returns ``(ranked, d, w)``."""
+    drafter = view.drafter
+    if drafter is None:
+        raise ValueError("tree speculation needs a drafter (configure a draft model)")
+    if w_max > drafter.max_width:
+        raise ValueError(f"w_max={w_max} exceeds the drafter's widest beam ({drafter.max_width}; raise oracle.width)")
+    d, w = depth_width(int(decode.size), d_max, w_max, budget)
+    cands = drafter.candidates_batch(decode, view.num_generated[decode], d, w)
+    return rank_nodes(cands), d, w

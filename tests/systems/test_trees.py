@@ -1,0 +1,210 @@
+"""Tree selection pieces (systems/trees.py): AdaServe Figure 2, Eq. 8–9, selection invariants, SpecInfer's shape."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repro.oracle import TokenOracle
+from repro.plan import CandidateTree
+from systems.trees import (
+    depth_width,
+    expansion_width,
+    is_closed,
+    rank_nodes,
+    select_equal,
+    select_expansion,
+    select_global,
+    select_slo_customized,
+    slo_targets,
+    tree_specs,
+)
+
+
+def tree(rid: int, parent: list[int], prob: list[float], rank: list[int] | None = None) -> CandidateTree:
+    """A candidate tree from parents (-1 = root) and conditional probabilities; parents precede children."""
+    par = np.asarray(parent, dtype=np.int64)
+    p = np.asarray(prob, dtype=np.float64)
+    depth = np.zeros(par.size, dtype=np.int64)
+    pp = np.zeros(par.size)
+    for i, j in enumerate(par.tolist()):
+        depth[i] = 1 if j < 0 else depth[j] + 1
+        pp[i] = p[i] if j < 0 else pp[j] * p[i]
+    rk = np.asarray(rank if rank is not None else np.zeros(par.size), dtype=np.int64)
+    return CandidateTree(rid, 0, par, depth, rk, p, pp, int(depth.max()) if par.size else 0, 2)
+
+
+def selected(ranked: Any, counts: np.ndarray) -> dict[int, set[int]]:
+    return {rid: set(t.nodes.tolist()) for rid, t in tree_specs(ranked, counts).items()}
+
+
+# --- Figure 2 ---------------------------------------------------------------------------------------------------
+
+# Figure 2: two requests, budget 8, candidate trees of depth 3 and beam width 2 (nodes t1..t6 = indices 0..5,
+# two per level). The caption fixes f(t1⁽⁰⁾) = 0.7, f(t1⁽¹⁾) = 0.5, f(t2⁽¹⁾) = 0.4 and the outcome; the other path
+# probabilities are chosen consistent with it (the figure's drawing is not in the text).
+#   r0: t1 0.7, t2 0.2 | t3 0.5 (t1), t4 0.15 (t1) | t5 0.35 (t3), t6 0.1 (t3)
+#   r1: t1 0.5, t2 0.4 | t3 0.3 (t1), t4 0.2 (t2)  | t5 0.15 (t3), t6 0.1 (t4)
+FIG2_R0 = tree(0, [-1, -1, 0, 0, 2, 2], [0.7, 0.2, 0.5 / 0.7, 0.15 / 0.7, 0.35 / 0.5, 0.1 / 0.5])
+FIG2_R1 = tree(1, [-1, -1, 0, 1, 2, 3], [0.5, 0.4, 0.3 / 0.5, 0.2 / 0.4, 0.15 / 0.3, 0.1 / 0.2])
+
+
+def test_figure2_worked_example() -> None:
+    ranked = rank_nodes([FIG2_R0, FIG2_R1])
+    budget, n = 8, 2
+    # A_cap(r0) = 0.6, A_cap(r1) = 0.8 (Σ f over speculated nodes; the roots' tokens count on top)
+    target = np.array([0.6, 0.8])
+    slo = select_slo_customized(ranked, target, target, order="descending", n_max=8, budget=budget - n)
+    assert selected(ranked, slo) == {0: {0}, 1: {0, 1}}  # t1⁽⁰⁾; t1⁽¹⁾ + t2⁽¹⁾ (0.5 + 0.4 > 0.8)
+    final = select_global(ranked, slo, budget - n - int(slo.sum()))  # remaining budget 3
+    # t3⁽⁰⁾ (0.5), t5⁽⁰⁾ (0.35), t3⁽¹⁾ (0.3) join
+    assert selected(ranked, final) == {0: {0, 2, 4}, 1: {0, 1, 2}}
+    assert n + int(final.sum()) == budget
+
+
+def test_descending_and_ascending_orders_differ() -> None:
+    # two requests, room for 2 nodes: the slower one (larger A) wins when visited first
+    a = tree(0, [-1, 0, 1], [0.9, 0.9, 0.9])
+    b = tree(1, [-1, 0, 1], [0.9, 0.9, 0.9])
+    ranked = rank_nodes([a, b])
+    key = np.array([3.0, 1.5])  # A(r): request 0 lags more
+    target = np.minimum(key, 3 + 1.0) - 1.0
+    desc = select_slo_customized(ranked, target, key, order="descending", n_max=8, budget=2)
+    asc = select_slo_customized(ranked, target, key, order="ascending", n_max=8, budget=2)
+    assert desc.tolist() == [2, 0]
+    assert asc.tolist() == [1, 1]  # request 1 needs one node (0.9 ≥ 0.5), request 0 gets what is left
+
+
+def test_slo_targets_eq2() -> None:
+    # A(r) = (l + t_spec)/t_TPOT − o with l = now − first token, o = generated − 1; A_cap = min(A, d + 1)
+    view = SimpleNamespace(now=1.0, first_token_at=np.array([0.5, 0.9, np.nan]),
+                           num_generated=np.array([11, 2, 0]), tpot_slo_s=np.array([0.05, 0.01, np.inf]))
+    a, target = slo_targets(view, np.arange(3), 0.02, depth=3)  # type: ignore[arg-type]
+    assert a == pytest.approx([(0.5 + 0.02) / 0.05 - 10, (0.1 + 0.02) / 0.01 - 1, 0.0])
+    assert target == pytest.approx([0.4 - 1.0, 3.0, -1.0])  # 12 − 1 capped at d + 1 = 4, minus the root
+
+
+@pytest.mark.parametrize(("n", "d_max", "w_max", "budget", "expect"), [
+    (1, 8, 4, 582, (8, 4)),    # light load: both at their maxima
+    (64, 8, 4, 582, (8, 4)),   # ⌈582/64⌉ = 10, ⌊582/64⌋ = 9: still capped
+    (100, 8, 4, 582, (6, 4)),  # ⌈5.82⌉ = 6 < D_max
+    (200, 8, 4, 582, (3, 2)),  # ⌈2.91⌉ = 3, ⌊2.91⌋ = 2
+    (40, 8, 4, 156, (4, 3)),   # A100: ⌈3.9⌉ = 4, ⌊3.9⌋ = 3
+    (156, 8, 4, 156, (1, 1)),  # n = B: one level, one token wide
+    (300, 8, 4, 156, (1, 1)),  # n > B: max(1, ·) floors
+])
+def test_depth_width_eq8_eq9(n: int, d_max: int, w_max: int, budget: int, expect: tuple[int, int]) -> None:
+    assert depth_width(n, d_max, w_max, budget) == expect
+
+
+def test_equal_split() -> None:
+    ranked = rank_nodes([FIG2_R0, FIG2_R1, tree(2, [-1], [0.5])])
+    counts = select_equal(ranked, 11)  # ⌊11/3⌋ = 3 tokens each: root + 2 nodes (request 2 has only 1)
+    assert counts.tolist() == [2, 2, 1]
+    assert selected(ranked, counts) == {0: {0, 2}, 1: {0, 1}, 2: {0}}
+
+
+# --- SpecInfer's fixed expansion --------------------------------------------------------------------------------
+
+def full_expansion_tree() -> CandidateTree:
+    """Depth 8, width 3, laid out so the ⟨1,1,3,1,…⟩ tree is fully present: level 1 and 2 = a node's three ranks,
+    level 3 = the top-1 level-2 node's three children, levels 4–8 = one rank-0 child per node of the level above."""
+    parent = [-1, -1, -1, 0, 0, 0, 3, 3, 3]
+    rank = [0, 1, 2] * 3
+    for level in range(3, 8):
+        first = 3 * (level - 1)
+        parent += [first, first + 1, first + 2]
+        rank += [0, 0, 0]
+    return tree(0, parent, [0.5] * len(parent), rank)
+
+
+def test_specinfer_expansion_shape() -> None:
+    exp = (1, 1, 3, 1, 1, 1, 1, 1)
+    assert expansion_width(exp) == 3
+    cand = full_expansion_tree()
+    nodes = select_expansion(cand, exp)
+    assert np.bincount(cand.depth[nodes], minlength=9)[1:].tolist() == [1, 1, 3, 3, 3, 3, 3, 3]
+    assert nodes.size == 20 and is_closed(cand, nodes)
+    assert (cand.rank[nodes[cand.depth[nodes] <= 2]] == 0).all()
+
+
+def test_specinfer_expansion_on_drafter_beams() -> None:
+    oracle = TokenOracle(0, np.full(16, "x", dtype=object), {"x": 0.6})
+    cands = oracle.candidates_batch(np.arange(16), np.arange(16) * 7, 8, 3)
+    for cand in cands:
+        nodes = select_expansion(cand, (1, 1, 3, 1, 1, 1, 1, 1))
+        per_depth = np.bincount(cand.depth[nodes], minlength=9)[1:]
+        assert is_closed(cand, nodes)
+        assert per_depth[0] == 1 and (per_depth[:2] <= 1).all() and (per_depth <= 3).all()
+        assert (np.diff(per_depth[2:]) <= 0).all()  # after the fan-out, chains only continue or stop
+
+
+# --- invariants on random candidate trees -----------------------------------------------------------------------
+
+@st.composite
+def random_tree(draw: st.DrawFn, rid: int) -> CandidateTree:
+    size = draw(st.integers(0, 14))
+    parent = [draw(st.integers(-1, i - 1)) for i in range(size)]
+    prob = [draw(st.one_of(st.sampled_from([1.0, 0.5, 0.25]), st.floats(0.01, 1.0))) for _ in range(size)]
+    return tree(rid, parent, prob)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[CandidateTree]:
+    n = draw(st.integers(1, 6))
+    return [draw(random_tree(i)) for i in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cands=batches(), budget=st.integers(1, 60), n_max=st.integers(0, 6),
+       order=st.sampled_from(["descending", "ascending"]),
+       key=st.lists(st.floats(-3.0, 6.0), min_size=6, max_size=6))
+def test_selection_invariants(cands: list[CandidateTree], budget: int, n_max: int, order: Any,
+                              key: list[float]) -> None:
+    n = len(cands)
+    ranked = rank_nodes(cands)
+    a = np.asarray(key[:n])
+    target = np.minimum(a, 4.0) - 1.0
+    spare = max(budget - n, 0)
+    slo = select_slo_customized(ranked, target, a, order=order, n_max=n_max, budget=spare)
+    # n_max and the budget hold in the SLO step
+    assert (slo <= n_max).all() and (slo <= ranked.size).all() and int(slo.sum()) <= spare
+    # a request stops as soon as its target is met (no node beyond the first that reaches it)
+    for i in range(n):
+        if slo[i] > 0:
+            assert ranked.pp[i, : slo[i] - 1].sum() < target[i]
+    final = select_global(ranked, slo, spare - int(slo.sum()))
+    assert (final >= slo).all() and (final <= ranked.size).all()
+    # budget: roots + nodes ≤ B whenever a node is selected; spare budget is used up if nodes remain
+    assert int(final.sum()) <= spare
+    assert int(final.sum()) == min(spare, int(ranked.size.sum()))
+    # the global step picks a top set by path probability among what the SLO step left
+    cols = np.arange(ranked.pp.shape[1])
+    added = (cols >= slo[:, None]) & (cols < final[:, None])
+    left = (cols >= final[:, None]) & (cols < ranked.size[:, None])
+    if added.any() and left.any():
+        assert ranked.pp[added].min() >= ranked.pp[left].max()
+    # every request gets its root (plain decode when it has no node); selections are trees rooted there
+    trees = tree_specs(ranked, final)
+    for i, cand in enumerate(cands):
+        t = trees.get(cand.rid)
+        assert (t is None) == (final[i] == 0)
+        if t is not None:
+            assert t.cand is cand and t.num_nodes == final[i] and np.unique(t.nodes).size == t.num_nodes
+            assert is_closed(cand, t.nodes)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cands=batches(), m=st.integers(0, 80))
+def test_global_top_m_is_parent_closed(cands: list[CandidateTree], m: int) -> None:
+    # App. A.1: the top-m nodes by path probability (ties toward shallower) are closed under parent
+    ranked = rank_nodes(cands)
+    counts = select_global(ranked, np.zeros(len(cands), dtype=np.int64), m)
+    assert int(counts.sum()) == min(m, int(ranked.size.sum()))
+    for rid, t in tree_specs(ranked, counts).items():
+        assert is_closed(cands[rid], t.nodes)
