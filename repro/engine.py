@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ class StepRecord:
     memory_s: float  # swaps and draft offload/reload before the step
     mean_k: float
     replica: int
+    schedule_wall_s: float  # wall-clock CPU time the policy took to plan the step (not simulated time)
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Replica:
             raise SimulationError(
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
         self.used_blocks = 0
+        self._schedule_wall_s = 0.0
         self._mark = np.zeros(state.n, dtype=np.int64)
         self._arange = np.arange(1024)
         self.busy = False
@@ -125,7 +128,12 @@ class Replica:
         v = self.view
         v.now = now
         v.step_index = self.num_steps
-        plan = self.policy.schedule(v)
+        if self.record_steps:  # the policy's own CPU time (AdaServe Fig. 9's "scheduling"), measured not modelled
+            t0 = time.perf_counter()
+            plan = self.policy.schedule(v)
+            self._schedule_wall_s = time.perf_counter() - t0
+        else:
+            plan = self.policy.schedule(v)
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
@@ -283,7 +291,8 @@ class Replica:
             self.steps.append(StepRecord(
                 now, end_at - now, n_pre + n_dec, n_dec, n_pre, pre_tokens + dec_tokens,
                 int(emitted.sum()) + int(completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
-                verify_s, overhead_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index))
+                verify_s, overhead_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index,
+                self._schedule_wall_s))
         return result
 
     def _check_unique(self, pids: np.ndarray, dids: np.ndarray) -> None:

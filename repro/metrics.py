@@ -233,6 +233,14 @@ def _extras(
         "num_preemptions": float(np.nansum(_arr(requests, "num_preemptions", 0.0))),
     }
     x["total_token_throughput"] = _ratio(x["total_input_tokens"] + x["total_output_tokens"], sim_time_s)
+    if steps is not None and len(steps) and "num_decode" in steps.columns:
+        # Per decoding iteration (steps with at least one decode), AdaServe Fig. 9's breakdown: small-model
+        # (draft) and large-model (verify) time from the cost model, scheduling = the policy's measured CPU time.
+        dec = steps[steps["num_decode"] > 0]
+        for name, col in (("iter_ms", "latency_s"), ("iter_draft_ms", "draft_s"), ("iter_verify_ms", "verify_s"),
+                          ("iter_schedule_ms", "schedule_wall_s")):
+            if col in dec.columns:
+                x[f"mean_{name}"] = float(dec[col].mean()) * 1e3 if len(dec) else _NAN
     if "slo_class" in requests.columns and len(requests):
         for cls, frac in _group_mean(requests["slo_class"], ok).items():
             x[f"slo_attainment_{cls}"] = frac
