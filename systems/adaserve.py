@@ -28,8 +28,8 @@ Deviations:
   D_max, W_max and n_max are not given in the paper: defaults 8, 4, 8 (see conf/system/adaserve.yaml).
 - Algorithm 2's ``B ≥ 0`` loop guards are read as a strict budget: roots + nodes ≤ B. When the decoding batch
   alone reaches B (n ≥ B) the step verifies no speculation.
-- Drafting is charged (by the engine) only for requests whose tree has at least one node; a request left at its
-  root is charged one draft step (its root, kept in the draft's KV), not the whole beam search.
+- Every decoding request pays its beam search (the engine charges d draft passes from the candidate tree), also
+  one whose tree ends up with no speculated node.
 """
 
 from __future__ import annotations

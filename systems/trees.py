@@ -143,9 +143,9 @@ def select_equal(ranked: Ranked, budget: int) -> np.ndarray:
 
 
 def tree_specs(ranked: Ranked, counts: np.ndarray) -> dict[int, TreeSpec]:
-    """The selected prefixes as TreeSpecs (requests with no node are left out: they decode plainly)."""
+    """The selected prefixes as TreeSpecs, one per drafted request (an empty tree still pays its beam search)."""
     out: dict[int, TreeSpec] = {}
-    for i in np.flatnonzero(counts > 0).tolist():
+    for i in range(ranked.n):
         cand = ranked.cands[i]
         out[cand.rid] = TreeSpec(cand, np.sort(ranked.node[i, : int(counts[i])]))
     return out

@@ -43,7 +43,7 @@ def test_tree_system_end_to_end(system: str) -> None:
         trees = plan.trees or {}
         assert set(trees) <= set(plan.decode_ids.tolist())
         for t in trees.values():
-            assert t.num_nodes > 0 and is_closed(t.cand, t.nodes)
+            assert is_closed(t.cand, t.nodes)  # empty trees pay their beam search
         tokens = plan.decode_ids.size + sum(t.num_nodes for t in trees.values())
         if system != "specinfer" and plan.decode_ids.size:
             assert tokens <= budget  # Eq. (1): roots + nodes ≤ B

@@ -189,14 +189,12 @@ def test_selection_invariants(cands: list[CandidateTree], budget: int, n_max: in
     left = (cols >= final[:, None]) & (cols < ranked.size[:, None])
     if added.any() and left.any():
         assert ranked.pp[added].min() >= ranked.pp[left].max()
-    # every request gets its root (plain decode when it has no node); selections are trees rooted there
+    # every request gets its root (a tree, possibly empty: it still paid its beam search); trees rooted there
     trees = tree_specs(ranked, final)
     for i, cand in enumerate(cands):
-        t = trees.get(cand.rid)
-        assert (t is None) == (final[i] == 0)
-        if t is not None:
-            assert t.cand is cand and t.num_nodes == final[i] and np.unique(t.nodes).size == t.num_nodes
-            assert is_closed(cand, t.nodes)
+        t = trees[cand.rid]
+        assert t.cand is cand and t.num_nodes == final[i] and np.unique(t.nodes).size == t.num_nodes
+        assert is_closed(cand, t.nodes)
 
 
 @settings(max_examples=100, deadline=None)
