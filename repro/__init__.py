@@ -1,0 +1,10 @@
+"""specrepro: reproduce speculative-decoding LLM-serving papers on a calibrated serving simulator."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+# ``${mul:a,b}`` in configs: a product of two numbers (e.g. a request rate scaled for a system that runs on several
+# nodes). Registered once when the package is imported, in every process that composes configs.
+if not OmegaConf.has_resolver("mul"):
+    OmegaConf.register_new_resolver("mul", lambda a, b: float(a) * float(b))

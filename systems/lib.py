@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.plan import ids
-from repro.state import View
+from repro.plan import PreemptMode, StepPlan, ids
+from repro.state import Status, View
 
 EMPTY = ids()
 
@@ -157,3 +157,107 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
         return NO_ADMISSION, EMPTY, EMPTY
     kept, preempted, _ = make_room(view, decode, 1 + lookahead, view.free_blocks)
     return NO_ADMISSION, kept, preempted
+
+
+# --- SLO-aware continuous batching (AdaServe §6.3: FCFS and STTA) -------------------------------------------------
+
+
+def slo_batch_limit(view: View, order: np.ndarray, *, max_num_seqs: int) -> int:
+    """AdaServe §6.3's dynamic batch size limit: the largest ``n`` such that one decode step over the first ``n``
+    requests of ``order`` (priority order) is estimated by the cost model to take no longer than the tightest TPOT
+    SLO among those ``n`` (at least 1, at most ``max_num_seqs``). The estimate grows and the tightest SLO shrinks
+    with ``n``, so the test is monotone and bisection finds the limit in O(log n) cost-model calls.
+    """
+    m = min(int(order.size), max_num_seqs)
+    if m <= 1:
+        return m
+    top = order[:m]
+    kv_read = np.cumsum(view.num_tokens(top))  # a decode reads its cached context plus its new token
+    tightest = np.minimum.accumulate(view.tpot_slo_s[top])
+
+    def fits(n: int) -> bool:
+        return view.cost.forward_s(n, n, kv_read_tokens=float(kv_read[n - 1]), decode_only=True) <= tightest[n - 1]
+
+    if fits(m):
+        return m
+    lo, hi = 1, m  # a lone request runs whatever its SLO; fits(hi) is false
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def evict_prefix(view: View, victims: np.ndarray, need_blocks: int) -> np.ndarray:
+    """The shortest prefix of ``victims`` (in eviction order) whose KV blocks cover ``need_blocks``."""
+    if need_blocks <= 0 or victims.size == 0:
+        return EMPTY
+    freed = np.cumsum(view.kv_blocks[victims])
+    return victims[: int(np.searchsorted(freed, need_blocks)) + 1].copy()
+
+
+def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num_batched_tokens: int,
+                    watermark: float = 0.01, preempt_mode: PreemptMode = "swap",
+                    evict_unselected: bool = False) -> StepPlan:
+    """One iteration of SLO-aware continuous batching (AdaServe §6.3) over requests in priority ``order``.
+
+    ``order`` holds every request the server holds (running, swapped, waiting), highest priority first.
+    (1) Prefill stage, as in incremental decoding (§6.1): prompts run first in a prefill-only step, partially
+    prefilled ones, then waiting ones in ``order`` (chunked to ``max_num_batched_tokens``, at most ``max_num_seqs``
+    running, KV above the ``watermark`` fraction, none while requests are swapped out, as vLLM).
+    (2) Decode stage: the batch is the first ``slo_batch_limit`` decode-ready or swapped requests of ``order``; the
+    others are preempted from it. A preempted request keeps its KV and waits to rejoin a later batch, unless
+    ``evict_unselected`` or its blocks are needed, when it is evicted by ``preempt_mode``, lowest priority first.
+    Swapped requests of the batch are swapped back in (and decode in the same step) while KV allows, in order.
+    """
+    if order.size == 0:
+        return StepPlan()
+    status = view.status(order)
+    resident = status == Status.RUNNING
+    ready = resident & (pending_tokens(view, order) == 1)
+
+    # (1) prefill stage first: prefill preempts ongoing decoding
+    cont = continue_prefills(view, order[resident & ~ready], token_budget=max_num_batched_tokens,
+                             free_blocks=view.free_blocks)
+    free = view.free_blocks - (int(view.blocks_for(cont.rids, cont.tokens).sum()) if cont.rids.size else 0)
+    new = NO_ADMISSION
+    if view.swapped.size == 0:
+        fresh = order[status == Status.WAITING][: max(max_num_seqs - view.running.size, 0)]
+        new = continue_prefills(view, fresh, token_budget=max_num_batched_tokens - cont.num_tokens,
+                                free_blocks=free - int(watermark * view.total_blocks))
+    if cont.rids.size or new.rids.size:
+        return StepPlan(prefill_ids=np.concatenate([cont.rids, new.rids]),
+                        prefill_tokens=np.concatenate([cont.tokens, new.tokens]))
+
+    # (2) decode stage: the batch under the SLO-aware limit, in priority order
+    runs = order[ready | (status == Status.SWAPPED)]
+    n = slo_batch_limit(view, runs, max_num_seqs=max_num_seqs)
+    runs, rest = runs[:n], runs[n:]
+    unselected = rest[view.status(rest) == Status.RUNNING][::-1]  # eviction order: lowest priority first
+    evicted = unselected if evict_unselected else EMPTY
+    victims = unselected[evicted.size:]
+    free = view.free_blocks + int(view.kv_blocks[evicted].sum())
+    # keep the longest prefix of the batch whose KV fits (dropped residents may be evicted for it)
+    new_tok = (pending_tokens(view, runs) == 1).astype(np.int64)  # a swapped partial prefill only comes back
+    need = view.blocks_for(runs, new_tok)
+    own = view.kv_blocks[runs]  # freed if the request is dropped (0 for swapped requests)
+    suffix_own = np.concatenate([np.cumsum(own[::-1])[::-1], [0]])[1:]
+    fits = np.cumsum(need) <= free + int(view.kv_blocks[victims].sum()) + suffix_own
+    keep = int(np.nonzero(fits)[0].max()) + 1 if fits.any() else 0
+    kept, dropped = runs[:keep], runs[keep:]
+    dropped_resident = dropped[view.status(dropped) == Status.RUNNING][::-1]
+    evicted = np.concatenate([evicted, evict_prefix(view, np.concatenate([victims, dropped_resident]),
+                                                   int(need[:keep].sum()) - free)])
+    back = kept[view.status(kept) == Status.SWAPPED]
+    if kept.size == 0 and evicted.size == 0:  # prompts stuck without KV: the lowest-priority one gives its blocks
+        stuck = order[resident & ~ready]
+        evicted = stuck[-1:] if stuck.size > 1 or (stuck.size and order.size > stuck.size) else EMPTY
+    return StepPlan(decode_ids=kept[new_tok[:keep] == 1], swap_in_ids=back, preempt_ids=evicted,
+                    preempt_mode=preempt_mode)
+
+
+def contenders(view: View) -> np.ndarray:
+    """Every request a server could put in this iteration's batch: running, swapped and waiting."""
+    return np.concatenate([view.running, view.swapped, view.waiting])

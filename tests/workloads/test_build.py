@@ -177,7 +177,7 @@ def test_unknown_keys_are_named() -> None:
 
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_build(real_data: Path, path: Path) -> None:
-    root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "workload": OmegaConf.load(path)})
+    root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "load_scale": 1.0, "workload": OmegaConf.load(path)})
     t = build_workload(
         root.workload, seed=seed(), tokenizer="llama2", max_model_len=4096, baseline_tpot_s=0.0125
     )
