@@ -69,6 +69,12 @@ def figure_table(points: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame 
         return df.groupby(index, sort=False)[[ys]].mean()
     table = df.pivot_table(index=index, columns=hue, values=ys, aggfunc="mean", sort=False)
     table.columns.name = None
+    if x is not None and len(index) > 1:  # facets in order of appearance, x ascending within each facet
+        facets = index[:-1]
+        rank = {k: {v: i for i, v in enumerate(pd.unique(df[k]))} for k in facets}
+        flat = table.reset_index()
+        order = sorted(range(len(flat)), key=lambda i: (*(rank[k][flat.at[i, k]] for k in facets), flat.at[i, x]))
+        table = flat.iloc[order].set_index(index)
     return table
 
 
