@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -145,155 +146,157 @@ class Replica:
 
     # ---------------------------------------------------------------------------------------------------------
     def _execute(self, plan: StepPlan, now: float) -> StepResult:
-        s, cost = self.s, self.cost
-        pids, ptok, dids = plan.prefill_ids, plan.prefill_tokens, plan.decode_ids
-        self._check_unique(pids, dids)
-        memory_s = self._memory_actions(plan)
-        memory_s += self._preempt(plan)
-        memory_s += self._swap_in(plan)
-
-        # --- prefill chunks ------------------------------------------------------------------------------------
-        n_pre = int(pids.size)
-        if n_pre:
-            if ptok.shape != pids.shape or (ptok <= 0).any():
-                raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
-            st = s.status[pids]
-            if ((st != _WAITING) & (st != _RUNNING)).any():
-                raise PlanError(f"prefill of requests not waiting/running: {pids[(st != _WAITING) & (st != _RUNNING)]}")
-            for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
-                s.waiting.remove(rid)
-                s.running.append(rid)
-            s.status[pids] = _RUNNING
-            pc = s.num_computed[pids]
-            ntok = s.prompt_len[pids] + s.num_generated[pids]
-            if (pc + ptok > ntok).any():
-                raise PlanError("a prefill chunk goes past the request's tokens")
-            self._allocate(pids, pc + ptok)
-            pre_pairs = float((ptok * (pc + (ptok + 1) / 2.0)).sum())
-            pre_tokens = int(ptok.sum())
-            completes = pc + ptok == ntok
-        else:
-            pre_pairs, pre_tokens = 0.0, 0
-            completes = np.zeros(0, dtype=bool)
-
-        # --- decode / verify -------------------------------------------------------------------------------
-        n_dec = int(dids.size)
-        trees = plan.trees or {}
-        if n_dec:
-            gen = s.num_generated[dids]
-            dc = s.num_computed[dids]
-            if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
-                raise PlanError("decode of requests that are not running or whose prefill has not finished")
-            if plan.k is None:
-                k = np.zeros(n_dec, dtype=np.int64)
-            else:
-                k = np.asarray(plan.k, dtype=np.int64)
-                if k.shape != dids.shape or k.min() < 0:
-                    raise PlanError("k must be a non-negative int per decode id")
-            drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
-            if trees:
-                k = k.copy()
-                for i, rid in enumerate(dids.tolist()):
-                    t = trees.get(rid)
-                    if t is not None:
-                        _check_tree(t, rid, int(s.num_generated[rid]))
-                        k[i] = t.num_nodes
-                        drafted[i] = t.cand.draft_depth > 0
-            q = k + 1
-            self._allocate(dids, dc + q)
-        else:
-            gen = dc = k = q = np.zeros(0, dtype=np.int64)
-            drafted = k > 0
-
-        # --- time: drafting, then one target forward -------------------------------------------------------------
-        n_spec = int(np.count_nonzero(k))
-        spec = k > 0
-        draft_s = self._draft_time(plan, dids, dc, k, drafted, trees, pids, ptok) \
-            if (n_spec or plan.draft_sync or (trees and drafted.any())) else 0.0
-        dec_tokens = int(q.sum())
-        verify_s = cost.forward_s(
-            pre_tokens + dec_tokens, n_pre + n_dec,
-            kv_read_tokens=float(dc.sum()) + dec_tokens, prefill_attn_pairs=pre_pairs,
-            lm_head_tokens=dec_tokens + int(completes.sum()), decode_only=n_pre == 0) if n_pre + n_dec else 0.0
+        """Check and charge ``plan``, apply its outcome, and return what the policy observes."""
+        self._check_unique(plan.prefill_ids, plan.decode_ids)
+        memory_s = self._memory_actions(plan) + self._preempt(plan) + self._swap_in(plan)
+        pre = self._begin_prefill(plan)
+        dec = self._begin_decode(plan)
+        # time: drafting, then one target forward over every scheduled token
+        drafting = bool(dec.k.any()) or plan.draft_sync or bool(dec.trees and dec.drafted.any())
+        draft_s = self._draft_time(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens) \
+            if drafting else 0.0
+        shape = _verify_shape(pre, dec)
+        verify_s = self.cost.forward_s(*shape) if shape[1] else 0.0
         end_at = now + memory_s + draft_s + verify_s
-
-        # --- outcome ---------------------------------------------------------------------------------------------
-        emitted = np.zeros(n_dec, dtype=np.int64)
-        accepted = np.zeros(n_dec, dtype=np.int64)
-        proposed = np.zeros(n_dec, dtype=np.int64)
-        finished: list[np.ndarray] = []
-        if n_dec:
-            if n_spec:
-                if trees:
-                    chain = spec.copy()
-                    for i, rid in enumerate(dids.tolist()):
-                        t = trees.get(rid)
-                        if t is not None:
-                            chain[i] = False
-                            proposed[i] = t.num_nodes
-                            accepted[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
-                else:
-                    chain = spec
-                if chain.any():
-                    cp, ca = self.oracle.accept_chain(dids[chain], gen[chain], k[chain], plan.proposer)
-                    proposed[chain], accepted[chain] = cp, ca
-                if (accepted > proposed).any():
-                    raise PlanError("oracle accepted more tokens than proposed")
-            remaining = s.output_len[dids] - gen
-            np.minimum(accepted + 1, remaining, out=emitted)
-            s.num_generated[dids] = gen + emitted
-            new_computed = dc + emitted
-            s.num_computed[dids] = new_computed
-            self._release_to(dids, new_computed)
-            if plan.proposer == "draft":
-                sync = drafted | plan.draft_sync
-                s.num_draft_computed[dids[sync]] = new_computed[sync]
-            if n_spec:
-                s.num_proposed[dids] += proposed
-                s.num_accepted[dids] += accepted
-                s.num_spec_steps[dids[proposed > 0]] += 1
-            s.num_decode_steps[dids] += 1
-            s.last_token_at[dids] = end_at
-            fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
-            if fresh.any():
-                s.first_token_at[dids[fresh]] = end_at
-            done = emitted == remaining
-            if done.any():
-                finished.append(dids[done])
-        if n_pre:
-            s.num_computed[pids] += ptok
-            if plan.draft_sync and plan.proposer == "draft":
-                s.num_draft_computed[pids] = s.num_computed[pids]
-            cids = pids[completes]
-            if cids.size:
-                first = s.num_generated[cids] == 0
-                s.first_token_at[cids[first]] = end_at
-                s.num_generated[cids] += 1
-                s.last_token_at[cids] = end_at
-                done = s.num_generated[cids] >= s.output_len[cids]
-                if done.any():
-                    finished.append(cids[done])
-        fin = np.concatenate(finished) if finished else np.zeros(0, dtype=np.int64)
+        # outcome: the oracle's acceptance, tokens emitted, requests finished
+        proposed, accepted = self._accept(plan, dec)
+        emitted, done_dec = self._apply_decode(plan, dec, proposed, accepted, end_at)
+        done_pre = self._apply_prefill(plan, pre, end_at)
+        fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
             self._finish(fin, end_at)
         if self.used_blocks > self.total_blocks or self.used_blocks < 0:
             raise PlanError(f"KV blocks used {self.used_blocks} outside [0, {self.total_blocks}]")
-
-        result = StepResult(
-            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
-            num_emitted=emitted, prefill_ids=pids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=memory_s, num_batched_tokens=pre_tokens + dec_tokens)
         if self.record_steps:
-            overhead_s = cost.forward(ForwardShape(
-                pre_tokens + dec_tokens, n_pre + n_dec, kv_read_tokens=float(dc.sum()) + dec_tokens,
-                prefill_attn_pairs=pre_pairs, lm_head_tokens=dec_tokens + int(completes.sum()),
-                decode_only=n_pre == 0)).overhead_s if n_pre + n_dec else 0.0
+            overhead_s = self.cost.forward(ForwardShape(*shape)).overhead_s if shape[1] else 0.0
             self.steps.append(StepRecord(
-                now, end_at - now, n_pre + n_dec, n_dec, n_pre, pre_tokens + dec_tokens,
-                int(emitted.sum()) + int(completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
-                verify_s, overhead_s, memory_s, float(k.mean()) if n_dec else 0.0, self.index,
+                now, end_at - now, shape[1], dec.ids.size, pre.ids.size, shape[0],
+                int(emitted.sum()) + int(pre.completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
+                verify_s, overhead_s, memory_s, float(dec.k.mean()) if dec.ids.size else 0.0, self.index,
                 self._schedule_wall_s))
-        return result
+        return StepResult(
+            start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
+            num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
+            memory_s=memory_s, num_batched_tokens=shape[0])
+
+    def _begin_prefill(self, plan: StepPlan) -> _Prefill:
+        """Admit and check the prefill chunks; allocate their KV."""
+        s, pids, ptok = self.s, plan.prefill_ids, plan.prefill_tokens
+        if pids.size == 0:
+            return _Prefill(pids, ptok, 0.0, _NO_BOOL)
+        if ptok.shape != pids.shape or (ptok <= 0).any():
+            raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
+        st = s.status[pids]
+        bad = (st != _WAITING) & (st != _RUNNING)
+        if bad.any():
+            raise PlanError(f"prefill of requests not waiting/running: {pids[bad]}")
+        for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
+            s.waiting.remove(rid)
+            s.running.append(rid)
+        s.status[pids] = _RUNNING
+        pc = s.num_computed[pids]
+        ntok = s.prompt_len[pids] + s.num_generated[pids]
+        if (pc + ptok > ntok).any():
+            raise PlanError("a prefill chunk goes past the request's tokens")
+        self._allocate(pids, pc + ptok)
+        return _Prefill(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok)
+
+    def _begin_decode(self, plan: StepPlan) -> _Decode:
+        """Check the decoding requests and their speculation; allocate KV for 1 + speculated tokens each."""
+        s, dids = self.s, plan.decode_ids
+        trees = plan.trees or {}
+        n = int(dids.size)
+        if n == 0:
+            return _Decode(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees)
+        gen = s.num_generated[dids]
+        dc = s.num_computed[dids]
+        if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
+            raise PlanError("decode of requests that are not running or whose prefill has not finished")
+        if plan.k is None:
+            k = np.zeros(n, dtype=np.int64)
+        else:
+            k = np.asarray(plan.k, dtype=np.int64)
+            if k.shape != dids.shape or k.min() < 0:
+                raise PlanError("k must be a non-negative int per decode id")
+        drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
+        if trees:
+            k = k.copy()
+            for i, rid in enumerate(dids.tolist()):
+                t = trees.get(rid)
+                if t is not None:
+                    _check_tree(t, rid, int(gen[i]))
+                    k[i] = t.num_nodes
+                    drafted[i] = t.cand.draft_depth > 0
+        self._allocate(dids, dc + k + 1)
+        return _Decode(dids, gen, dc, k, drafted, trees)
+
+    def _accept(self, plan: StepPlan, dec: _Decode) -> tuple[np.ndarray, np.ndarray]:
+        """Draft tokens scored and accepted per decoding request, from the oracle (chains batched)."""
+        n = dec.ids.size
+        proposed = np.zeros(n, dtype=np.int64)
+        accepted = np.zeros(n, dtype=np.int64)
+        if n == 0 or not dec.k.any():
+            return proposed, accepted
+        chain = dec.k > 0
+        if dec.trees:
+            for i, rid in enumerate(dec.ids.tolist()):
+                t = dec.trees.get(rid)
+                if t is not None:
+                    chain[i] = False
+                    proposed[i] = t.num_nodes
+                    accepted[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
+        if chain.any():
+            cp, ca = self.oracle.accept_chain(dec.ids[chain], dec.gen[chain], dec.k[chain], plan.proposer)
+            proposed[chain], accepted[chain] = cp, ca
+        if (accepted > proposed).any():
+            raise PlanError("oracle accepted more tokens than proposed")
+        return proposed, accepted
+
+    def _apply_decode(self, plan: StepPlan, dec: _Decode, proposed: np.ndarray, accepted: np.ndarray,
+                      end_at: float) -> tuple[np.ndarray, np.ndarray]:
+        """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
+        emitted and the requests that finished."""
+        s, dids = self.s, dec.ids
+        if dids.size == 0:
+            return _NO_INT, _NO_INT
+        gen = dec.gen
+        remaining = s.output_len[dids] - gen
+        emitted = np.minimum(accepted + 1, remaining)
+        s.num_generated[dids] = gen + emitted
+        new_computed = dec.ctx + emitted
+        s.num_computed[dids] = new_computed
+        self._release_to(dids, new_computed)  # rejected speculation frees its KV slots
+        if plan.proposer == "draft":
+            sync = dec.drafted | plan.draft_sync
+            s.num_draft_computed[dids[sync]] = new_computed[sync]
+        if proposed.any():
+            s.num_proposed[dids] += proposed
+            s.num_accepted[dids] += accepted
+            s.num_spec_steps[dids[proposed > 0]] += 1
+        s.num_decode_steps[dids] += 1
+        s.last_token_at[dids] = end_at
+        fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
+        if fresh.any():
+            s.first_token_at[dids[fresh]] = end_at
+        return emitted, dids[emitted == remaining]
+
+    def _apply_prefill(self, plan: StepPlan, pre: _Prefill, end_at: float) -> np.ndarray:
+        """Advance the prefill chunks; a chunk that completes its request's tokens samples one token. Returns the
+        requests that finished."""
+        s, pids = self.s, pre.ids
+        if pids.size == 0:
+            return _NO_INT
+        s.num_computed[pids] += pre.tokens
+        if plan.draft_sync and plan.proposer == "draft":
+            s.num_draft_computed[pids] = s.num_computed[pids]
+        cids = pids[pre.completes]
+        if cids.size == 0:
+            return _NO_INT
+        first = s.num_generated[cids] == 0
+        s.first_token_at[cids[first]] = end_at
+        s.num_generated[cids] += 1
+        s.last_token_at[cids] = end_at
+        return cids[s.num_generated[cids] >= s.output_len[cids]]
 
     def _check_unique(self, pids: np.ndarray, dids: np.ndarray) -> None:
         """No request twice in one step (a later write of ``mark`` hides an earlier duplicate)."""
@@ -482,6 +485,43 @@ class Replica:
                 total += cost.forward_s(tok, nj, kv_read_tokens=float(c_ge[j]) + j * nj, lm_head_tokens=tok,
                                         decode_only=True, which=which)
         return total
+
+
+_NO_INT = np.zeros(0, dtype=np.int64)
+_NO_BOOL = np.zeros(0, dtype=bool)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefill:
+    """The prefill chunks of a step: ids, tokens, causal attention pairs, which chunks complete their request."""
+
+    ids: np.ndarray
+    tokens: np.ndarray
+    pairs: float
+    completes: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Decode:
+    """The decoding requests of a step: ids, tokens generated and context before the step, speculated tokens
+    (chain k or tree nodes), which requests the proposer drafts for, and their trees."""
+
+    ids: np.ndarray
+    gen: np.ndarray
+    ctx: np.ndarray
+    k: np.ndarray
+    drafted: np.ndarray
+    trees: Mapping[int, TreeSpec]
+
+
+def _verify_shape(pre: _Prefill, dec: _Decode) -> tuple[int, int, float, float, int, bool]:
+    """The target forward of a step (ForwardShape's fields): every prefill chunk and 1 + speculation per decode;
+    decode/verify reads each request's KV, prefill pays causal attention, the LM head scores verified tokens and
+    the last token of completed prefills."""
+    dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
+    n_tokens = int(pre.tokens.sum()) + dec_tokens if pre.ids.size else dec_tokens
+    return (n_tokens, int(pre.ids.size + dec.ids.size), float(dec.ctx.sum()) + dec_tokens, pre.pairs,
+            dec_tokens + int(pre.completes.sum()), pre.ids.size == 0)
 
 
 def _check_tree(t: TreeSpec, rid: int, pos: int) -> None:

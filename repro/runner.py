@@ -45,6 +45,7 @@ import io
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -555,13 +556,17 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     keep_tables = bool(ctx.cfg.get("save_requests"))
     tables: dict[int, Outcome] = {}
 
+    announced: set[str] = set()
+
     def record(out: Outcome) -> str:
         p = points[out.index]
         row = {**p.keys(exp["name"]), **out.metrics, "wall_s": out.wall_s}
         row.update(config_hash=hashes[out.index], code_version=version)
         done[(p.system, hashes[out.index])] = pf.append(row)
         for note in out.notes:  # announce each data source once (e.g. an embedded fallback) in the log
-            if note not in ctx.notes:
+            shape = re.sub(r"[0-9.]+", "#", note)  # notes differing only in numbers (rates) are said once
+            if shape not in announced:
+                announced.add(shape)
                 tqdm.write(f"[data] {note}", file=sys.stderr)
         ctx.notes.extend(out.notes)
         if keep_tables:
