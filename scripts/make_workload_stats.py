@@ -29,7 +29,7 @@ from workloads.datasets import (
     load_records,
 )
 from workloads.sonnet import load_sonnet_lines
-from workloads.stats import STATS_DIR, write_table
+from workloads.stats import STATS_DIR, write_gap_table, write_table
 from workloads.tokens import TOKENIZER_FAMILIES
 
 TEXT_SETS = (
@@ -68,6 +68,7 @@ def main() -> None:
             _write(args.out, name, tok, root)
     for name in NATIVE_SETS:
         _write(args.out, name, None, root)
+        _write_gaps(args.out, name, root)
     sonnet = root / "sonnet" / "sonnet.txt"
     for tok in TOKENIZER_FAMILIES:
         lines = load_sonnet_lines(str(sonnet), tok)
@@ -102,6 +103,28 @@ def _write(out: Path, name: str, tok: str | None, root: Path) -> None:
     }
     write_table(out / f"{name}.{label}.csv", meta, np.asarray(rec.prompt_len), np.asarray(rec.output_len))
     print(f"{name}.{label}: {len(rec.prompt_len)} records, median prompt {np.median(rec.prompt_len):.0f}")
+
+
+def _write_gaps(out: Path, name: str, root: Path) -> None:
+    """Quantiles of a trace's inter-arrival gaps divided by their mean (the embedded arrival fallback)."""
+    try:
+        rec = load_records(name, str(root), None)
+    except DataMissingError:
+        return
+    if rec.timestamps_s is None or len(rec.timestamps_s) < 3:
+        return
+    gaps = np.diff(np.sort(np.asarray(rec.timestamps_s, dtype=np.float64)))
+    mean = float(gaps.mean())
+    meta = {
+        "dataset": name,
+        "kind": "inter-arrival gaps / mean gap",
+        "mean_gap_s": f"{mean:.6g}",
+        "cv": f"{gaps.std() / mean:.4f}",
+        "records": str(len(rec.timestamps_s)),
+        "source": rec.source.replace(str(root), "$REPRO_DATA"),
+    }
+    write_gap_table(out / f"{name}.gaps.csv", meta, gaps / mean)
+    print(f"{name}.gaps: mean gap {mean:.4g} s, cv {gaps.std() / mean:.2f}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from workloads.spec import DatasetSpec, WorkloadSpec, parse_workload
 from workloads.stats import (
     PUBLISHED,
     QUANTILES,
+    find_gap_table,
     find_table,
     sample_output_marginal,
     sample_published,
@@ -202,9 +203,22 @@ def _arrivals(
     if a.kind == "piecewise":
         return arr.piecewise_arrivals(a.segments, rng, n), None, None
     assert a.trace is not None
-    if ctx.root is None:
-        raise DataMissingError(f"trace {a.trace!r} needs its file: set $REPRO_DATA (no data folder found)")
-    trace = load_records(a.trace, str(ctx.root), None)
+    try:
+        if ctx.root is None:
+            raise DataMissingError(f"trace {a.trace!r} needs its file: set $REPRO_DATA (no data folder found)")
+        trace = load_records(a.trace, str(ctx.root), None)
+    except DataMissingError:
+        gaps = find_gap_table(a.trace) if spec.source != "real" else None
+        if gaps is None:
+            raise
+        # embedded fallback: i.i.d. gaps from the trace's committed inter-arrival quantiles (burstiness kept,
+        # the order of gaps not), at the target rate or the trace's own
+        mean_gap = 1.0 / a.rate_per_s if a.rate_per_s else gaps.mean_gap_s
+        times = np.cumsum(gaps.sample(n, rng)) * mean_gap
+        rate = f"{a.rate_per_s} req/s" if a.rate_per_s else "its native rate"
+        ctx.note(f"arrivals: embedded inter-arrival quantiles of trace {a.trace} (cv {gaps.cv:.2f}; no trace file), "
+                 f"at {rate}")
+        return times - times[0], None, None  # the first request arrives at 0, as in a replayed window
     if trace.timestamps_s is None:
         raise ValueError(f"arrival.trace={a.trace!r} has no timestamps")
     times, idx = arr.replay_trace(

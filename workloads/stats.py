@@ -182,3 +182,40 @@ def _norm_cdf(z: np.ndarray) -> np.ndarray:
     from math import erf, sqrt
 
     return 0.5 * (1.0 + np.vectorize(erf)(z / sqrt(2.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class GapTable:
+    """Quantiles of a trace's inter-arrival gaps over their mean (mean 1), and the trace's own mean gap."""
+
+    path: str
+    mean_gap_s: float
+    cv: float
+    q: np.ndarray  # gap / mean gap at QUANTILES
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` i.i.d. gaps (mean ≈ 1) by inverse CDF with linear interpolation between quantiles."""
+        return np.interp(rng.random(n), QUANTILES, self.q)
+
+
+def write_gap_table(path: Path, meta: dict[str, str], gaps: np.ndarray) -> None:
+    """Write the quantiles of normalised gaps with ``# key: value`` header lines (no records)."""
+    lines = [f"# {k}: {v}" for k, v in meta.items()] + ["quantile,gap"]
+    lines += [f"{q:.2f},{v:.6g}" for q, v in zip(QUANTILES, np.quantile(gaps, QUANTILES), strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def find_gap_table(trace: str) -> GapTable | None:
+    """The committed gap table of ``trace`` (``workloads/stats/<trace>.gaps.csv``), if any."""
+    path = STATS_DIR / f"{trace}.gaps.csv"
+    if not path.is_file():
+        return None
+    meta: dict[str, str] = {}
+    rows: list[float] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            meta[key.strip()] = value.strip()
+        elif line and not line.startswith("quantile"):
+            rows.append(float(line.split(",")[1]))
+    return GapTable(str(path), float(meta["mean_gap_s"]), float(meta.get("cv", "nan")), np.asarray(rows))

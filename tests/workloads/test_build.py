@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from workloads.build import RequestTable, build_workload
+from workloads.datasets import DataMissingError
 
 
 def make_cfg(
@@ -183,3 +184,15 @@ def test_shipped_configs_build(real_data: Path, path: Path) -> None:
     )
     assert 0 < len(t) <= 60 and t.output_len.min() >= 1 and np.all(np.diff(t.arrival_s) >= 0)
     assert t.source
+
+
+@pytest.mark.parametrize("trace", ["azure2023_conv", "mooncake"])
+def test_trace_arrivals_fall_back_to_embedded_gaps(empty_data: Path, trace: str) -> None:
+    # no trace file: i.i.d. gaps from the committed quantiles of the trace's inter-arrival times, at the target rate
+    cfg = make_cfg([{"name": "alpaca"}], n=4000, arrival={"kind": "trace", "trace": trace, "rate_per_s": 2.0})
+    t = build_workload(cfg, seed=seed(), tokenizer="llama2")
+    assert "embedded inter-arrival quantiles" in t.source and t.arrival_s[0] == 0.0
+    assert np.all(np.diff(t.arrival_s) >= 0)
+    assert (len(t) - 1) / t.arrival_s[-1] == pytest.approx(2.0, rel=0.1)
+    with pytest.raises(DataMissingError):
+        build_workload({**cfg, "source": "real"}, seed=seed(), tokenizer="llama2")
