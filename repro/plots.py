@@ -38,7 +38,7 @@ PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
 SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
-    "logx", "logy", "ylim", "hue_order", "where",
+    "logx", "logy", "ylim", "hue_order", "where", "labels",
 }  # fmt: skip
 
 
@@ -236,18 +236,20 @@ def stacked_bar(
     title: str | None = None,
     xlabel: str | None = None,
     ylabel: str | None = None,
+    labels: Sequence[str] | None = None,
     **opts: Any,
 ) -> Figure:
     """Breakdown bars: the means (over seeds) of columns ``y`` stacked per ``x`` (e.g.
-    draft/verify/overhead)."""
+    draft/verify/overhead); ``labels`` names the parts in the legend (default: the column names)."""
     parts = list(y)
+    names = list(labels) if labels is not None else parts
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         means = sub.groupby(x, sort=False)[parts].mean()
         bottom = pd.Series(0.0, index=means.index)
-        labels = [str(v) for v in means.index]
-        for p in parts:
-            ax.bar(labels, means[p].to_numpy(), bottom=bottom.to_numpy(), label=p)
+        ticks = [str(v) for v in means.index]
+        for p, name in zip(parts, names, strict=True):
+            ax.bar(ticks, means[p].to_numpy(), bottom=bottom.to_numpy(), label=name)
             bottom = bottom + means[p]
         ax.set_xlabel(x)
 
