@@ -29,20 +29,21 @@ class Sarathi(Policy):
 
     def schedule(self, view: View) -> StepPlan:
         decode, prefilling = split_running(view)
-        # (1) decodes first: they never stall behind a prefill
+        # (1) decodes first: they never stall behind a prefill (preempt the latest admitted if KV runs short)
         kept, preempted, _ = make_room(view, decode, 1, view.free_blocks)
-        free = view.free_blocks - int(view.blocks_for(kept, 1).sum()) + int(view.kv_blocks[preempted].sum())
+        if preempted.size:  # memory is short: no prefill this step
+            return StepPlan(decode_ids=kept, preempt_ids=preempted)
+        free = view.free_blocks - int(view.blocks_for(kept, 1).sum())
         budget = self.token_budget - kept.size
-        # (2) ongoing chunked prefills, then (3) new admissions, chunked to the remaining budget
-        cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free) if preempted.size == 0 \
-            else continue_prefills(view, prefilling[:0], token_budget=0, free_blocks=0)
-        budget -= cont.num_tokens
-        free -= int(view.blocks_for(cont.rids, cont.tokens).sum()) if cont.rids.size else 0
+        # (2) ongoing chunked prefills, then (3) new admissions, chunked to fill the rest of the token budget
+        cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free)
+        if cont.rids.size:
+            budget -= cont.num_tokens
+            free -= int(view.blocks_for(cont.rids, cont.tokens).sum())
         new = fcfs_admit(view, token_budget=budget, max_new_seqs=self.max_num_seqs - view.running.size,
-                         free_blocks=free, watermark_blocks=int(self.watermark * view.total_blocks), chunk=True) \
-            if preempted.size == 0 else None
-        pre_ids = cont.rids if new is None else np.concatenate([cont.rids, new.rids])
-        pre_tok = cont.tokens if new is None else np.concatenate([cont.tokens, new.tokens])
-        if kept.size == 0 and pre_ids.size == 0 and preempted.size == 0:
+                         free_blocks=free, watermark_blocks=int(self.watermark * view.total_blocks), chunk=True)
+        pre_ids = np.concatenate([cont.rids, new.rids])
+        if kept.size == 0 and pre_ids.size == 0:
             return IDLE
-        return StepPlan(prefill_ids=pre_ids, prefill_tokens=pre_tok, decode_ids=kept, preempt_ids=preempted)
+        return StepPlan(prefill_ids=pre_ids, prefill_tokens=np.concatenate([cont.tokens, new.tokens]),
+                        decode_ids=kept)
