@@ -152,7 +152,7 @@ class Replica:
         pre = self._begin_prefill(plan)
         dec = self._begin_decode(plan)
         # time: drafting, then one target forward over every scheduled token
-        drafting = bool(dec.k.any()) or plan.draft_sync or bool(dec.trees and dec.drafted.any())
+        drafting = bool(dec.drafted.any()) or plan.draft_sync
         draft_s = self._draft_time(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens) \
             if drafting else 0.0
         shape = _verify_shape(pre, dec)
@@ -207,7 +207,7 @@ class Replica:
         trees = plan.trees or {}
         n = int(dids.size)
         if n == 0:
-            return _Decode(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees)
+            return _Decode(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
         gen = s.num_generated[dids]
         dc = s.num_computed[dids]
         if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
@@ -219,6 +219,15 @@ class Replica:
             if k.shape != dids.shape or k.min() < 0:
                 raise PlanError("k must be a non-negative int per decode id")
         drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
+        pld: tuple[np.ndarray, np.ndarray] | None = None
+        if plan.proposer == "pld" and drafted.any() and not trees:
+            # prompt lookup runs before verification: only the tokens a match proposed are verified (and need KV)
+            proposed = np.zeros(n, dtype=np.int64)
+            accepted = np.zeros(n, dtype=np.int64)
+            proposed[drafted], accepted[drafted] = self.oracle.accept_chain(dids[drafted], gen[drafted], k[drafted],
+                                                                            "pld")
+            pld = (proposed, accepted)
+            k = proposed
         if trees:
             k = k.copy()
             for i, rid in enumerate(dids.tolist()):
@@ -228,10 +237,12 @@ class Replica:
                     k[i] = t.num_nodes
                     drafted[i] = t.cand.draft_depth > 0
         self._allocate(dids, dc + k + 1)
-        return _Decode(dids, gen, dc, k, drafted, trees)
+        return _Decode(dids, gen, dc, k, drafted, trees, pld)
 
     def _accept(self, plan: StepPlan, dec: _Decode) -> tuple[np.ndarray, np.ndarray]:
         """Draft tokens scored and accepted per decoding request, from the oracle (chains batched)."""
+        if dec.pld is not None:  # decided before the step (see _begin_decode)
+            return dec.pld
         n = dec.ids.size
         proposed = np.zeros(n, dtype=np.int64)
         accepted = np.zeros(n, dtype=np.int64)
@@ -401,7 +412,7 @@ class Replica:
     def _draft_time(self, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray, spec: np.ndarray,
                     trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
         if plan.proposer == "pld":
-            return self.cost.pld_s(int(spec.sum()))
+            return self.cost.pld_s(int(spec.sum()))  # the lookup runs for every request asked, matched or not
         which: Which = "eagle" if plan.proposer == "eagle" else "draft"
         if which == "draft" and not self.draft_resident and plan.draft_server is None:
             raise PlanError("speculating with a draft model that is not resident")
@@ -457,7 +468,13 @@ class Replica:
             tok1 += n_rest + int(ptok.sum())
             seq1 += n_rest + int(pids.size)
             if n_rest:
-                kv1 += float(dc[rest].sum()) + n_rest
+                c_rest = dc[rest]
+                kv1 += float(c_rest.sum()) + n_rest
+                have = s.num_draft_computed[dids[rest]]
+                lag = c_rest - have  # what the draft missed while these requests did not speculate
+                if lag.any():
+                    tok1 += int(lag.sum())
+                    pairs += float(((lag + 1) * (have + (lag + 2) / 2.0)).sum())
             if pids.size:
                 pc = s.num_computed[pids]
                 pairs += float((ptok * (pc + (ptok + 1) / 2.0)).sum())
@@ -512,6 +529,7 @@ class _Decode:
     k: np.ndarray
     drafted: np.ndarray
     trees: Mapping[int, TreeSpec]
+    pld: tuple[np.ndarray, np.ndarray] | None  # prompt lookup's (proposed, accepted), known before verification
 
 
 def _verify_shape(pre: _Prefill, dec: _Decode) -> tuple[int, int, float, float, int, bool]:

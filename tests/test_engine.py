@@ -228,3 +228,33 @@ def test_empty_tree_still_pays_for_its_beam_search() -> None:
     out = run(pol, make_requests(1, output_len=4), record_steps=True)
     first = out.steps[1]
     assert first.num_proposed == 0 and first.draft_s > 0
+
+
+class NoMatchOracle(FixedOracle):
+    """Prompt lookup finds a match only for even request ids (proposing k, accepting none)."""
+
+    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                     proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+        proposed = np.where(rids % 2 == 0, k, 0)
+        return proposed.astype(np.int64), np.zeros_like(proposed, dtype=np.int64)
+
+
+def test_prompt_lookup_verifies_only_matched_tokens() -> None:
+    # 4 requests ask for k = 5 with prompt lookup; only 2 match: the verify pass scores 4 + 2·5 tokens, not 4 + 4·5
+    def dec(v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 5, dtype=np.int64), proposer="pld")
+    out = run(Scripted(_prefill_all, dec), make_requests(4, output_len=20), oracle=NoMatchOracle(), record_steps=True)
+    step = out.steps[1]
+    assert step.num_batched_tokens == 4 + 2 * 5 and step.num_proposed == 10 and step.draft_s > 0
+
+
+def test_draft_sync_replays_what_the_draft_missed() -> None:
+    # requests decode 10 steps without speculation and without sync, then one synced step without speculation:
+    # the draft must process the 10 missed tokens of each request, not just one
+    def dec(sync: bool):
+        return lambda v: StepPlan(decode_ids=v.running, draft_sync=sync)
+    def prefill_synced(v: View) -> StepPlan:
+        return StepPlan(prefill_ids=v.waiting, prefill_tokens=v.num_tokens(v.waiting), draft_sync=True)
+    out = run(Scripted(prefill_synced, dec(True), *[dec(False)] * 10, dec(True)), make_requests(4, output_len=40),
+              record_steps=True)
+    assert out.steps[12].draft_s > out.steps[1].draft_s * 1.3  # step 12 is the second synced decode
