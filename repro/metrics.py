@@ -241,6 +241,9 @@ def _extras(
                           ("iter_schedule_ms", "schedule_wall_s")):
             if col in dec.columns:
                 x[f"mean_{name}"] = float(dec[col].mean()) * 1e3 if len(dec) else _NAN
+        if "mean_k" in dec.columns:
+            # Mean proposed length per decoding iteration (TurboSpec Fig. 10): the step's mean k over its requests.
+            x["mean_proposed_len"] = float(dec["mean_k"].mean()) if len(dec) else _NAN
     if "slo_class" in requests.columns and len(requests):
         for cls, frac in _group_mean(requests["slo_class"], ok).items():
             x[f"slo_attainment_{cls}"] = frac

@@ -79,7 +79,7 @@ RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "ex
 QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
 #: Keys an ``exp`` block may have (a typo in an experiment file is an error, not a silently ignored key).
 EXP_KEYS = ("name", "title", "description", "kind", "systems", "grid", "cases", "case_key", "seeds", "quick", "figures",
-            "claims")
+            "claims", "derived")
 KEY_COLS = ("exp", "system", "seed")
 TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
 CODE_DIRS = ("repro", "systems", "workloads")
@@ -583,10 +583,35 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         _execute(todo, cfgs, keep_tables, ctx.n_jobs, progress)
     finally:
         bar.close()
-    pf.finish([done[(p.system, h)] for p, h in zip(points, hashes, strict=True)])
+    rows = [done[(p.system, h)] for p, h in zip(points, hashes, strict=True)]
+    pf.finish(derive(rows, exp.get("derived") or [], [SEED_KEY, *grid_columns(exp)]))
     if keep_tables:
         _save_tables(ctx, exp["name"], points, hashes, tables, kept_hashes)
     return pd.read_csv(pf.path), len(todo)
+
+
+SEED_KEY = "seed"
+
+
+def derive(rows: list[dict[str, str]], specs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, str]]:
+    """Add ``exp.derived`` columns to the finished rows: ``{name, metric, baseline, invert}`` is the row's
+    ``metric`` divided by the ``baseline`` system's at the same seed and grid values (``invert``: the baseline's
+    divided by the row's, e.g. a speedup from latencies)."""
+    out = [dict(r) for r in rows]
+    for spec in specs:
+        unknown = set(spec) - {"name", "metric", "baseline", "invert"}
+        if unknown or not {"name", "metric", "baseline"} <= set(spec):
+            raise ConfigError(f"exp.derived: entry {dict(spec)} needs name, metric, baseline (and optional invert)")
+        metric, base = str(spec["metric"]), str(spec["baseline"])
+        ref = {tuple(r.get(k, "") for k in keys): r.get(metric, "") for r in out if r["system"] == base}
+        for r in out:
+            try:
+                mine, theirs = float(r[metric]), float(ref[tuple(r.get(k, "") for k in keys)])
+                value = theirs / mine if spec.get("invert") else mine / theirs
+            except (KeyError, ValueError, ZeroDivisionError):
+                value = float("nan")
+            r[str(spec["name"])] = fmt(value)
+    return out
 
 
 def _execute(

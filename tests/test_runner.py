@@ -321,3 +321,15 @@ def test_calibration_experiment(tmp_path: Path) -> None:
         == (pts["kind"] == "linear").groupby(pts["table"]).any().sum()
     )
     assert "within tolerance" in (out / "summary.md").read_text()
+
+
+def test_derived_speedup_against_a_baseline_system() -> None:
+    rows = [
+        {"system": "vllm", "seed": "0", "b": "1", "lat": "2"},
+        {"system": "sd", "seed": "0", "b": "1", "lat": "1"},
+        {"system": "sd", "seed": "0", "b": "2", "lat": "1"},  # no baseline at b=2: nan
+    ]
+    out = runner.derive(rows, [{"name": "speedup", "metric": "lat", "baseline": "vllm", "invert": True}], ["seed", "b"])
+    assert [r["speedup"] for r in out] == ["1", "2", "nan"]
+    with pytest.raises(ConfigError, match="needs name"):
+        runner.derive(rows, [{"name": "x", "metric": "lat"}], ["seed"])
