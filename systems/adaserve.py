@@ -34,12 +34,13 @@ Deviations:
 
 from __future__ import annotations
 
-from repro.plan import IDLE, StepPlan
+from repro.plan import StepPlan
 from repro.policy import Policy
 from repro.state import View
 from systems.trees import (
     Order,
-    admit_or_decode,
+    check_tree_args,
+    decoding_batch,
     estimate_step_s,
     select_global,
     select_slo_customized,
@@ -56,12 +57,11 @@ class AdaServe(Policy):
     def __init__(self, d_max: int = 8, w_max: int = 4, n_max: int = 8, order: Order = "descending",
                  budget: int | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 4096,
                  watermark: float = 0.01) -> None:
-        if d_max < 1 or w_max < 1 or n_max < 0:
-            raise ValueError("d_max and w_max must be >= 1, n_max >= 0")
+        check_tree_args(d_max, w_max, budget)
+        if n_max < 0:
+            raise ValueError("n_max must be >= 0")
         if order not in ("descending", "ascending"):
             raise ValueError(f"order must be 'descending' or 'ascending', not {order!r}")
-        if budget is not None and budget < 1:
-            raise ValueError("budget must be >= 1 (or null for the hardware's)")
         self.d_max, self.w_max, self.n_max, self.order = d_max, w_max, n_max, order
         self.budget = budget
         self.max_num_seqs = max_num_seqs
@@ -69,17 +69,14 @@ class AdaServe(Policy):
         self.watermark = watermark
 
     def schedule(self, view: View) -> StepPlan:
-        prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
-                                          max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
-        if prefill is not None:
-            return prefill
+        # batch scheduling; B from Table 1 (plain decoding when the roots alone fill it)
+        plan, decode, budget = decoding_batch(view, max_num_seqs=self.max_num_seqs,
+                                              max_num_batched_tokens=self.max_num_batched_tokens,
+                                              watermark=self.watermark, budget=self.budget)
+        if plan is not None:
+            return plan
         n = int(decode.size)
-        if n == 0:
-            return IDLE
-        budget = self.budget if self.budget is not None else view.cost.budget_tokens  # Table 1
         spare = budget - n  # Algorithm 2 line 7: every root takes one token of B
-        if spare <= 0:
-            return tree_plan(view, decode, {})
         # Step 1: speculation, d and w by Eq. (8)–(9)
         ranked, d, w = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
         t_spec = estimate_step_s(view.cost, n, float(view.num_tokens(decode).sum()), d, w,

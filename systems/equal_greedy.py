@@ -14,10 +14,10 @@ Deviations:
 
 from __future__ import annotations
 
-from repro.plan import IDLE, StepPlan
+from repro.plan import StepPlan
 from repro.policy import Policy
 from repro.state import View
-from systems.trees import admit_or_decode, select_equal, speculate, tree_plan, tree_specs
+from systems.trees import check_tree_args, decoding_batch, select_equal, speculate, tree_plan, tree_specs
 
 
 class EqualGreedy(Policy):
@@ -25,26 +25,18 @@ class EqualGreedy(Policy):
 
     def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
-        if d_max < 1 or w_max < 1:
-            raise ValueError("d_max and w_max must be >= 1")
-        if budget is not None and budget < 1:
-            raise ValueError("budget must be >= 1 (or null for the hardware's)")
+        check_tree_args(d_max, w_max, budget)
         self.d_max, self.w_max, self.budget = d_max, w_max, budget
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
 
     def schedule(self, view: View) -> StepPlan:
-        prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
-                                          max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark)
-        if prefill is not None:
-            return prefill
-        n = int(decode.size)
-        if n == 0:
-            return IDLE
-        budget = self.budget if self.budget is not None else view.cost.budget_tokens
-        if budget <= n:
-            return tree_plan(view, decode, {})
+        plan, decode, budget = decoding_batch(view, max_num_seqs=self.max_num_seqs,
+                                              max_num_batched_tokens=self.max_num_batched_tokens,
+                                              watermark=self.watermark, budget=self.budget)
+        if plan is not None:
+            return plan
         ranked, _, _ = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
         # ⌊B/n⌋ tokens per request, greedy by f(v) within its own candidate tree
         return tree_plan(view, decode, tree_specs(ranked, select_equal(ranked, budget)))
