@@ -241,6 +241,13 @@ def _extras(
                           ("iter_schedule_ms", "schedule_wall_s")):
             if col in dec.columns:
                 x[f"mean_{name}"] = float(dec[col].mean()) * 1e3 if len(dec) else _NAN
+        if len(dec) and {"draft_s", "latency_s", "overhead_s"} <= set(dec.columns):
+            # TurboSpec Fig. 16's execution-time breakdown of decoding iterations: shares of the draft (proposer),
+            # the fixed overheads inside the target pass, and the rest of the target pass
+            total = float(dec["latency_s"].sum())
+            x["draft_share"] = float(dec["draft_s"].sum()) / total if total > 0 else _NAN
+            x["overhead_share"] = float(dec["overhead_s"].sum()) / total if total > 0 else _NAN
+            x["target_share"] = 1.0 - x["draft_share"] - x["overhead_share"] if total > 0 else _NAN
         if "mean_k" in dec.columns:
             # Mean proposed length per decoding iteration (TurboSpec Fig. 10): the step's mean k over its requests.
             x["mean_proposed_len"] = float(dec["mean_k"].mean()) if len(dec) else _NAN
