@@ -39,13 +39,11 @@ from repro.policy import Policy
 from repro.state import View
 from systems.trees import (
     Order,
-    check_tree_args,
-    decoding_batch,
+    TreeBatching,
     estimate_step_s,
     select_global,
     select_slo_customized,
     slo_targets,
-    speculate,
     tree_plan,
     tree_specs,
 )
@@ -57,28 +55,22 @@ class AdaServe(Policy):
     def __init__(self, d_max: int = 8, w_max: int = 4, n_max: int = 8, order: Order = "descending",
                  budget: int | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 4096,
                  watermark: float = 0.01) -> None:
-        check_tree_args(d_max, w_max, budget)
+        self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
         if n_max < 0:
             raise ValueError("n_max must be >= 0")
         if order not in ("descending", "ascending"):
             raise ValueError(f"order must be 'descending' or 'ascending', not {order!r}")
-        self.d_max, self.w_max, self.n_max, self.order = d_max, w_max, n_max, order
-        self.budget = budget
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.watermark = watermark
+        self.n_max, self.order = n_max, order
 
     def schedule(self, view: View) -> StepPlan:
         # batch scheduling; B from Table 1 (plain decoding when the roots alone fill it)
-        plan, decode, budget = decoding_batch(view, max_num_seqs=self.max_num_seqs,
-                                              max_num_batched_tokens=self.max_num_batched_tokens,
-                                              watermark=self.watermark, budget=self.budget)
+        plan, decode, budget = self.batching.batch(view)
         if plan is not None:
             return plan
         n = int(decode.size)
         spare = budget - n  # Algorithm 2 line 7: every root takes one token of B
         # Step 1: speculation, d and w by Eq. (8)–(9)
-        ranked, d, w = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
+        ranked, d, w = self.batching.speculate(view, decode, budget)
         t_spec = estimate_step_s(view.cost, n, float(view.num_tokens(decode).sum()), d, w,
                                  min(budget, n + int(ranked.size.sum())))
         # Eq. (2): A(r) = (l + t_spec)/t_TPOT − o;  A_cap(r) = min(A(r), d + 1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from repro.plan import StepPlan
 from repro.policy import Policy
 from repro.state import View
-from systems.trees import check_tree_args, decoding_batch, select_equal, speculate, tree_plan, tree_specs
+from systems.trees import TreeBatching, select_equal, tree_plan, tree_specs
 
 
 class EqualGreedy(Policy):
@@ -25,18 +25,12 @@ class EqualGreedy(Policy):
 
     def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
-        check_tree_args(d_max, w_max, budget)
-        self.d_max, self.w_max, self.budget = d_max, w_max, budget
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.watermark = watermark
+        self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
 
     def schedule(self, view: View) -> StepPlan:
-        plan, decode, budget = decoding_batch(view, max_num_seqs=self.max_num_seqs,
-                                              max_num_batched_tokens=self.max_num_batched_tokens,
-                                              watermark=self.watermark, budget=self.budget)
+        plan, decode, budget = self.batching.batch(view)
         if plan is not None:
             return plan
-        ranked, _, _ = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
+        ranked, _, _ = self.batching.speculate(view, decode, budget)
         # ⌊B/n⌋ tokens per request, greedy by f(v) within its own candidate tree
         return tree_plan(view, decode, tree_specs(ranked, select_equal(ranked, budget)))

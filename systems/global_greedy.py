@@ -17,7 +17,7 @@ import numpy as np
 from repro.plan import StepPlan
 from repro.policy import Policy
 from repro.state import View
-from systems.trees import check_tree_args, decoding_batch, select_global, speculate, tree_plan, tree_specs
+from systems.trees import TreeBatching, select_global, tree_plan, tree_specs
 
 
 class GlobalGreedy(Policy):
@@ -25,20 +25,14 @@ class GlobalGreedy(Policy):
 
     def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
-        check_tree_args(d_max, w_max, budget)
-        self.d_max, self.w_max, self.budget = d_max, w_max, budget
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.watermark = watermark
+        self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
 
     def schedule(self, view: View) -> StepPlan:
-        plan, decode, budget = decoding_batch(view, max_num_seqs=self.max_num_seqs,
-                                              max_num_batched_tokens=self.max_num_batched_tokens,
-                                              watermark=self.watermark, budget=self.budget)
+        plan, decode, budget = self.batching.batch(view)
         if plan is not None:
             return plan
         n = int(decode.size)
-        ranked, _, _ = speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
+        ranked, _, _ = self.batching.speculate(view, decode, budget)
         # Eq. (6): the B − n most probable nodes over all candidate trees
         counts = select_global(ranked, np.zeros(n, dtype=np.int64), budget - n)
         return tree_plan(view, decode, tree_specs(ranked, counts))

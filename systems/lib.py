@@ -261,3 +261,24 @@ def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num
 def contenders(view: View) -> np.ndarray:
     """Every request a server could put in this iteration's batch: running, swapped and waiting."""
     return np.concatenate([view.running, view.swapped, view.waiting])
+
+
+@dataclass(frozen=True, slots=True)
+class SloBatching:
+    """The knobs of SLO-aware continuous batching (AdaServe §6.3), shared by FCFS and STTA, which differ only in
+    the priority order they hand to :meth:`plan`."""
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 3000
+    watermark: float = 0.01
+    preempt_mode: PreemptMode = "swap"
+    evict_unselected: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preempt_mode not in ("swap", "recompute"):
+            raise ValueError(f"preempt_mode must be 'swap' or 'recompute', not {self.preempt_mode!r}")
+
+    def plan(self, view: View, order: np.ndarray) -> StepPlan:
+        return slo_aware_batch(view, order, max_num_seqs=self.max_num_seqs,
+                               max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark,
+                               preempt_mode=self.preempt_mode, evict_unselected=self.evict_unselected)

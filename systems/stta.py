@@ -33,7 +33,7 @@ import numpy as np
 from repro.plan import PreemptMode, StepPlan
 from repro.policy import Policy
 from repro.state import View
-from systems.lib import contenders, slo_aware_batch
+from systems.lib import SloBatching, contenders
 
 
 def slack_s(view: View, rids: np.ndarray) -> np.ndarray:
@@ -49,17 +49,9 @@ def slack_s(view: View, rids: np.ndarray) -> np.ndarray:
 class STTA(Policy):
     def __init__(self, max_num_seqs: int = 64, max_num_batched_tokens: int = 3000, watermark: float = 0.01,
                  preempt_mode: PreemptMode = "swap", evict_unselected: bool = False) -> None:
-        if preempt_mode not in ("swap", "recompute"):
-            raise ValueError(f"preempt_mode must be 'swap' or 'recompute', not {preempt_mode!r}")
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.watermark = watermark
-        self.preempt_mode: PreemptMode = preempt_mode
-        self.evict_unselected = evict_unselected
+        self.batching = SloBatching(max_num_seqs, max_num_batched_tokens, watermark, preempt_mode, evict_unselected)
 
     def schedule(self, view: View) -> StepPlan:
         rids = contenders(view)
         order = rids[np.lexsort((rids, view.arrival_s[rids], slack_s(view, rids)))]  # least slack first
-        return slo_aware_batch(view, order, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark,
-                               preempt_mode=self.preempt_mode, evict_unselected=self.evict_unselected)
+        return self.batching.plan(view, order)

@@ -204,30 +204,44 @@ def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: in
     return None, decode
 
 
-def check_tree_args(d_max: int, w_max: int, budget: int | None) -> None:
-    """Constructor checks shared by the budget-aware tree systems."""
-    if d_max < 1 or w_max < 1:
-        raise ValueError("d_max and w_max must be >= 1")
-    if budget is not None and budget < 1:
-        raise ValueError("budget must be >= 1 (or null for the hardware's)")
+@dataclass(frozen=True, slots=True)
+class TreeBatching:
+    """Batch scheduling and speculation knobs shared by the budget-aware tree systems (AdaServe and its
+    ablations): the beam limits D_max, W_max, the budget B (None = Table 1's for the hardware) and vLLM-style
+    admission limits."""
 
+    d_max: int = 8
+    w_max: int = 4
+    budget: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 4096
+    watermark: float = 0.01
 
-def decoding_batch(view: View, *, max_num_seqs: int, max_num_batched_tokens: int, watermark: float,
-                   budget: int | None) -> tuple[StepPlan | None, np.ndarray, int]:
-    """Batch scheduling of the budget-aware tree systems: ``(plan, decode, B)``. ``plan`` is the step to run when
-    there is nothing to speculate with (a prefill step, no decoding request, or a batch that alone fills the budget,
-    n ≥ B); otherwise it is ``None`` and ``decode`` holds the decoding requests, ``B`` the budget (Table 1's for the
-    hardware unless ``budget`` overrides it)."""
-    prefill, decode = admit_or_decode(view, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                      watermark=watermark)
-    if prefill is not None:
-        return prefill, decode, 0
-    b = budget if budget is not None else view.cost.budget_tokens  # Table 1
-    if decode.size == 0:
-        return IDLE, decode, b
-    if b <= decode.size:  # Algorithm 2 line 7: every root takes one token of B; nothing is left to speculate
-        return tree_plan(view, decode, {}), decode, b
-    return None, decode, b
+    def __post_init__(self) -> None:
+        if self.d_max < 1 or self.w_max < 1:
+            raise ValueError("d_max and w_max must be >= 1")
+        if self.budget is not None and self.budget < 1:
+            raise ValueError("budget must be >= 1 (or null for the hardware's)")
+
+    def batch(self, view: View) -> tuple[StepPlan | None, np.ndarray, int]:
+        """``(plan, decode, B)``. ``plan`` is the step to run when there is nothing to speculate with (a prefill
+        step, no decoding request, or a batch that alone fills the budget, n ≥ B); otherwise it is ``None`` and
+        ``decode`` holds the decoding requests, ``B`` the budget."""
+        prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
+                                          max_num_batched_tokens=self.max_num_batched_tokens,
+                                          watermark=self.watermark)
+        if prefill is not None:
+            return prefill, decode, 0
+        b = self.budget if self.budget is not None else view.cost.budget_tokens  # Table 1
+        if decode.size == 0:
+            return IDLE, decode, b
+        if b <= decode.size:  # Algorithm 2 line 7: every root takes one token of B; nothing is left to speculate
+            return tree_plan(view, decode, {}), decode, b
+        return None, decode, b
+
+    def speculate(self, view: View, decode: np.ndarray, budget: int) -> tuple[Ranked, int, int]:
+        """Step 1: beam-search candidate trees with d and w from Eq. (8)–(9), ranked for selection."""
+        return speculate(view, decode, d_max=self.d_max, w_max=self.w_max, budget=budget)
 
 
 def tree_plan(view: View, decode: np.ndarray, trees: dict[int, TreeSpec]) -> StepPlan:
