@@ -1,19 +1,14 @@
 """Figures as pure functions of tidy tables (points.csv, requests.parquet, steps.parquet).
 
-Every function takes a DataFrame and column names and returns a matplotlib Figure in one shared
-paper-like style
-(white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are
-averaged, with
-the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an
-experiment's
+Every function takes a DataFrame and column names and returns a matplotlib Figure in one shared paper-like style
+(white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are averaged, with
+the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an experiment's
 ``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``.
 
-Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required;
-``x``, ``y`` (a
-column, or a list of columns for stacked_bar), ``hue`` (default ``system``), ``col``, ``row``, ``style``,
-``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order`` and ``where``
-(``{column: value}``
-filters applied first) are optional.
+Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
+column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
+``style``, ``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order``, ``labels``, ``where``
+(``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label`` and ``bin_s`` are optional.
 """
 
 from __future__ import annotations
@@ -38,7 +33,7 @@ PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
 SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
-    "logx", "logy", "ylim", "hue_order", "where", "labels",
+    "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s",
 }  # fmt: skip
 
 
@@ -205,7 +200,7 @@ def cdf(
 def timeline(
     steps_df: pd.DataFrame,
     x: str = "start_at",
-    y: str = "num_batched_tokens",
+    y: str | Sequence[str] = "num_batched_tokens",
     hue: str | None = "system",
     col: str | None = None,
     row: str | None = None,
@@ -213,18 +208,57 @@ def timeline(
     xlabel: str | None = "time (s)",
     ylabel: str | None = None,
     hue_order: Sequence[Any] | None = None,
+    y2: Sequence[str] | None = None,
+    y2label: str | None = None,
+    bin_s: float | None = None,
+    labels: Sequence[str] | None = None,
     **opts: Any,
 ) -> Figure:
-    """A per-step quantity over simulated time (one line per ``hue``, no averaging)."""
-    hue = hue if hue in steps_df.columns else None
+    """A per-step quantity over simulated time, one line per ``hue`` (no averaging unless ``bin_s``).
+
+    Several series at once (TurboSpec Fig. 15): ``y`` a list of columns on the left axis and ``y2`` a list on a
+    right axis (dashed); then each column is a line (``labels`` names them, in ``y`` then ``y2`` order) and
+    ``hue`` is not used — filter to one system with ``where``. ``bin_s`` averages every column over bins of that
+    many seconds (NaNs, e.g. the acceptance rate of a step without proposals, are skipped).
+    """
+    ys = [y] if isinstance(y, str) else list(y)
+    y2s = list(y2 or [])
+    names = dict(zip([*ys, *y2s], labels, strict=True)) if labels else {}
+    multi = len(ys) + len(y2s) > 1
+    hue = hue if hue in steps_df.columns and not multi else None
     order = list(hue_order) if hue_order else (_order(steps_df, hue) or None)
+    twins: list[Axes] = []
+
+    def binned(sub: pd.DataFrame) -> pd.DataFrame:
+        if not bin_s:
+            return sub
+        keys = [(sub[x] // bin_s * bin_s).rename(x), *([sub[hue]] if hue else [])]
+        return sub.groupby(keys, sort=True)[[*ys, *y2s]].mean().reset_index()
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
-        sns.lineplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, estimator=None, drawstyle="steps-post", ax=ax
-        )
+        data = binned(sub)
+        if not multi:
+            sns.lineplot(
+                data=data, x=x, y=ys[0], hue=hue, hue_order=order, estimator=None, drawstyle="steps-post", ax=ax
+            )
+            return
+        colors = iter(sns.color_palette(n_colors=len(ys) + len(y2s)))
+        for c in ys:
+            ax.plot(data[x], data[c], drawstyle="steps-post", color=next(colors), label=names.get(c, c))
+        if y2s:
+            right = ax.twinx()
+            twins.append(right)
+            right.grid(False)
+            for c in y2s:
+                color = next(colors)
+                right.plot(data[x], data[c], drawstyle="steps-post", color=color, linestyle="--")
+                ax.plot([], [], color=color, linestyle="--", label=names.get(c, c))  # legend entry on the left
 
-    return _decorate(_facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
+    fig = _decorate(_facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
+    for right in twins:
+        right.set_ylabel(y2label or "")
+        right.set_yscale("linear")
+    return fig
 
 
 def stacked_bar(
@@ -304,10 +338,11 @@ def check_spec(spec: Mapping[str, Any], columns: Sequence[str]) -> None:
         v = spec.get(key)
         if v is not None and v not in columns:
             raise ConfigError(f"exp.figures[{name}].{key}: no column '{v}'")
-    ys = spec.get("y")
-    for y in ys if isinstance(ys, list | tuple) else [ys] if ys is not None else []:
-        if y not in columns:
-            raise ConfigError(f"exp.figures[{name}].y: no column '{y}'")
+    for key in ("y", "y2"):
+        ys = spec.get(key)
+        for y in ys if isinstance(ys, list | tuple) else [ys] if ys is not None else []:
+            if y not in columns:
+                raise ConfigError(f"exp.figures[{name}].{key}: no column '{y}'")
 
 
 def drop_missing_facets(spec: Mapping[str, Any], columns: Sequence[str]) -> tuple[dict[str, Any], list[str]]:

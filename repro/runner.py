@@ -594,24 +594,56 @@ SEED_KEY = "seed"
 
 
 def derive(rows: list[dict[str, str]], specs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, str]]:
-    """Add ``exp.derived`` columns to the finished rows: ``{name, metric, baseline, invert}`` is the row's
-    ``metric`` divided by the ``baseline`` system's at the same seed and grid values (``invert``: the baseline's
-    divided by the row's, e.g. a speedup from latencies)."""
+    """Add ``exp.derived`` columns to the finished rows. Two forms:
+
+    - ``{name, metric, baseline, invert}``: the row's ``metric`` divided by the ``baseline`` system's at the same
+      seed and grid values (``invert``: the baseline's divided by the row's, e.g. a speedup from latencies);
+    - ``{name, metric, normalize: COLUMN}``: the row's ``metric`` divided by the largest ``metric`` among the rows
+      of the same system, seed and grid values that differ only in ``COLUMN`` (e.g. goodput as a fraction of the
+      best proposed length's, TurboSpec Fig. 5).
+    """
     out = [dict(r) for r in rows]
     for spec in specs:
-        unknown = set(spec) - {"name", "metric", "baseline", "invert"}
-        if unknown or not {"name", "metric", "baseline"} <= set(spec):
-            raise ConfigError(f"exp.derived: entry {dict(spec)} needs name, metric, baseline (and optional invert)")
-        metric, base = str(spec["metric"]), str(spec["baseline"])
-        ref = {tuple(r.get(k, "") for k in keys): r.get(metric, "") for r in out if r["system"] == base}
+        unknown = set(spec) - {"name", "metric", "baseline", "invert", "normalize"}
+        has_ref = ("baseline" in spec) != ("normalize" in spec)
+        if unknown or not {"name", "metric"} <= set(spec) or not has_ref:
+            raise ConfigError(
+                f"exp.derived: entry {dict(spec)} needs name, metric and either baseline (and optional invert) "
+                "or normalize"
+            )
+        metric, name = str(spec["metric"]), str(spec["name"])
+        if "normalize" in spec:
+            over = str(spec["normalize"])
+            if over not in keys:
+                raise ConfigError(f"exp.derived[{name}].normalize: '{over}' is not a grid column ({list(keys)})")
+            group = ["system", *(k for k in keys if k != over)]
+            best: dict[tuple[str, ...], float] = {}
+            for r in out:
+                g = tuple(r.get(k, "") for k in group)
+                v = _as_float(r.get(metric, ""))
+                if v == v:  # not NaN
+                    best[g] = max(best.get(g, v), v)
+            for r in out:
+                ref = best.get(tuple(r.get(k, "") for k in group), float("nan"))
+                r[name] = fmt(_as_float(r.get(metric, "")) / ref if ref else float("nan"))
+            continue
+        base = str(spec["baseline"])
+        ref_rows = {tuple(r.get(k, "") for k in keys): r.get(metric, "") for r in out if r["system"] == base}
         for r in out:
             try:
-                mine, theirs = float(r[metric]), float(ref[tuple(r.get(k, "") for k in keys)])
+                mine, theirs = float(r[metric]), float(ref_rows[tuple(r.get(k, "") for k in keys)])
                 value = theirs / mine if spec.get("invert") else mine / theirs
             except (KeyError, ValueError, ZeroDivisionError):
                 value = float("nan")
-            r[str(spec["name"])] = fmt(value)
+            r[name] = fmt(value)
     return out
+
+
+def _as_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
 
 
 def _execute(

@@ -333,3 +333,19 @@ def test_derived_speedup_against_a_baseline_system() -> None:
     assert [r["speedup"] for r in out] == ["1", "2", "nan"]
     with pytest.raises(ConfigError, match="needs name"):
         runner.derive(rows, [{"name": "x", "metric": "lat"}], ["seed"])
+
+
+def test_derived_normalize_over_a_grid_column() -> None:
+    rows = [
+        {"system": "sd", "seed": "0", "b": "1", "k": "1", "g": "2"},
+        {"system": "sd", "seed": "0", "b": "1", "k": "2", "g": "4"},
+        {"system": "sd", "seed": "0", "b": "2", "k": "1", "g": "3"},
+        {"system": "sd", "seed": "0", "b": "2", "k": "2", "g": "1.5"},
+        {"system": "other", "seed": "0", "b": "1", "k": "1", "g": "8"},  # its own group
+    ]
+    out = runner.derive(rows, [{"name": "norm", "metric": "g", "normalize": "k"}], ["seed", "b", "k"])
+    assert [r["norm"] for r in out] == ["0.5", "1", "1", "0.5", "1"]
+    with pytest.raises(ConfigError, match="not a grid column"):
+        runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "zz"}], ["seed", "b", "k"])
+    with pytest.raises(ConfigError, match="either baseline"):
+        runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}], ["seed", "k"])

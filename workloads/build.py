@@ -35,10 +35,12 @@ from workloads.datasets import (
 from workloads.sonnet import SonnetLines, load_sonnet_lines, sample_sonnet
 from workloads.spec import DatasetSpec, WorkloadSpec, parse_workload
 from workloads.stats import (
+    ASSUMED,
     PUBLISHED,
     QUANTILES,
     find_gap_table,
     find_table,
+    sample_assumed,
     sample_output_marginal,
     sample_published,
     sample_table,
@@ -406,6 +408,8 @@ class _Context:
         if table is None:
             if ds.name in PUBLISHED:
                 return self._published(ds)
+            if ds.name in ASSUMED:
+                return self._assumed(ds)
             raise DataMissingError(f"dataset {ds.name}: no real file under {self.root} and no embedded table")
         fill = self._output_filler(ds, table.output_q)
         self.note(
@@ -437,6 +441,21 @@ class _Context:
 
         def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
             p, o = sample_published(ds.name, ds.published_target, k, self.rng)
+            if ds.output_len is not None:
+                o = np.full(k, ds.output_len, dtype=np.int64)
+            return p, o
+
+        return draw
+
+    def _assumed(self, ds: DatasetSpec) -> Any:
+        (pm, ps), (om, os_) = ASSUMED[ds.name]
+        self.note(
+            f"{ds.key}: no file under {self.root or '$REPRO_DATA'} and no published lengths; ASSUMED prompt "
+            f"{pm:.0f}±{ps:.0f}, output {om:.0f}±{os_:.0f} tokens (workloads/stats.py), Gamma marginals"
+        )
+
+        def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
+            p, o = sample_assumed(ds.name, k, self.rng)
             if ds.output_len is not None:
                 o = np.full(k, ds.output_len, dtype=np.int64)
             return p, o

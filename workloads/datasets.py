@@ -436,6 +436,9 @@ LOADERS: dict[str, Callable[[Path, str | None, str], LengthRecords]] = {
     "minithinky": _hub_text(
         "minithinky", "minithinky/train.parquet", "ngxson/MiniThinky-dataset", ("prompt",), "response"
     ),
+    "instructcode": _hub_text(
+        "instructcode", "instructcode/train.parquet", "likaixin/InstructCoder", ("instruction", "input"), "output"
+    ),
     "hle": _hub_text("hle", "hle/test.parquet", "cais/hle", ("question",), "answer"),
     "azure2023_conv": _azure(2023, "conv"),
     "azure2023_code": _azure(2023, "code"),

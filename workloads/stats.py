@@ -28,14 +28,28 @@ import numpy as np
 STATS_DIR = Path(__file__).resolve().parent / "stats"
 QUANTILES = np.linspace(0.0, 1.0, 101)
 
-#: TurboSpec Table 2: (input mean, input std) and output (mean, std) per (draft, target) pair; Sonnet
-#: input is the
-#: vLLM sampler's default 550-token request, CNN/DailyMail is the summarization set.
+#: TurboSpec Table 2: (input mean, input std) and output (mean, std) per (draft, target) pair; Sonnet input is
+#: the vLLM sampler's default 550-token request, CNN/DailyMail is the summarization set.
 PUBLISHED: dict[str, tuple[tuple[float, float], dict[str, tuple[float, float]]]] = {
     "sharegpt": ((227, 264), {"7b": (256, 249), "13b": (274, 255), "33b": (269, 233), "70b": (227, 208)}),
     "sonnet": ((517, 10), {"7b": (141, 22), "13b": (145, 19), "33b": (139, 15), "70b": (135, 18)}),
     "cnn_dailymail": ((1067, 537), {"7b": (108, 41), "13b": (94, 47), "33b": (82, 44), "70b": (85, 48)}),
 }
+
+#: Sets with no file offline, no embedded table and no published lengths: assumed (prompt mean, std) and
+#: (output mean, std) in tokens, drawn as independent Gamma marginals, and said so in the run's [data] note.
+#: InstructCode (TurboSpec §7; InstructCoder, Li et al. 2023, hub likaixin/InstructCoder): an edit instruction
+#: (~20 tokens) with a code snippet in, the edited snippet out, so outputs are about as long as the snippet.
+#: Assumed: snippets of ~200 tokens with a wide spread. Provide the file to replace these.
+ASSUMED: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "instructcode": ((230.0, 150.0), (200.0, 140.0)),
+}
+
+
+def sample_assumed(dataset: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Draw lengths from :data:`ASSUMED`'s mean ± std (independent Gamma marginals)."""
+    (pm, ps), (om, os_) = ASSUMED[dataset]
+    return _gamma(pm, ps, n, rng), _gamma(om, os_, n, rng)
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,6 +139,16 @@ def test_published_source(empty_data: Path) -> None:
     assert "TurboSpec Table 2" in t.source
 
 
+def test_assumed_lengths_without_a_file(empty_data: Path, tmp_path: Path) -> None:
+    t = build_workload(make_cfg([{"name": "instructcode"}], n=4000), seed=seed(), tokenizer="llama2")
+    assert t.prompt_len.mean() == pytest.approx(230, rel=0.05) and t.output_len.mean() == pytest.approx(
+        200, rel=0.05
+    )
+    assert "ASSUMED" in t.source
+    with pytest.raises(FileNotFoundError, match="likaixin/InstructCoder"):
+        build_workload(make_cfg([{"name": "instructcode"}], source="real"), seed=seed(), tokenizer="llama2")
+
+
 @pytest.mark.parametrize("policy", ["filter", "truncate"])
 def test_max_model_len(real_data: Path, policy: str) -> None:
     t = build_workload(

@@ -80,7 +80,7 @@ def test_sonnet_sampler_lengths(real_data: Path, tok: str, input_len: int, prefi
 
 @pytest.mark.parametrize(
     "name",
-    ["openorca", "chatbot_instruction_prompts", "minithinky", "hle", "burstgpt", "azure2024_conv"],
+    ["openorca", "chatbot_instruction_prompts", "minithinky", "hle", "burstgpt", "azure2024_conv", "instructcode"],
 )
 def test_hub_only_loaders_name_the_file(real_data: Path, name: str) -> None:
     with pytest.raises(DataMissingError, match=r"provide .*/") as err:
