@@ -255,9 +255,11 @@ def timeline(
                 ax.plot([], [], color=color, linestyle="--", label=names.get(c, c))  # legend entry on the left
 
     fig = _decorate(_facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
-    for right in twins:
+    for right in twins:  # _decorate gave the right axes the left label and scales
         right.set_ylabel(y2label or "")
         right.set_yscale("linear")
+    if twins:
+        fig.tight_layout()
     return fig
 
 

@@ -314,9 +314,14 @@ def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
     """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`; config mistakes →
     ConfigError."""
     try:
-        return compose(config_name="config", overrides=list(overrides))
+        cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"{where}{one_line(exc)}") from None
+    for key, name in group_overrides(CONF_DIR).items():
+        node = cfg.get(key) if key in cfg else None
+        if isinstance(node, str):  # e.g. draft=vicuna-160m replaced the group's config by a string
+            raise ConfigError(f"{where}{key}={node}: '{key}' is a config group; select it with {name}={node}")
+    return cfg
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -553,7 +558,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     kept_hashes = {h for _, h in done}
     pf.start(list(done.values()))
     todo = [i for i, p in enumerate(points) if (p.system, hashes[i]) not in done]
-    keep_tables = bool(ctx.cfg.get("save_requests"))
+    keep = [bool(c.get("save_requests")) for c in cfgs]  # per point: a case may turn it off
+    keep_tables = any(keep)
     tables: dict[int, Outcome] = {}
 
     announced: set[str] = set()
@@ -569,7 +575,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
                 announced.add(shape)
                 tqdm.write(f"[data] {note}", file=sys.stderr)
         ctx.notes.extend(out.notes)
-        if keep_tables:
+        if keep[out.index]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
@@ -580,7 +586,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         bar.update()
 
     try:
-        _execute(todo, cfgs, keep_tables, ctx.n_jobs, progress)
+        _execute(todo, cfgs, keep, ctx.n_jobs, progress)
     finally:
         bar.close()
     rows = [done[(p.system, h)] for p, h in zip(points, hashes, strict=True)]
@@ -647,16 +653,16 @@ def _as_float(text: str) -> float:
 
 
 def _execute(
-    todo: list[int], cfgs: list[DictConfig], keep: bool, n_jobs: int, on_done: Callable[[Outcome], Any]
+    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any]
 ) -> None:
-    """Run points ``todo`` in-process (n_jobs=1) or in a process pool; ``on_done`` gets each outcome as
-    it ends."""
+    """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
+    ``on_done`` gets each outcome as it ends."""
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
-            on_done(run_one(i, cfgs[i], keep))
+            on_done(run_one(i, cfgs[i], keep[i]))
         return
     with ProcessPoolExecutor(max_workers=min(n_jobs, len(todo))) as pool:
-        pending: set[Future[Outcome]] = {pool.submit(run_one, i, cfgs[i], keep) for i in todo}
+        pending: set[Future[Outcome]] = {pool.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_EXCEPTION)

@@ -180,9 +180,13 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
 def steps_frame(out: SimOutput) -> pd.DataFrame:
     """One row per step (:class:`repro.engine.StepRecord`) plus ``accept_rate`` = accepted / proposed tokens
     of the step (NaN when nothing was proposed)."""
-    from dataclasses import asdict
+    from dataclasses import fields
+    from operator import attrgetter
 
-    df = pd.DataFrame([asdict(r) for r in out.steps])
+    from repro.engine import StepRecord
+
+    names = [f.name for f in fields(StepRecord)]
+    df = pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
     if len(df):
         proposed = df["num_proposed"].to_numpy(dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):

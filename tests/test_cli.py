@@ -30,6 +30,7 @@ def test_list_names_every_group() -> None:
         (["exp.nonexistent_key=1"], "exp.nonexistent_key"),  # unknown key inside exp
         (["+exp=no_such_exp"], "no_such_exp"),  # unknown experiment
         (["system=no_such_system"], "no_such_system"),  # unknown system config
+        (["draft=vicuna-160m"], "model@draft=vicuna-160m"),  # a group key set like a plain value
     ],
 )
 def test_config_typo_is_one_line_exit_2(tmp_path: Path, args: list[str], named: str) -> None:
