@@ -589,7 +589,11 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         _execute(todo, cfgs, keep, ctx.n_jobs, progress)
     finally:
         bar.close()
-    rows = [done[(p.system, h)] for p, h in zip(points, hashes, strict=True)]
+    # points whose configs coincide (the same values reached from two cases) share one result, each row under its
+    # own keys (e.g. the case label)
+    blank = dict.fromkeys(grid_columns(exp), "")
+    rows = [{**done[(p.system, h)], **blank, **{k: fmt(v) for k, v in p.keys(exp["name"]).items()}}
+            for p, h in zip(points, hashes, strict=True)]
     pf.finish(derive(rows, exp.get("derived") or [], [SEED_KEY, *grid_columns(exp)]))
     if keep_tables:
         _save_tables(ctx, exp["name"], points, hashes, tables, kept_hashes)

@@ -349,3 +349,28 @@ def test_derived_normalize_over_a_grid_column() -> None:
         runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "zz"}], ["seed", "b", "k"])
     with pytest.raises(ConfigError, match="either baseline"):
         runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}], ["seed", "k"])
+
+
+def test_identical_points_from_two_cases_keep_their_own_labels(
+    conf_dir: Path, tmp_path: Path, fake: FakeRunPoint
+) -> None:
+    exp = """# @package _global_
+num_requests: 20
+exp:
+  name: dup_test
+  systems: [vllm]
+  case_key: panel
+  cases:
+    - {label: a, grid: {rps: [1.0, 2.0]}}
+    - {label: b, grid: {rps: [2.0]}}
+    - {label: c, overrides: {rps: 2.0}}
+"""
+    (conf_dir / "exp" / "dup_test.yaml").write_text(exp)
+    overrides = ["+exp=dup_test", f"out_dir={tmp_path / 'o'}", "n_jobs=1"]
+    with runner.hydra_context(conf_dir):
+        cfg = runner.compose_config(overrides)
+    pts = runner.run_experiment(cfg, overrides, conf_dir=conf_dir).points
+    assert list(pts["panel"]) == ["a", "a", "b", "c"]
+    assert [str(v) for v in pts["rps"]] == ["1.0", "2.0", "2.0", "nan"]
+    assert pts["config_hash"].iloc[1] == pts["config_hash"].iloc[2] == pts["config_hash"].iloc[3]
+    assert pts["throughput_tok_s"].iloc[1] == pts["throughput_tok_s"].iloc[2]
