@@ -91,11 +91,14 @@ def _shared_legend(fig: Figure, axes: list[Axes]) -> None:
     handles, labels = [], []
     for ax in axes:
         h, labs = ax.get_legend_handles_labels()
+        legend = ax.get_legend()
+        if not h and legend is not None:  # seaborn's ecdfplot/histplot legends hold unlabelled proxy artists
+            h = [a for a in legend.legend_handles if a is not None]
+            labs = [t.get_text() for t in legend.get_texts()][: len(h)]
         for hh, ll in zip(h, labs, strict=True):
             if ll not in labels:
                 handles.append(hh)
                 labels.append(ll)
-        legend = ax.get_legend()
         if legend is not None:
             legend.remove()
     if handles:

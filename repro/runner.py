@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import functools
 import hashlib
 import io
 import itertools
@@ -160,6 +161,11 @@ def apply_quick(exp: Mapping[str, Any], quick: bool) -> tuple[dict[str, Any], di
 def group_overrides(conf_dir: Path) -> dict[str, str]:
     """Map a config key that names a config group to its override name, from config.yaml's defaults list:
     ``{"model": "model", "draft": "model@draft", "hardware": "hardware", ...}``."""
+    return dict(_group_overrides(Path(conf_dir).resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _group_overrides(conf_dir: Path) -> tuple[tuple[str, str], ...]:
     main = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml"))
     defaults = main.get("defaults", []) if isinstance(main, dict) else []
     out: dict[str, str] = {}
@@ -174,7 +180,7 @@ def group_overrides(conf_dir: Path) -> dict[str, str]:
     for sub in sorted(p.name for p in conf_dir.iterdir() if p.is_dir()):
         out.setdefault(sub, sub)
     out.pop("exp", None)
-    return out
+    return tuple(out.items())
 
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")

@@ -46,7 +46,8 @@ def test_timeline_one_series_per_system() -> None:
 
 def test_cdf_and_stacked_bar_draw() -> None:
     req = pd.DataFrame({"system": ["a"] * 5 + ["b"] * 5, "latency_s": np.arange(10.0)})
-    assert plots.cdf(req, "latency_s").axes
+    fig = plots.cdf(req, "latency_s")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a", "b"]
     pts = pd.DataFrame({"system": ["k1", "k3"], "d": [0.2, 0.3], "t": [0.8, 0.7]})
     fig = plots.stacked_bar(pts, x="system", y=["d", "t"], labels=["draft", "target"])
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["draft", "target"]

@@ -1,0 +1,126 @@
+"""TurboSpec §7 end-to-end claims (Figs. 12-14: EAGLE and prompt lookup) on the quick experiments.
+
+Claims the reproduction does not reach, or reaches only in the full run, are reported in each experiment's summary.md
+and not asserted here: EAGLE's proposal share (17.7 % in the paper, ≈ 30 % here), "EAGLE degrades more with batch size
+than PLD" (full run, static k = 3: EAGLE keeps 0.71 of its best speedup at batch 64, PLD 0.78 — same direction, but
+the quick run's two 8B panels show the opposite), and Fig. 13's "TurboSpec lower than every static k" in PLD-IC
+(1.04x the best static k's mean latency in the full run).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from repro import runner
+
+pytestmark = pytest.mark.slow
+STATIC = ["k1", "k3", "k5"]
+
+
+def _quick(exp: str, tmp: pytest.TempPathFactory) -> runner.ExperimentResult:
+    out = tmp.mktemp(exp)
+    overrides = [f"+exp={exp}", "quick=true", f"out_dir={out}", "n_jobs=2"]
+    with runner.hydra_context():
+        cfg = runner.compose_config(overrides)
+    return runner.run_experiment(cfg, overrides)
+
+
+@pytest.fixture(scope="module")
+def fig12(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    return _quick("turbospec_fig12", tmp_path_factory).points
+
+
+@pytest.fixture(scope="module")
+def fig13(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    return _quick("turbospec_fig13", tmp_path_factory).points
+
+
+@pytest.fixture(scope="module")
+def fig14(tmp_path_factory: pytest.TempPathFactory) -> runner.ExperimentResult:
+    return _quick("turbospec_fig14", tmp_path_factory)
+
+
+def _wide(points: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
+    return points.pivot_table(index=keys, columns="system", values=metric, aggfunc="mean")
+
+
+# --- Fig. 12: speedup vs batch size ------------------------------------------------------------------------------
+
+
+def test_fig12_turbospec_matches_the_static_k(fig12: pd.DataFrame) -> None:
+    # Paper: TurboSpec "consistently identifies the optimal number of speculative tokens" in every panel.
+    # Tolerance: within 5 % of static k = 3 (the quick run's static baseline) at batch 64; 10 % at batch 1, where a
+    # point is one request: TurboSpec's moving average starts from init_acceptance 0.7 and a ~200-token request
+    # barely fills the 256-token window (the full run's worst single-request ratio to the best static k is 0.93).
+    wide = _wide(fig12, ["panel", "batch_size"], "speedup")
+    ratio = (wide["turbospec"] / wide["static_k3"]).unstack("batch_size")
+    assert (ratio[64] >= 0.95).all(), wide
+    assert (ratio[1] >= 0.90).all(), wide
+
+
+def test_fig12_speculation_pays_at_every_batch_size(fig12: pd.DataFrame) -> None:
+    # Fig. 12's speedups stay above 1 for TurboSpec up to the largest batch; tolerance: > 1.05 everywhere, and more at
+    # batch 1 than at batch 64 (speedups fall as the batch grows).
+    wide = _wide(fig12, ["panel", "batch_size"], "speedup")["turbospec"].unstack("batch_size")
+    assert (wide > 1.05).all().all(), wide
+    assert (wide[1] > wide[64]).all(), wide
+
+
+def test_fig12_eagle_proposals_cost_more_than_prompt_lookup(fig12: pd.DataFrame) -> None:
+    # Paper: three EAGLE tokens ≈ 17.7 % of the step, PLD ≈ 5 % (Llama-3-8B, H100). Asserted: the order and PLD's
+    # size (≤ 10 %, twice the paper's value); EAGLE at least twice PLD's share at each batch size.
+    share = fig12[fig12["system"] == "static_k3"].pivot_table(index="batch_size", columns="panel",
+                                                                values="draft_share")
+    assert (share["PLD Sonnet"] <= 0.10).all(), share
+    assert (share["EAGLE ShareGPT"] >= 2 * share["PLD Sonnet"]).all(), share
+
+
+# --- Fig. 13: QPS 1 -> 16 -> 48 ---------------------------------------------------------------------------------
+
+
+def test_fig13_turbospec_close_to_best_static_and_below_no_spec(fig13: pd.DataFrame) -> None:
+    # Paper: TurboSpec achieves lower latencies than the static baselines. Tolerance: mean and p99 latency within 5 %
+    # of the best static k per panel, and at most 0.9x no speculation's mean latency.
+    for metric in ("mean_latency_s", "p99_latency_s"):
+        wide = _wide(fig13, ["panel"], metric)
+        assert (wide["turbospec"] <= 1.05 * wide[STATIC].min(axis=1)).all(), (metric, wide)
+    mean = _wide(fig13, ["panel"], "mean_latency_s")
+    assert (mean["turbospec"] <= 0.9 * mean["no_spec"]).all(), mean
+
+
+def test_fig13_eagle_instructcode_avoids_the_long_tails(fig13: pd.DataFrame) -> None:
+    # Paper: in EAGLE-InstructCode TurboSpec avoids the long tails of no speculation and k = 5, and k = 5 is poor
+    # under high QPS. Tolerance: p99 at most 0.85x no speculation's and below k = 5's; k = 5's mean above the better
+    # of k = 1 and k = 3 (the quick run has 6 s at 48 QPS, so the gap is smaller than in the full run's 1.19x).
+    p99 = _wide(fig13, ["panel"], "p99_latency_s").loc["EAGLE-IC"]
+    assert p99["turbospec"] <= 0.85 * p99["no_spec"], p99
+    assert p99["turbospec"] < p99["k5"], p99
+    mean = _wide(fig13, ["panel"], "mean_latency_s").loc["EAGLE-IC"]
+    assert mean["k5"] > min(mean["k1"], mean["k3"]), mean
+
+
+# --- Fig. 14: dataset switch ------------------------------------------------------------------------------------
+
+
+def test_fig14_turbospec_robust_and_no_spec_much_slower(fig14: runner.ExperimentResult) -> None:
+    # Paper: TurboSpec keeps low latency across the shift; no speculation "significantly higher latency".
+    # Tolerance: mean latency within 3 % of the best fixed k per panel; no speculation at least 1.2x TurboSpec's.
+    mean = _wide(fig14.points, ["panel"], "mean_latency_s")
+    assert (mean["turbospec"] <= 1.03 * mean[STATIC].min(axis=1)).all(), mean
+    assert (mean["no_spec"] >= 1.2 * mean["turbospec"]).all(), mean
+
+
+def test_fig14_each_fixed_k_loses_on_one_side_of_the_eagle_switch(fig14: runner.ExperimentResult) -> None:
+    # Paper: fixed speculative lengths "fail to generalize well across the shift". Asserted for EAGLE (InstructCode
+    # -> ShareGPT): k = 1 and k = 5 each have a dataset (before or after the switch) where their mean latency is at
+    # least 3 % above TurboSpec's, while TurboSpec stays within 3 % of the best fixed k on both. k = 3 is not
+    # asserted: in the quick run (5 s per dataset, little queueing) it ties TurboSpec on both sides; the full run
+    # has it 8 % slower after the switch (results/turbospec_fig14, per-dataset figure).
+    req = pd.read_parquet(fig14.out_dir / "requests.parquet")
+    req = req[req["panel"] == "EAGLE IC->ShareGPT"]
+    by_dataset = req.pivot_table(index="dataset", columns="system", values="latency_s", aggfunc="mean")
+    assert set(by_dataset.index) == {"instructcode", "sharegpt"}, by_dataset
+    for k in ("k1", "k5"):
+        assert (by_dataset[k] >= 1.03 * by_dataset["turbospec"]).any(), (k, by_dataset)
+    assert (by_dataset["turbospec"] <= 1.03 * by_dataset[STATIC].min(axis=1)).all(), by_dataset
