@@ -167,13 +167,13 @@ def bar(
     hue_order: Sequence[Any] | None = None,
     **opts: Any,
 ) -> Figure:
-    """Grouped bars: mean ``y`` per ``x`` and ``hue`` (error bars: std over seeds)."""
+    """Grouped bars: mean ``y`` per ``x`` (each panel its own x values) and ``hue`` (error bars: std over seeds)."""
     errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x]) else None
     order = list(hue_order) if hue_order else (_order(df, hue) or None)
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.barplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, order=_order(df, x), errorbar=errorbar, ax=ax
+            data=sub, x=x, y=y, hue=hue, hue_order=order, order=_order(sub, x), errorbar=errorbar, ax=ax
         )
 
     return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
