@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from repro.cost.model import CostModel
 from repro.cost.spec import HardwareSpec, ModelSpec
-from repro.engine import DraftServer, Engine, SimOutput
+from repro.engine import DraftServer, Engine, SimOutput, StepRecord
 from repro.errors import ConfigError
 from repro.policy import Policy, PolicyContext
 
@@ -180,11 +181,6 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
 def steps_frame(out: SimOutput) -> pd.DataFrame:
     """One row per step (:class:`repro.engine.StepRecord`) plus ``accept_rate`` = accepted / proposed tokens
     of the step (NaN when nothing was proposed)."""
-    from dataclasses import fields
-    from operator import attrgetter
-
-    from repro.engine import StepRecord
-
     names = [f.name for f in fields(StepRecord)]
     df = pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
     if len(df):
