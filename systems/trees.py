@@ -105,7 +105,8 @@ def select_slo_customized(ranked: Ranked, target: np.ndarray, key: np.ndarray, *
     if n == 0 or budget <= 0 or n_max <= 0:
         return np.zeros(n, dtype=np.int64)
     pp = np.where(np.isfinite(ranked.pp), ranked.pp, 0.0)
-    before = np.cumsum(pp, axis=1) - pp  # Σ f of the nodes ahead of each node
+    before = np.zeros_like(pp)  # Σ f of the nodes ahead of each node (an exclusive sum: cumsum − pp can round
+    np.cumsum(pp[:, :-1], axis=1, out=before[:, 1:])  # below a target the prefix meets exactly)
     valid = np.arange(pp.shape[1]) < ranked.size[:, None]
     # Eq. (5): node j is added while the running sum is still below the target
     need = ((before < target[:, None]) & valid).sum(axis=1)

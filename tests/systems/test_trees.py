@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from repro.oracle import TokenOracle
 from repro.plan import CandidateTree
 from systems.trees import (
+    Ranked,
     depth_width,
     expansion_width,
     is_closed,
@@ -160,7 +161,7 @@ def batches(draw: st.DrawFn) -> list[CandidateTree]:
     return [draw(random_tree(i)) for i in range(n)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(cands=batches(), budget=st.integers(1, 60), n_max=st.integers(0, 6),
        order=st.sampled_from(["descending", "ascending"]),
        key=st.lists(st.floats(-3.0, 6.0), min_size=6, max_size=6))
@@ -197,7 +198,7 @@ def test_selection_invariants(cands: list[CandidateTree], budget: int, n_max: in
         assert is_closed(cand, t.nodes)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(cands=batches(), m=st.integers(0, 80))
 def test_global_top_m_is_parent_closed(cands: list[CandidateTree], m: int) -> None:
     # App. A.1: the top-m nodes by path probability (ties toward shallower) are closed under parent
@@ -206,3 +207,12 @@ def test_global_top_m_is_parent_closed(cands: list[CandidateTree], m: int) -> No
     assert int(counts.sum()) == min(m, int(ranked.size.sum()))
     for rid, t in tree_specs(ranked, counts).items():
         assert is_closed(cands[rid], t.nodes)
+
+
+def test_slo_selection_stops_when_a_prefix_meets_the_target_exactly() -> None:
+    # Σ f of the first two nodes is exactly the target (0.5 + 0.5 = 1.0): a third node must not be taken
+    # (cumsum − f rounded below 1.0 for it and took it).
+    ranked = Ranked(cands=(), node=np.array([[0, 1, 2]]), pp=np.array([[0.5, 0.5, 0.13489335688193516]]),
+                    depth=np.array([[1, 1, 2]]), size=np.array([3]))
+    slo = select_slo_customized(ranked, np.array([1.0]), np.array([2.0]), order="descending", n_max=3, budget=5)
+    assert slo.tolist() == [2]
