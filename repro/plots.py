@@ -374,6 +374,21 @@ def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | Non
     return fn(filter_rows(df, spec.get("where")), **args)
 
 
+def with_derived_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Columns figures may plot that the saved tables do not store because they follow from others:
+    ``latency_s`` = finish_at − arrival_s of a request (NaN while unfinished) and ``accept_rate`` = accepted /
+    proposed tokens of a step (vLLM's draft_acceptance_rate; NaN when nothing was proposed)."""
+    if df is None:
+        return None
+    extra: dict[str, Any] = {}
+    if {"finish_at", "arrival_s"} <= set(df.columns) and "latency_s" not in df.columns:
+        extra["latency_s"] = df["finish_at"] - df["arrival_s"]
+    if {"num_accepted", "num_proposed"} <= set(df.columns) and "accept_rate" not in df.columns:
+        proposed = df["num_proposed"].where(df["num_proposed"] > 0)
+        extra["accept_rate"] = df["num_accepted"] / proposed
+    return df.assign(**extra) if extra else df
+
+
 def draw_figures(
     figures: Sequence[Mapping[str, Any]],
     points: pd.DataFrame,
@@ -384,7 +399,7 @@ def draw_figures(
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
     figures."""
     use_style()
-    tables = {"points": points, "requests": requests, "steps": steps}
+    tables = {"points": points, "requests": with_derived_columns(requests), "steps": with_derived_columns(steps)}
     paths: list[Path] = []
     skipped: list[str] = []
     for spec in figures:

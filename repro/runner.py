@@ -707,7 +707,7 @@ def _save_tables(
             parts.insert(0, old[old["config_hash"].isin(kept_hashes)])
         if parts:
             tmp = path.with_name(f".{fname}.tmp")
-            pd.concat(parts, ignore_index=True).to_parquet(tmp, index=False)
+            pd.concat(parts, ignore_index=True).to_parquet(tmp, index=False, compression="zstd")
             os.replace(tmp, path)
 
 

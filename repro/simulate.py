@@ -164,7 +164,6 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
         "arrival_s": s.arrival_s,
         "first_token_at": s.first_token_at,
         "finish_at": s.finish_at,
-        "latency_s": s.finish_at - s.arrival_s,  # request latency (NaN while unfinished)
         "prompt_len": s.prompt_len,
         "output_len": s.num_generated,
         "num_proposed": s.num_proposed,
@@ -179,15 +178,9 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
 
 
 def steps_frame(out: SimOutput) -> pd.DataFrame:
-    """One row per step (:class:`repro.engine.StepRecord`) plus ``accept_rate`` = accepted / proposed tokens
-    of the step (NaN when nothing was proposed)."""
+    """One row per step (:class:`repro.engine.StepRecord`)."""
     names = [f.name for f in fields(StepRecord)]
-    df = pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
-    if len(df):
-        proposed = df["num_proposed"].to_numpy(dtype=np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            df["accept_rate"] = np.where(proposed > 0, df["num_accepted"].to_numpy() / proposed, np.nan)
-    return df
+    return pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
 
 
 def to_container(cfg: DictConfig) -> Mapping[str, Any]:

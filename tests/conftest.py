@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from repro import runner
 from repro.cost.model import CostModel
 from repro.cost.spec import load_hardware, load_model
 from repro.engine import Engine, SimOutput
@@ -87,3 +89,11 @@ def run(policy: Policy, requests: dict[str, np.ndarray] | None = None, **kw: Any
 @pytest.fixture
 def fixed_oracle() -> FixedOracle:
     return FixedOracle()
+
+
+def run_quick(exp: str, tmp: Path, *extra: str) -> runner.ExperimentResult:
+    """Run experiment ``exp`` in quick mode into ``tmp/exp`` with two workers (the claims tests)."""
+    overrides = [f"+exp={exp}", "quick=true", f"out_dir={tmp / exp}", "n_jobs=2", *extra]
+    with runner.hydra_context():
+        cfg = runner.compose_config(overrides)
+    return runner.run_experiment(cfg, overrides)

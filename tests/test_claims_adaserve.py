@@ -11,22 +11,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import runner
+from tests.conftest import run_quick
 
 pytestmark = pytest.mark.slow
 BASELINES = ["vllm", "sarathi", "specinfer", "incr_dec"]
 
 
-def _quick(exp: str, tmp: Path, *extra: str) -> pd.DataFrame:
-    overrides = [f"+exp={exp}", "quick=true", f"out_dir={tmp / exp}", "n_jobs=2", *extra]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
-    return runner.run_experiment(cfg, overrides).points
-
-
 @pytest.fixture(scope="module")
 def fig4(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("adaserve_fig4", tmp_path_factory.mktemp("fig4"))
+    return run_quick("adaserve_fig4", tmp_path_factory.mktemp("fig4")).points
 
 
 def _wide(points: pd.DataFrame, keys: list[str], metric: str = "slo_attainment") -> pd.DataFrame:
@@ -51,28 +44,28 @@ def test_fig4_ratio_to_best_baseline_at_highest_rate(fig4: pd.DataFrame) -> None
 
 def test_fig6_adaserve_near_full_attainment_across_stringent_proportions(tmp_path: Path) -> None:
     # Paper: "nearly 100 %" across proportions; tolerance: >= 0.9 at every proportion of the quick sweep.
-    pts = _quick("adaserve_fig6", tmp_path)
+    pts = run_quick("adaserve_fig6", tmp_path).points
     wide = _wide(pts, ["model", "urgent_fraction"])
     assert (wide["adaserve"] >= 0.9).all(), wide
     assert (wide["adaserve"] >= wide[["vllm", "incr_dec", "specinfer"]].max(axis=1) - 0.02).all(), wide
 
 
 def test_fig7_adaserve_beats_slo_aware_batching(tmp_path: Path) -> None:
-    pts = _quick("adaserve_fig7", tmp_path)
+    pts = run_quick("adaserve_fig7", tmp_path).points
     wide = _wide(pts, ["rps"])
     assert (wide["adaserve"] >= wide[["fcfs_slo", "stta", "seppipe"]].max(axis=1)).all(), wide
 
 
 def test_fig9_scheduling_is_small_beside_model_execution(tmp_path: Path) -> None:
     # Paper: "minimal" scheduling overhead; tolerance: under 10 % of the simulated draft + verify time.
-    pts = _quick("adaserve_fig9", tmp_path)
+    pts = run_quick("adaserve_fig9", tmp_path).points
     share = pts["mean_iter_schedule_ms"] / (pts["mean_iter_draft_ms"] + pts["mean_iter_verify_ms"])
     assert (share < 0.10).all(), pts[["model", "mean_iter_schedule_ms", "mean_iter_draft_ms", "mean_iter_verify_ms"]]
 
 
 def test_fig10_attains_stricter_than_baseline_slos(tmp_path: Path) -> None:
     # Paper: 95 % at 0.8x the baseline latency (tolerance 0.1), where incremental decoding attains nothing.
-    pts = _quick("adaserve_fig10", tmp_path)
+    pts = run_quick("adaserve_fig10", tmp_path).points
     wide = _wide(pts, ["slo_x_baseline"])
     assert wide.loc[0.8, "adaserve"] >= 0.85, wide
     assert wide.loc[0.8, "vllm"] <= 0.1, wide

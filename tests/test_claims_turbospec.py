@@ -13,23 +13,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import runner
+from repro import plots
+from tests.conftest import run_quick
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def fig15(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fig15") / "turbospec_fig15"
-    overrides = ["+exp=turbospec_fig15", "quick=true", f"out_dir={out}", "n_jobs=2"]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
-    runner.run_experiment(cfg, overrides)
-    return out
+    return run_quick("turbospec_fig15", tmp_path_factory.mktemp("fig15")).out_dir
 
 
 def _decode_steps(out: Path, scenario: str) -> pd.DataFrame:
-    steps = pd.read_parquet(out / "steps.parquet")
+    steps = plots.with_derived_columns(pd.read_parquet(out / "steps.parquet"))
+    assert steps is not None
     return steps[(steps["system"] == "turbospec") & (steps["scenario"] == scenario) & (steps["num_decode"] > 0)]
 
 

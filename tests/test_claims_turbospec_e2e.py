@@ -12,33 +12,26 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from repro import runner
+from repro import plots, runner
+from tests.conftest import run_quick
 
 pytestmark = pytest.mark.slow
 STATIC = ["k1", "k3", "k5"]
 
 
-def _quick(exp: str, tmp: pytest.TempPathFactory) -> runner.ExperimentResult:
-    out = tmp.mktemp(exp)
-    overrides = [f"+exp={exp}", "quick=true", f"out_dir={out}", "n_jobs=2"]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
-    return runner.run_experiment(cfg, overrides)
-
-
 @pytest.fixture(scope="module")
 def fig12(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("turbospec_fig12", tmp_path_factory).points
+    return run_quick("turbospec_fig12", tmp_path_factory.mktemp("turbospec_fig12")).points
 
 
 @pytest.fixture(scope="module")
 def fig13(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("turbospec_fig13", tmp_path_factory).points
+    return run_quick("turbospec_fig13", tmp_path_factory.mktemp("turbospec_fig13")).points
 
 
 @pytest.fixture(scope="module")
 def fig14(tmp_path_factory: pytest.TempPathFactory) -> runner.ExperimentResult:
-    return _quick("turbospec_fig14", tmp_path_factory)
+    return run_quick("turbospec_fig14", tmp_path_factory.mktemp("turbospec_fig14"))
 
 
 def _wide(points: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
@@ -117,7 +110,8 @@ def test_fig14_each_fixed_k_loses_on_one_side_of_the_eagle_switch(fig14: runner.
     # least 3 % above TurboSpec's, while TurboSpec stays within 3 % of the best fixed k on both. k = 3 is not
     # asserted: in the quick run (5 s per dataset, little queueing) it ties TurboSpec on both sides; the full run
     # has it 8 % slower after the switch (results/turbospec_fig14, per-dataset figure).
-    req = pd.read_parquet(fig14.out_dir / "requests.parquet")
+    req = plots.with_derived_columns(pd.read_parquet(fig14.out_dir / "requests.parquet"))
+    assert req is not None
     req = req[req["panel"] == "EAGLE IC->ShareGPT"]
     by_dataset = req.pivot_table(index="dataset", columns="system", values="latency_s", aggfunc="mean")
     assert set(by_dataset.index) == {"instructcode", "sharegpt"}, by_dataset

@@ -8,36 +8,27 @@ experiment's summary.md, not asserted here.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from repro import runner
+from tests.conftest import run_quick
 
 pytestmark = pytest.mark.slow
 
 
-def _quick(exp: str, tmp: Path) -> pd.DataFrame:
-    overrides = [f"+exp={exp}", "quick=true", f"out_dir={tmp / exp}", "n_jobs=2"]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
-    return runner.run_experiment(cfg, overrides).points
-
-
 @pytest.fixture(scope="module")
 def fig5(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("turbospec_fig5", tmp_path_factory.mktemp("fig5"))
+    return run_quick("turbospec_fig5", tmp_path_factory.mktemp("fig5")).points
 
 
 @pytest.fixture(scope="module")
 def fig10(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("turbospec_fig10", tmp_path_factory.mktemp("fig10"))
+    return run_quick("turbospec_fig10", tmp_path_factory.mktemp("fig10")).points
 
 
 @pytest.fixture(scope="module")
 def fig11(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick("turbospec_fig11", tmp_path_factory.mktemp("fig11"))
+    return run_quick("turbospec_fig11", tmp_path_factory.mktemp("fig11")).points
 
 
 def _goodput_by_k(points: pd.DataFrame, **where: float) -> pd.Series:

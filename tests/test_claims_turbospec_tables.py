@@ -9,28 +9,19 @@ results/turbospec_table{4,5}/summary.md.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from repro import runner
+from tests.conftest import run_quick
 
 pytestmark = pytest.mark.slow
 STATIC = ["k1", "k3", "k5", "k7"]
 KEYS = ["target_model", "dataset", "rps"]  # a table row (target, dataset) and its QPS
 
 
-def _quick(exp: str, tmp: Path) -> pd.DataFrame:
-    overrides = [f"+exp={exp}", "quick=true", f"out_dir={tmp / exp}", "n_jobs=2"]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
-    return runner.run_experiment(cfg, overrides).points
-
-
 @pytest.fixture(scope="module", params=["turbospec_table4", "turbospec_table5"])
 def table(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return _quick(request.param, tmp_path_factory.mktemp(request.param))
+    return run_quick(request.param, tmp_path_factory.mktemp(request.param)).points
 
 
 def _wide(points: pd.DataFrame, metric: str = "mean_latency_s") -> pd.DataFrame:

@@ -64,3 +64,12 @@ def test_cdf_and_stacked_bar_draw() -> None:
 def test_spec_errors_name_the_key(spec: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         plots.check_spec(spec, list(_steps().columns))
+
+
+def test_derived_columns_follow_from_stored_ones() -> None:
+    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "finish_at": [2.5, np.nan]})
+    steps = pd.DataFrame({"num_proposed": [4, 0], "num_accepted": [3, 0]})
+    assert plots.with_derived_columns(req)["latency_s"].tolist()[0] == 2.5
+    rate = plots.with_derived_columns(steps)["accept_rate"]
+    assert rate.iloc[0] == 0.75 and np.isnan(rate.iloc[1])
+    assert plots.with_derived_columns(None) is None

@@ -435,27 +435,21 @@ class _Context:
         return draw
 
     def _published(self, ds: DatasetSpec) -> Any:
-        self.note(
-            f"{ds.key}: published mean±std (TurboSpec Table 2, target {ds.published_target}), Gamma marginals"
-        )
-
-        def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
-            p, o = sample_published(ds.name, ds.published_target, k, self.rng)
-            if ds.output_len is not None:
-                o = np.full(k, ds.output_len, dtype=np.int64)
-            return p, o
-
-        return draw
+        return self._gamma(ds, lambda k: sample_published(ds.name, ds.published_target, k, self.rng),
+                           f"published mean±std (TurboSpec Table 2, target {ds.published_target}), Gamma marginals")
 
     def _assumed(self, ds: DatasetSpec) -> Any:
         (pm, ps), (om, os_) = ASSUMED[ds.name]
-        self.note(
-            f"{ds.key}: no file under {self.root or '$REPRO_DATA'} and no published lengths; ASSUMED prompt "
-            f"{pm:.0f}±{ps:.0f}, output {om:.0f}±{os_:.0f} tokens (workloads/stats.py), Gamma marginals"
-        )
+        return self._gamma(ds, lambda k: sample_assumed(ds.name, k, self.rng),
+                           f"no file under {self.root or '$REPRO_DATA'} and no published lengths; ASSUMED prompt "
+                           f"{pm:.0f}±{ps:.0f}, output {om:.0f}±{os_:.0f} tokens (workloads/stats.py), Gamma marginals")
+
+    def _gamma(self, ds: DatasetSpec, sample: Any, how: str) -> Any:
+        """Drawer of lengths from mean ± std statistics (``sample(k)``), a fixed output length overriding."""
+        self.note(f"{ds.key}: {how}")
 
         def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
-            p, o = sample_assumed(ds.name, k, self.rng)
+            p, o = sample(k)
             if ds.output_len is not None:
                 o = np.full(k, ds.output_len, dtype=np.int64)
             return p, o
