@@ -426,10 +426,11 @@ class TokenOracle:
         """Build from the Hydra ``oracle`` node (conf/oracle/default.yaml) for the (draft, target) pair.
 
         ``accept[draft][target]`` is the pair's table (``draft=None``: no draft model);
-        ``eagle_accept[target]`` the EAGLE head's; ``accept_override`` (a float) forces every dataset's mean
-        of both the draft and the EAGLE head (TurboSpec's controlled-acceptance benchmarks). A pair missing
-        from the tables raises ``KeyError`` (naming the pair and the known ones) when its proposer is first
-        used, so runs that never speculate (or only use prompt lookup) work with any target.
+        ``eagle_accept[target]`` the EAGLE head's; ``pld`` prompt lookup's per dataset, with
+        ``pld_by_target[target]`` overriding entries where a paper gives the target's own rate; ``accept_override``
+        (a float) forces every dataset's mean of both the draft and the EAGLE head (TurboSpec's controlled-acceptance
+        benchmarks). A pair missing from the tables raises ``KeyError`` (naming the pair and the known ones) when
+        its proposer is first used, so runs that never speculate (or only use prompt lookup) work with any target.
         """
         override = cfg.get("accept_override")
         accept: Mapping[str, float] = {}
@@ -452,7 +453,7 @@ class TokenOracle:
         drift = cfg.get("drift")
         oracle = cls(seed, dataset, accept, default_accept=default,
                    eagle_accept_mean=dict(eagle) if eagle is not None else None,
-                   pld={k: dict(v) for k, v in cfg["pld"].items()} if cfg.get("pld") is not None else None,
+                   pld=_pld_table(cfg, target),
                    width=int(cfg.get("width", 8)), spread=float(cfg.get("spread", 0.1)),
                    pos_concentration=float(cfg.get("pos_concentration", 2.0)),
                    decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
@@ -582,3 +583,13 @@ class Drafter:
     def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
                           proposer: str = "draft") -> np.ndarray:
         return self._oracle.chain_probs_batch(rids, pos, k, proposer)
+
+
+def _pld_table(cfg: Mapping[str, Any], target: str) -> dict[str, dict[str, float]] | None:
+    """``cfg.pld`` (dataset → {match, accept, match_len}) with ``cfg.pld_by_target[target]``'s entries merged in."""
+    if cfg.get("pld") is None:
+        return None
+    table = {k: dict(v) for k, v in cfg["pld"].items()}
+    for ds, entry in ((cfg.get("pld_by_target") or {}).get(target) or {}).items():
+        table[ds] = {**table.get(ds, {}), **dict(entry)}
+    return table
