@@ -1,11 +1,18 @@
-"""Command line: ``python -m repro +exp=NAME [key=value ...]`` runs an experiment; ``python -m repro
-list`` lists
-every experiment, system, workload, hardware, model, oracle and backend config.
+"""Command line.
 
-An experiment writes ``results/NAME/`` (or ``out_dir=``): points.csv, manifest.json, figures, summary.md (see
-:mod:`repro.runner`). A configuration mistake (unknown key or config name, a key a constructor does not
-accept) or
-a missing data file prints one line ``error: ...`` on stderr and exits with status 2.
+``python -m repro +exp=NAME [key=value ...]``
+    runs an experiment into ``runs/NAME/`` (``runs/quick/NAME/`` with ``quick=true``; or ``out_dir=``):
+    points.csv, manifest.json, figures, summary.md (see :mod:`repro.runner`). Values on the command line narrow
+    the experiment (:mod:`repro.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that system only.
+``python -m repro list``
+    every experiment, system, workload, hardware, model, oracle and backend config.
+``python -m repro check [NAME ...] [--quick] [--tolerance REL] [--update]``
+    re-runs experiments and compares them with the committed references in ``results/`` (:mod:`repro.check`).
+``python -m repro all [--quick]``
+    regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.check`).
+
+A configuration mistake (unknown key or config name, a value of the wrong type or out of range, a physically
+impossible setting) or a missing data file prints one line ``error: ...`` on stderr and exits with status 2.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from repro.errors import ReproError
-from repro.runner import CONF_DIR, compose_config, hydra_context, run_experiment
+from repro.runner import CONF_DIR, compose_config, group_overrides, hydra_context, run_experiment
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "model", "oracle", "backend")
 
@@ -39,6 +46,8 @@ def list_configs(conf_dir: Path = CONF_DIR) -> str:
     lines = []
     for group in LIST_GROUPS:
         files = sorted((conf_dir / group).glob("*.yaml")) if (conf_dir / group).is_dir() else []
+        if not files:
+            continue
         lines.append(f"{group} ({len(files)}):")
         for f in files:
             title = _title(f) if group == "exp" else ""
@@ -69,12 +78,36 @@ def _run(cfg: DictConfig) -> None:
     print(result.summary_line())
 
 
+def case_key_args(args: Sequence[str], conf_dir: Path = CONF_DIR) -> list[str]:
+    """``<case_key>=LABEL`` (e.g. ``panel=PLD-Sonnet`` for an experiment whose cases are labelled by ``panel``)
+    becomes ``case=LABEL`` when the case key is not a config key of its own."""
+    exp = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("exp=")), None)
+    path = conf_dir / "exp" / f"{exp}.yaml"
+    if exp is None or not path.is_file():
+        return list(args)
+    try:
+        node = OmegaConf.load(path)
+    except Exception:  # composing reports a broken file properly
+        return list(args)
+    key = OmegaConf.select(node, "exp.case_key", default=None) if isinstance(node, DictConfig) else None
+    main = OmegaConf.load(conf_dir / "config.yaml")
+    if not key or key in main or key in node or key in group_overrides(conf_dir):
+        return list(args)
+    return [f"case={a.split('=', 1)[1]}" if a.startswith(f"{key}=") else a for a in args]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point: ``list`` is handled here; everything else goes through Hydra."""
+    """Entry point: ``list``, ``check`` and ``all`` are handled here; an experiment run goes through Hydra."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["list"]:
         print(list_configs())
         return
+    if args[:1] in (["check"], ["all"]):
+        from repro import check
+
+        sys.exit(check.main(args))
+    args = case_key_args(args)
+    sys.argv = [sys.argv[0], *args]
     if not any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags
         try:
             validate(args)

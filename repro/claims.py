@@ -98,8 +98,12 @@ def _others(df: pd.DataFrame, spec: Mapping[str, Any]) -> list[str]:
 
 
 def _best_other(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.Series:
-    """Per x, the best baseline's metric (max, or min with ``lower_is_better``)."""
-    table = pd.concat({b: series(df, spec, b) for b in _others(df, spec)}, axis=1)
+    """Per x, the best baseline's metric (max, or min with ``lower_is_better``); empty when none ran (a run
+    narrowed to one system)."""
+    others = _others(df, spec)
+    if not others:
+        return pd.Series(dtype=float)
+    table = pd.concat({b: series(df, spec, b) for b in others}, axis=1)
     if table.empty:
         return pd.Series(dtype=float)
     return table.min(axis=1) if spec.get("lower_is_better") else table.max(axis=1)

@@ -109,6 +109,20 @@ def tpot_s(requests: pd.DataFrame) -> np.ndarray:
         return np.where(out_len > 1, decode_s / (out_len - 1), np.nan)
 
 
+#: Per-request columns :func:`with_latencies` derives from the timestamps (not stored in requests.parquet).
+LATENCY_COLUMNS: tuple[str, ...] = ("latency_s", "ttft_ms", "tpot_ms")
+
+
+def with_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """``requests`` plus ``latency_s`` (finish − arrival), ``ttft_ms`` (first token − arrival) and ``tpot_ms``
+    (:func:`tpot_s`, vLLM's definition), NaN where undefined (unfinished, or a single output token for TPOT)."""
+    return requests.assign(
+        latency_s=_arr(requests, "finish_at") - _arr(requests, "arrival_s"),
+        ttft_ms=(_arr(requests, "first_token_at") - _arr(requests, "arrival_s")) * 1e3,
+        tpot_ms=tpot_s(requests) * 1e3,
+    )
+
+
 def attained(requests: pd.DataFrame) -> np.ndarray:
     """Boolean per request: it finished, TPOT ≤ tpot_slo_s (if it has a TPOT) and TTFT ≤ ttft_slo_s.
 

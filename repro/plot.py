@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro import claims, plots
+from repro import claims, datasources, plots
 from repro.errors import ReproError
 
 CALIBRATION_COLS = (
@@ -97,8 +97,16 @@ def write_summary(
     """summary.md of a sweep: title, description, run line, a table per figure, the paper claims."""
     exp = _exp(manifest)
     parts = [f"# {exp.get('name', manifest.get('exp', ''))}: {exp.get('title', '')}\n"]
+    sources = manifest.get("data") or []
+    warning = datasources.warning(sources)
+    if warning:
+        parts.append(f"> **{warning}**\n")
     if exp.get("description"):
         parts.append(f"{exp['description']}\n")
+    if manifest.get("command_line"):
+        parts.append("Command line: `" + " ".join(manifest["command_line"]) + "`\n")
+    for line in manifest.get("narrowed") or []:
+        parts.append(f"Narrowed: {line}\n")
     parts.append(_run_line(manifest, points) + "\n")
     for spec in exp.get("figures") or []:
         table = figure_table(points, spec)
@@ -112,13 +120,24 @@ def write_summary(
         table.columns = ["claim", "paper value", "reproduced value", "verdict"]
         parts.append("## Paper claims\n")
         parts.append(markdown_table(table, index=False))
-    all_notes = [*(manifest.get("notes") or []), *notes]
+    if sources:
+        parts.append("## Data\n")
+        parts.append(datasources.markdown(sources))
+    all_notes = [*([] if sources else _distinct(manifest.get("notes") or [])), *notes]
     if all_notes:
         parts.append("## Notes\n")
         parts.append("".join(f"- {n}\n" for n in all_notes))
     path = out_dir / "summary.md"
     path.write_text("\n".join(parts))
     return path
+
+
+def _distinct(notes: Sequence[str]) -> list[str]:
+    """Notes said once each (notes that differ only in numbers, e.g. the point's request rate, count as one)."""
+    seen: dict[str, str] = {}
+    for n in notes:
+        seen.setdefault(re.sub(r"[0-9.]+", "#", n), n)
+    return list(seen.values())
 
 
 def _slug(text: str) -> str:
@@ -165,7 +184,8 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     exp = _exp(manifest)
     requests = _read_optional(out_dir / "requests.parquet")
     steps = _read_optional(out_dir / "steps.parquet")
-    paths, skipped = plots.draw_figures(exp.get("figures") or [], points, out_dir, requests, steps)
+    banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
+    paths, skipped = plots.draw_figures(exp.get("figures") or [], points, out_dir, requests, steps, banner)
     return [*paths, write_summary(out_dir, manifest, points, skipped)]
 
 

@@ -13,6 +13,7 @@ column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``s
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -382,7 +383,7 @@ def with_derived_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
         return None
     extra: dict[str, Any] = {}
     if {"finish_at", "arrival_s"} <= set(df.columns) and "latency_s" not in df.columns:
-        extra["latency_s"] = df["finish_at"] - df["arrival_s"]
+        extra["latency_s"] = df["finish_at"] - df["arrival_s"]  # as repro.metrics.with_latencies
     if {"num_accepted", "num_proposed"} <= set(df.columns) and "accept_rate" not in df.columns:
         proposed = df["num_proposed"].where(df["num_proposed"] > 0)
         extra["accept_rate"] = df["num_accepted"] / proposed
@@ -395,9 +396,10 @@ def draw_figures(
     out_dir: Path,
     requests: pd.DataFrame | None = None,
     steps: pd.DataFrame | None = None,
+    banner: str | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
-    figures."""
+    figures. ``banner`` (the run's overrides, a data fallback) is added under every figure's title."""
     use_style()
     tables = {"points": points, "requests": with_derived_columns(requests), "steps": with_derived_columns(steps)}
     paths: list[Path] = []
@@ -413,8 +415,24 @@ def draw_figures(
             source = KINDS[str(spec["kind"])][1]
             skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
+        if banner:
+            stamp(fig, banner)
         paths += save(fig, out_dir, str(spec["name"]))
     return paths, skipped
+
+
+def stamp(fig: Figure, text: str, width: int = 100) -> None:
+    """Write ``text`` (a run's overrides, a data fallback) above everything else at the top of ``fig``: above the
+    title, the suptitle and the shared legend."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    tops = [box.y1 for box in (ax.get_tightbbox(renderer) for ax in fig.axes) if box is not None]
+    tops += [leg.get_window_extent(renderer).y1 for leg in fig.legends]
+    if fig._suptitle is not None:  # type: ignore[attr-defined]
+        tops.append(fig._suptitle.get_window_extent(renderer).y1)  # type: ignore[attr-defined]
+    y = max(tops) / (fig.dpi * fig.get_figheight())
+    fig.text(0.5, y + 0.02, "\n".join(textwrap.wrap(text, width)), ha="center", va="bottom", fontsize=7,
+             color="darkred")
 
 
 def model_vs_measured(

@@ -58,7 +58,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -68,14 +67,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
+from repro import datasources, narrow
 from repro.errors import ConfigError, ReproError
-from repro.metrics import POINT_METRICS
+from repro.metrics import LATENCY_COLUMNS, POINT_METRICS
+from repro.validate import check_keys, check_point, check_values
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
 
 #: Keys that control how a run is executed, not what it computes: left out of ``config_hash``.
-RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "exp", "hydra")
+RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "case", "exp", "hydra")
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
 QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
 #: Keys an ``exp`` block may have (a typo in an experiment file is an error, not a silently ignored key).
@@ -303,6 +304,39 @@ def one_line(exc: BaseException) -> str:
     return " ".join(lines) if lines else type(exc).__name__
 
 
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+
+
+def explain(exc: BaseException, conf_dir: Path = CONF_DIR) -> str:
+    """A Hydra composition error on one line; for a key no config has, say so and suggest the nearest key (Hydra's
+    own hint, ``+key=value``, would add the typo as a new key that nothing reads)."""
+    m = _NOT_IN_STRUCT.search(str(exc))
+    if m:
+        key = m.group(1)
+        known = _dotted_keys(conf_dir)
+        from repro.validate import suggest
+
+        return f"{key}: not a config key{suggest(key, known)} (python -m repro list shows the config groups)"
+    return one_line(exc)
+
+
+@functools.lru_cache(maxsize=4)
+def _dotted_keys(conf_dir: Path) -> tuple[str, ...]:
+    """Every dotted key of conf/config.yaml plus the config group names."""
+    node = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml"))
+    out: list[str] = list(group_overrides(conf_dir))
+
+    def walk(prefix: str, d: Any) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k not in ("defaults", "hydra"):
+                    out.append(prefix + str(k))
+                    walk(prefix + str(k) + ".", v)
+
+    walk("", node)
+    return tuple(out)
+
+
 @contextmanager
 def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
     """A Hydra compose context on ``conf_dir`` that restores any enclosing Hydra state (e.g.
@@ -322,7 +356,7 @@ def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
     try:
         cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{where}{one_line(exc)}") from None
+        raise ConfigError(f"{where}{explain(exc)}") from None
     for key, name in group_overrides(CONF_DIR).items():
         node = cfg.get(key) if key in cfg else None
         if isinstance(node, str):  # e.g. draft=vicuna-160m replaced the group's config by a string
@@ -468,6 +502,7 @@ class Outcome:
     wall_s: float
     requests: pd.DataFrame | None = None
     steps: pd.DataFrame | None = None
+    provenance: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
@@ -489,6 +524,7 @@ def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
         wall,
         res.requests if keep_tables else None,
         res.steps if keep_tables else None,
+        list(res.provenance),
     )
 
 
@@ -505,6 +541,10 @@ class RunContext:
     quick: bool
     quick_overrides: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)  # every point's workload DataSource entries
+    narrowed: list[str] = field(default_factory=list)  # one line per narrowing the command line made
+    shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
+    progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
 
 
 @dataclass
@@ -517,30 +557,45 @@ class ExperimentResult:
     manifest: dict[str, Any]
     num_run: int
     wall_s: float
+    verdicts: dict[str, int] = field(default_factory=dict)  # claims: holds / differs / n/a -> count
 
     def summary_line(self) -> str:
-        """One line for the terminal: ``NAME: N points in X s → DIR (best METRIC: ...)``."""
-        line = f"{self.name}: {len(self.points)} points in {self.wall_s:.1f} s → {self.out_dir}/"
-        best = _best(self.points, self.manifest.get("config", {}).get("exp", {}))
-        return f"{line} ({best})" if best else line
+        """The closing line: points, wall time, paper claims held and differing, the data, where summary.md is."""
+        systems = list(self.manifest.get("systems") or [])
+        shown = ", ".join(systems[:6]) + (f" and {len(systems) - 6} more" if len(systems) > 6 else "")
+        parts = [f"{self.name}: {len(self.points)} points" + (f" of {shown}" if shown else "")
+                 + f" in {self.wall_s:.1f} s"]
+        if self.num_run < len(self.points):
+            parts[0] += f" ({len(self.points) - self.num_run} resumed)"
+        if self.verdicts:
+            v = self.verdicts
+            claims = f"paper claims: {v.get('holds', 0)} hold, {v.get('differs', 0)} differ"
+            if v.get("n/a"):
+                claims += f", {v['n/a']} not computable here"
+            parts.append(claims)
+        sources = self.manifest.get("data") or []
+        if sources:
+            parts.append(f"data: {datasources.short(sources)}")
+        return "; ".join(parts) + f" -> {display_path(self.out_dir / 'summary.md')}"
 
 
-def lower_is_better(metric: str) -> bool:
-    """Latency-like metrics (``*_ms``, ``*_s`` durations, ``*latency*``) are better when lower."""
-    duration = metric.endswith("_s") and not metric.endswith("_tok_s")
-    return "latency" in metric or metric.endswith("_ms") or duration
+def display_path(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it (what a user can paste), else as is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
-def _best(points: pd.DataFrame, exp: Mapping[str, Any]) -> str:
-    figures = exp.get("figures") or []
-    metric = next((f.get("y") for f in figures if isinstance(f.get("y"), str)), "slo_attainment")
-    if metric not in points.columns or "system" not in points.columns or points[metric].isna().all():
-        return ""
-    values = points[metric].to_numpy(dtype=float)
-    lower = lower_is_better(metric)
-    row = points.iloc[int(np.nanargmin(values) if lower else np.nanargmax(values))]
-    where = " ".join(f"{k}={row[k]}" for k in grid_columns(exp) if k in points.columns)
-    return f"best {metric}: {row[metric]:.4g} by {row['system']}" + (f" at {where}" if where else "")
+def claim_verdicts(exp: Mapping[str, Any], points: pd.DataFrame, grid: Sequence[str]) -> dict[str, int]:
+    """How many of the experiment's paper claims hold, differ, or cannot be computed from ``points``."""
+    specs = exp.get("claims") or []
+    if not specs or points.empty:
+        return {}
+    from repro import claims
+
+    table = claims.evaluate(specs, points, grid[0] if grid else None)
+    return {str(k): int(n) for k, n in table["verdict"].value_counts().items()}
 
 
 def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
@@ -553,6 +608,11 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     with hydra_context(ctx.conf_dir):
         cfgs = [compose_config([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     hashes = [config_hash(c) for c in cfgs]
+    checked: set[str] = set()
+    for p, c, h in zip(points, cfgs, hashes, strict=True):  # refuse an impossible point before anything runs
+        if h not in checked:
+            checked.add(h)
+            check_point(c, where=f"point {p.describe()}: ")
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *grid_columns(exp)])
     wanted = {(p.system, h) for p, h in zip(points, hashes, strict=True)}
@@ -575,21 +635,32 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         row = {**p.keys(exp["name"]), **out.metrics, "wall_s": out.wall_s}
         row.update(config_hash=hashes[out.index], code_version=version)
         done[(p.system, hashes[out.index])] = pf.append(row)
-        for note in out.notes:  # announce each data source once (e.g. an embedded fallback) in the log
-            shape = re.sub(r"[0-9.]+", "#", note)  # notes differing only in numbers (rates) are said once
-            if shape not in announced:
-                announced.add(shape)
-                tqdm.write(f"[data] {note}", file=sys.stderr)
+        for src in datasources.collect(out.provenance):  # each data source once, a fallback loudly
+            key = repr(sorted(src.items()))
+            if key not in announced:
+                announced.add(key)
+                loud = "WARNING, not the real file: " if src["fallback"] else ""
+                tqdm.write(f"[data] {loud}{src['dataset']}: {src['detail']}", file=sys.stderr)
         ctx.notes.extend(out.notes)
+        ctx.sources.extend(out.provenance)
         if keep[out.index]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
-    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=exp["name"], unit="pt", disable=None)
+    outer = ctx.progress
+    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=exp["name"], unit="pt",
+               disable=True if outer else None)
+    lines = ProgressLines(exp["name"], len(points), len(points) - len(todo), enabled=bool(bar.disable) and not outer)
+    if outer:
+        for _ in range(len(points) - len(todo)):
+            outer()
 
     def progress(out: Outcome) -> None:
         bar.set_postfix_str(record(out), refresh=False)
         bar.update()
+        lines.update()
+        if outer:
+            outer()
 
     try:
         _execute(todo, cfgs, keep, ctx.n_jobs, progress)
@@ -607,6 +678,29 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
 
 
 SEED_KEY = "seed"
+
+
+class ProgressLines:
+    """Progress for a log file or a pipe (where tqdm's bar is off): a line every ``every_s`` seconds of wall time
+    and at the end, ``NAME: 30/90 points, 35 s elapsed, about 70 s left``."""
+
+    def __init__(self, name: str, total: int, done: int = 0, enabled: bool = True, every_s: float = 10.0) -> None:
+        self.name, self.total, self.done, self.enabled, self.every_s = name, total, done, enabled, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.start = done
+
+    def update(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if not self.enabled or (now - self.last < self.every_s and self.done < self.total):
+            return
+        self.last = now
+        elapsed = now - self.t0
+        ran = self.done - self.start
+        rest = self.total - self.done
+        left = f", about {elapsed / ran * rest:.0f} s left" if ran >= max(3, self.total // 20) and rest else ""
+        print(f"{self.name}: {self.done}/{self.total} points, {elapsed:.0f} s elapsed{left}", file=sys.stderr,
+              flush=True)
 
 
 def derive(rows: list[dict[str, str]], specs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, str]]:
@@ -699,6 +793,7 @@ def _save_tables(
         for i, out in sorted(tables.items()):
             df = getattr(out, attr)
             if df is not None:
+                df = df.drop(columns=[c for c in LATENCY_COLUMNS if c in df.columns])  # derived on load
                 keys = {**points[i].keys(name), "config_hash": hashes[i]}
                 parts.append(df.assign(**keys)[[*keys, *df.columns]])
         path = ctx.out_dir / fname
@@ -737,18 +832,53 @@ KINDS: dict[str, Callable[[RunContext], tuple[pd.DataFrame, int]]] = {
 }
 
 
+def default_out_dir(name: str, quick: bool, root: Path = REPO_ROOT) -> Path:
+    """Where a user's run writes when ``out_dir`` is not given: ``runs/NAME`` (``runs/quick/NAME``), an untracked
+    folder. Only the regeneration commands (``repro all``, ``repro check --update``) write ``results/``."""
+    return root / "runs" / ("quick" if quick else "") / name
+
+
+RESULTS_DIR = REPO_ROOT / "results"
+
+
+def reference_dir(name: str, quick: bool, results: Path = RESULTS_DIR) -> Path:
+    """The committed reference of an experiment: ``results/NAME`` (``results/quick/NAME`` for quick mode)."""
+    return results / ("quick" if quick else "") / name
+
+
+def known_top_keys(conf_dir: Path, exp_name: str | None) -> set[str]:
+    """Top-level keys some config defines: conf/config.yaml's, the config groups, and the experiment file's."""
+    known = set(group_overrides(conf_dir)) | {"exp", "hydra"}
+    for path in [conf_dir / "config.yaml", *([conf_dir / "exp" / f"{exp_name}.yaml"] if exp_name else [])]:
+        if path.is_file():
+            node = OmegaConf.load(path)
+            if isinstance(node, DictConfig):
+                known |= {str(k) for k in node if k != "defaults"}
+    return known
+
+
 def run_experiment(
-    cfg: DictConfig, overrides: Sequence[str] = (), conf_dir: Path = CONF_DIR
+    cfg: DictConfig,
+    overrides: Sequence[str] = (),
+    conf_dir: Path = CONF_DIR,
+    out_dir: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    progress: Callable[[], None] | None = None,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
-    summary.md) to ``cfg.out_dir`` (default ``results/<exp.name>``).
+    summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`default_out_dir`.
 
     Args:
         cfg: the composed main config (conf/config.yaml + conf/exp/NAME.yaml + command-line overrides).
         overrides: the command-line overrides ``cfg`` was composed from (each point is composed from them
-            plus its own); under @hydra.main, ``HydraConfig.get().overrides.task``.
+            plus its own); under @hydra.main, ``HydraConfig.get().overrides.task``. They narrow the experiment
+            (:mod:`repro.narrow`): a swept key's value runs that value only, ``system=NAME`` that system only.
         conf_dir: the Hydra config directory.
+        out_dir: the output folder (the regeneration commands pass the reference folder).
+        log: where the narrowing lines go (default: stderr).
+        progress: called once per finished point instead of drawing this run's own progress bar.
     """
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     exp_raw = to_dict(cfg.exp)
@@ -757,22 +887,47 @@ def run_experiment(
         raise ConfigError(
             f"exp: unknown key(s) {', '.join('exp.' + k for k in unknown)} (known: {', '.join(EXP_KEYS)})"
         )
+    groups = group_overrides(conf_dir)
+    user = narrow.parse(overrides, cfg, groups)
+    exp_name = next((str(u.value) for u in user if u.key == "exp"), None)
+    check_keys([u.key for u in user if u.added and not u.group], known_top_keys(conf_dir, exp_name))
     quick = bool(cfg.get("quick"))
     exp, quick_overrides = apply_quick(exp_raw, quick)
+    check_values(cfg, exp, first=[u.key for u in user])
+    check_data_root(cfg)
+    narrowed = narrow.narrow(exp, user)
+    exp = narrowed.exp
+    for line in narrowed.lines:
+        say(f"narrowed: {line}")
     kind = str(exp.get("kind", "sweep"))
     if kind not in KINDS:
         raise ConfigError(f"exp.kind: unknown kind '{kind}' (known: {', '.join(KINDS)})")
-    out_dir = Path(cfg.get("out_dir") or REPO_ROOT / "results" / str(exp["name"]))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir or cfg.get("out_dir") or default_out_dir(str(exp["name"]), quick))
+    out.mkdir(parents=True, exist_ok=True)
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
-    ctx = RunContext(cfg, exp, list(overrides), conf_dir, out_dir, n_jobs, quick, quick_overrides)
+    ctx = RunContext(cfg, exp, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
+    ctx.narrowed = narrowed.lines
+    ctx.progress = progress
+    ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
     points, num_run = KINDS[kind](ctx)
     manifest = build_manifest(ctx, started, time.perf_counter() - t0)
-    atomic_write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
+    warning = datasources.warning(manifest["data"])
+    if warning:
+        say(warning)
     from repro import plot
 
-    plot.render(out_dir, manifest, points)
-    return ExperimentResult(str(exp["name"]), out_dir, points, manifest, num_run, time.perf_counter() - t0)
+    plot.render(out, manifest, points)
+    verdicts = claim_verdicts(exp, points, grid_columns(exp)) if kind == "sweep" else {}
+    return ExperimentResult(str(exp["name"]), out, points, manifest, num_run, time.perf_counter() - t0, verdicts)
+
+
+def check_data_root(cfg: DictConfig) -> None:
+    """``$REPRO_DATA`` (or ``workload.data_dir``) must name an existing folder when set (a typo is an error, not a
+    silent switch to the embedded statistics)."""
+    from workloads import check_data_root as check
+
+    check(OmegaConf.select(cfg, "workload.data_dir", default=None))
 
 
 # ------------------------------------------------------------------------------------------- manifest
@@ -820,6 +975,9 @@ def build_manifest(ctx: RunContext, started: datetime, wall_s: float) -> dict[st
         "code_version": code_version(ctx.conf_dir),
         "versions": package_versions(),
         "notes": list(dict.fromkeys(ctx.notes)),
+        "data": datasources.collect(ctx.sources),
+        "command_line": ctx.shown_overrides,
+        "narrowed": ctx.narrowed,
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 3),

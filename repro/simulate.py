@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,10 @@ class PointResult:
     """Outcome of one simulated point."""
 
     metrics: dict[str, float]
-    requests: pd.DataFrame
+    requests: pd.DataFrame  # one row per request (requests_frame) plus latency_s, ttft_ms, tpot_ms
     steps: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
+    provenance: list[dict[str, Any]] = field(default_factory=list)  # workloads.DataSource entries as dicts
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
@@ -60,16 +61,17 @@ def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output
     return float(np.mean(steps))
 
 
-def _instantiate_system(node: Any) -> Policy:
+def instantiate_system(node: Any, where: str = "") -> Policy:
+    """The policy a ``system`` config node describes (a constructor's complaint becomes a one-line ConfigError)."""
     from hydra.utils import instantiate
 
     try:
         policy = instantiate(node)
     except Exception as exc:  # Hydra wraps the constructor's TypeError; surface the key that is wrong
         cause = exc.__cause__ or exc
-        raise ConfigError(f"system config ({node.get('_target_', '?')}): {cause}") from None
+        raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {cause}") from None
     if not isinstance(policy, Policy):
-        raise ConfigError(f"system config: {node.get('_target_')} is not a repro.policy.Policy")
+        raise ConfigError(f"{where}system config: {node.get('_target_')} is not a repro.policy.Policy")
     return policy
 
 
@@ -122,7 +124,7 @@ def build(cfg: DictConfig) -> Built:
         raise ConfigError(f"workload config: {exc}") from None
     oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
                                   draft=str(cfg.draft.name), target=model.name)
-    policy = _instantiate_system(cfg.system)
+    policy = instantiate_system(cfg.system)
     block_size = int(cfg.engine.block_size)
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
@@ -141,7 +143,7 @@ def build(cfg: DictConfig) -> Built:
 
 def run_point(cfg: DictConfig) -> PointResult:
     """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
-    from repro.metrics import summarize
+    from repro.metrics import summarize, with_latencies
 
     t0 = time.perf_counter()
     built = build(cfg)
@@ -150,7 +152,10 @@ def run_point(cfg: DictConfig) -> PointResult:
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
     metrics["wall_s"] = time.perf_counter() - t0
-    return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source])
+    requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
+    provenance = [asdict(d) for d in getattr(built.table, "provenance", ())]
+    return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source],
+                       provenance=provenance)
 
 
 def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +94,70 @@ def fixed_oracle() -> FixedOracle:
 
 
 def run_quick(exp: str, tmp: Path, *extra: str) -> runner.ExperimentResult:
-    """Run experiment ``exp`` in quick mode into ``tmp/exp`` with two workers (the claims tests)."""
-    overrides = [f"+exp={exp}", "quick=true", f"out_dir={tmp / exp}", "n_jobs=2", *extra]
+    """Run experiment ``exp`` in quick mode into ``tmp/exp`` with two workers."""
+    overrides = [f"+exp={exp}", "quick=true", "n_jobs=2", *extra]
     with runner.hydra_context():
         cfg = runner.compose_config(overrides)
-    return runner.run_experiment(cfg, overrides)
+    return runner.run_experiment(cfg, overrides, out_dir=tmp / exp, log=lambda _: None)
+
+
+# ------------------------------------------------------------------------------------ where data comes from
+
+#: The two data modes a test can pin: the real files (skipped where they are absent) or none at all (an empty
+#: data folder: every loader serves its embedded statistics).
+DATA_MODES = ("files", "none")
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def data_root() -> Path | None:
+    """The real data folder this machine has: ``$REPRO_DATA`` when set, else ``../shared/data``; None when it is
+    missing or empty (``REPRO_DATA=$(mktemp -d) python -m pytest`` runs the suite with no data)."""
+    env = os.environ.get("REPRO_DATA")
+    root = Path(env) if env else SHARED_DATA
+    return root if root.is_dir() and any(root.iterdir()) else None
+
+
+def env_data_mode() -> str:
+    """The mode an unpinned run gets here: ``files`` with a data folder, else ``none``."""
+    return "files" if data_root() is not None else "none"
+
+
+@contextmanager
+def pinned_data(mode: str, empty: Path) -> Iterator[None]:
+    """Set ``$REPRO_DATA`` for ``mode`` (``files``: the real folder, or skip naming it; ``none``: ``empty``)."""
+    if mode not in DATA_MODES:
+        raise ValueError(f"data mode {mode!r}: expected one of {DATA_MODES}")
+    root = data_root()
+    if mode == "files" and root is None:
+        pytest.skip(f"needs the data folder ($REPRO_DATA or {SHARED_DATA}, laid out as in its MANIFEST.md)")
+    empty.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("REPRO_DATA")
+    os.environ["REPRO_DATA"] = str(root if mode == "files" else empty)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("REPRO_DATA", None)
+        else:
+            os.environ["REPRO_DATA"] = old
+
+
+class QuickRuns:
+    """Quick-mode experiment runs, each made once per test session and data mode and shared by the tests that read
+    it (the reference check and the claims tests)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.done: dict[tuple[str, str], runner.ExperimentResult] = {}
+
+    def get(self, exp: str, data: str) -> runner.ExperimentResult:
+        key = (exp, data)
+        if key not in self.done:
+            with pinned_data(data, self.tmp / "empty_data"):
+                self.done[key] = run_quick(exp, self.tmp / data)
+        return self.done[key]
+
+
+@pytest.fixture(scope="session")
+def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> QuickRuns:
+    return QuickRuns(tmp_path_factory.mktemp("quick_runs"))

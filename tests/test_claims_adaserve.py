@@ -6,20 +6,25 @@ are reported in each experiment's summary.md and in the README, not asserted her
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from tests.conftest import run_quick
+from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow
 BASELINES = ["vllm", "sarathi", "specinfer", "incr_dec"]
 
 
+@pytest.fixture(scope="module", params=DATA_MODES)
+def data(request: pytest.FixtureRequest) -> str:
+    """Every claim is checked on the real files (Alpaca, ArXiv, the Azure trace; skipped without them) and on the
+    embedded statistics: it must hold on both."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def fig4(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return run_quick("adaserve_fig4", tmp_path_factory.mktemp("fig4")).points
+def fig4(quick_runs: QuickRuns, data: str) -> pd.DataFrame:
+    return quick_runs.get("adaserve_fig4", data).points
 
 
 def _wide(points: pd.DataFrame, keys: list[str], metric: str = "slo_attainment") -> pd.DataFrame:
@@ -42,30 +47,30 @@ def test_fig4_ratio_to_best_baseline_at_highest_rate(fig4: pd.DataFrame) -> None
     assert 1.05 <= ratio <= 1.63 * 1.5, wide
 
 
-def test_fig6_adaserve_near_full_attainment_across_stringent_proportions(tmp_path: Path) -> None:
+def test_fig6_adaserve_near_full_attainment_across_stringent_proportions(quick_runs: QuickRuns, data: str) -> None:
     # Paper: "nearly 100 %" across proportions; tolerance: >= 0.9 at every proportion of the quick sweep.
-    pts = run_quick("adaserve_fig6", tmp_path).points
+    pts = quick_runs.get("adaserve_fig6", data).points
     wide = _wide(pts, ["model", "urgent_fraction"])
     assert (wide["adaserve"] >= 0.9).all(), wide
     assert (wide["adaserve"] >= wide[["vllm", "incr_dec", "specinfer"]].max(axis=1) - 0.02).all(), wide
 
 
-def test_fig7_adaserve_beats_slo_aware_batching(tmp_path: Path) -> None:
-    pts = run_quick("adaserve_fig7", tmp_path).points
+def test_fig7_adaserve_beats_slo_aware_batching(quick_runs: QuickRuns, data: str) -> None:
+    pts = quick_runs.get("adaserve_fig7", data).points
     wide = _wide(pts, ["rps"])
     assert (wide["adaserve"] >= wide[["fcfs_slo", "stta", "seppipe"]].max(axis=1)).all(), wide
 
 
-def test_fig9_scheduling_is_small_beside_model_execution(tmp_path: Path) -> None:
+def test_fig9_scheduling_is_small_beside_model_execution(quick_runs: QuickRuns, data: str) -> None:
     # Paper: "minimal" scheduling overhead; tolerance: under 10 % of the simulated draft + verify time.
-    pts = run_quick("adaserve_fig9", tmp_path).points
+    pts = quick_runs.get("adaserve_fig9", data).points
     share = pts["mean_iter_schedule_ms"] / (pts["mean_iter_draft_ms"] + pts["mean_iter_verify_ms"])
     assert (share < 0.10).all(), pts[["model", "mean_iter_schedule_ms", "mean_iter_draft_ms", "mean_iter_verify_ms"]]
 
 
-def test_fig10_attains_stricter_than_baseline_slos(tmp_path: Path) -> None:
+def test_fig10_attains_stricter_than_baseline_slos(quick_runs: QuickRuns, data: str) -> None:
     # Paper: 95 % at 0.8x the baseline latency (tolerance 0.1), where incremental decoding attains nothing.
-    pts = run_quick("adaserve_fig10", tmp_path).points
+    pts = quick_runs.get("adaserve_fig10", data).points
     wide = _wide(pts, ["slo_x_baseline"])
     assert wide.loc[0.8, "adaserve"] >= 0.85, wide
     assert wide.loc[0.8, "vllm"] <= 0.1, wide

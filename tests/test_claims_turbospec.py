@@ -14,14 +14,16 @@ import pandas as pd
 import pytest
 
 from repro import plots
-from tests.conftest import run_quick
+from repro.simulate import compose
+from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def fig15(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_quick("turbospec_fig15", tmp_path_factory.mktemp("fig15")).out_dir
+@pytest.fixture(scope="module", params=DATA_MODES)
+def fig15(request: pytest.FixtureRequest, quick_runs: QuickRuns) -> Path:
+    """Checked on the real ShareGPT and Sonnet files (skipped without them) and on the embedded statistics."""
+    return quick_runs.get("turbospec_fig15", str(request.param)).out_dir
 
 
 def _decode_steps(out: Path, scenario: str) -> pd.DataFrame:
@@ -52,12 +54,15 @@ def test_proposed_length_falls_as_the_rate_rises(fig15: Path) -> None:
 
 
 def test_proposed_length_follows_acceptance_across_the_dataset_switch(fig15: Path) -> None:
-    # Table 3 (160M, 7B): Sonnet 0.53 < ShareGPT 0.62, so after the switch the measured acceptance rises and, though
-    # the batch grows (longer ShareGPT outputs), TurboSpec proposes longer chains. Tolerance: 0.1 tokens.
+    # The premise is the oracle's ground truth, Table 3 (160M, 7B): Sonnet 0.53 < ShareGPT 0.62 per-token acceptance.
+    # (The per-step accepted / proposed ratio is not a measure of it: it falls as chains grow, so a controller that
+    # lengthens its proposals after the switch holds that ratio flat.) The claim: TurboSpec proposes longer chains
+    # after switching to the higher-acceptance dataset. Tolerance: 0.1 tokens.
+    oracle = compose(["model@draft=vicuna-160m", "model=llama2-7b"]).oracle.accept["vicuna-160m"]["llama2-7b"]
+    assert oracle["sonnet"] < oracle["sharegpt"]
     req = pd.read_parquet(fig15 / "requests.parquet")
     req = req[(req["system"] == "turbospec") & (req["scenario"] == "dataset change")]
     switch = req.loc[req["dataset"] == "sharegpt", "arrival_s"].min()
     d = _decode_steps(fig15, "dataset change")
     before, after = d[d["start_at"] < switch], d[d["start_at"] >= switch + 5.0]
-    assert after["accept_rate"].mean() > before["accept_rate"].mean()
     assert after["mean_k"].mean() > before["mean_k"].mean() + 0.1, (before["mean_k"].mean(), after["mean_k"].mean())

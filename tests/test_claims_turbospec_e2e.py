@@ -13,25 +13,31 @@ import pandas as pd
 import pytest
 
 from repro import plots, runner
-from tests.conftest import run_quick
+from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow
 STATIC = ["k1", "k3", "k5"]
 
 
-@pytest.fixture(scope="module")
-def fig12(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return run_quick("turbospec_fig12", tmp_path_factory.mktemp("turbospec_fig12")).points
+@pytest.fixture(scope="module", params=DATA_MODES)
+def data(request: pytest.FixtureRequest) -> str:
+    """Checked on the real ShareGPT and Sonnet files (skipped without them) and on the embedded statistics."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def fig13(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return run_quick("turbospec_fig13", tmp_path_factory.mktemp("turbospec_fig13")).points
+def fig12(quick_runs: QuickRuns, data: str) -> pd.DataFrame:
+    return quick_runs.get("turbospec_fig12", data).points
 
 
 @pytest.fixture(scope="module")
-def fig14(tmp_path_factory: pytest.TempPathFactory) -> runner.ExperimentResult:
-    return run_quick("turbospec_fig14", tmp_path_factory.mktemp("turbospec_fig14"))
+def fig13(quick_runs: QuickRuns, data: str) -> pd.DataFrame:
+    return quick_runs.get("turbospec_fig13", data).points
+
+
+@pytest.fixture(scope="module")
+def fig14(quick_runs: QuickRuns, data: str) -> runner.ExperimentResult:
+    return quick_runs.get("turbospec_fig14", data)
 
 
 def _wide(points: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +46,6 @@ def test_config_typo_is_one_line_exit_2(tmp_path: Path, args: list[str], named: 
 
 
 def test_calibration_and_redraw(tmp_path: Path) -> None:
-    pytest.importorskip("repro.cost.calibration", reason="repro.cost.calibration not written yet")
     out = tmp_path / "cal"
     res = cli("-m", "repro", "+exp=calibration", f"out_dir={out}")
     assert res.returncode == 0, res.stderr
@@ -65,3 +68,85 @@ def test_calibration_and_redraw(tmp_path: Path) -> None:
 def test_plot_missing_folder_is_one_line(tmp_path: Path) -> None:
     res = cli("-m", "repro.plot", str(tmp_path / "nothing"))
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "points.csv" in res.stderr
+
+
+def test_list_has_no_empty_group() -> None:
+    res = cli("-m", "repro", "list")
+    assert "(0):" not in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["+exp=smoke", "rps=abc"], "rps=abc"),  # wrong type for a swept key
+        (["+exp=smoke", "rps=-1"], "rps=-1"),  # out of range
+        (["model=llama2-7b", "tp=3"], "tp=3"),  # 32 heads over 3 GPUs
+        (["n_jobs=0"], "n_jobs=0"),
+        (["quick=maybe"], "quick=maybe"),
+        (["hardware.memory_gb=1"], "memory_gb=1"),  # the model does not fit
+        (["num_request=50"], "did you mean 'num_requests'"),  # Hydra's own hint would be +num_request=50 ...
+        (["+num_request=50"], "num_request"),  # ... which is refused as well
+        (["+exp=turbospec_fig13", "panel=nope"], "panel=nope"),  # no such case
+        (["engine.block_size=0"], "engine.block_size=0"),
+    ],
+)
+def test_bad_value_is_one_line_exit_2(tmp_path: Path, args: list[str], named: str) -> None:
+    res = cli("-m", "repro", *args, f"out_dir={tmp_path}")
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], res.stderr
+    assert not (tmp_path / "points.csv").exists()  # refused before anything ran
+
+
+def test_repro_data_pointing_nowhere_is_an_error(tmp_path: Path) -> None:
+    env = {**os.environ, "REPRO_DATA": str(tmp_path / "no_such_folder")}
+    res = subprocess.run([sys.executable, "-m", "repro", f"out_dir={tmp_path}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 2 and "REPRO_DATA" in res.stderr and "no_such_folder" in res.stderr, res.stderr
+
+
+def test_one_knob_narrows_and_says_so(tmp_path: Path) -> None:
+    res = cli("-m", "repro", "+exp=smoke", "system=static_sd_k5", "rps=3", "quick=true", f"out_dir={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    pts = pd.read_csv(tmp_path / "points.csv")
+    assert pts["system"].tolist() == ["static_sd_k5"] and pts["rps"].tolist() == [3]
+    narrowed = [ln for ln in res.stderr.splitlines() if ln.startswith("narrowed: ")]
+    assert len(narrowed) == 2 and "system=static_sd_k5" in narrowed[0] and "rps=3" in narrowed[1]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Command line: `system=static_sd_k5 rps=3`" in summary and summary.count("Narrowed: ") == 2
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["systems"] == ["static_sd_k5"] and manifest["command_line"] == ["system=static_sd_k5", "rps=3"]
+
+
+def test_closing_line_says_what_the_user_came_for(tmp_path: Path) -> None:
+    res = cli("-m", "repro", "+exp=turbospec_fig5", "quick=true", f"out_dir={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    last = res.stdout.strip().splitlines()[-1]
+    assert re.match(r"turbospec_fig5: \d+ points of static_sd in [0-9.]+ s; paper claims: \d+ hold, \d+ differ",
+                    last), last
+    assert "data: fixed lengths" in last and last.endswith(f"-> {tmp_path / 'summary.md'}")
+    assert re.search(r"turbospec_fig5: \d+/\d+ points", res.stderr)  # progress lines where stderr is no terminal
+
+
+def test_without_an_experiment_the_chosen_system_runs(tmp_path: Path) -> None:
+    means = {}
+    for system in ("vllm", "static_sd_k3"):
+        out = tmp_path / system
+        res = cli("-m", "repro", f"system={system}", "num_requests=40", f"out_dir={out}")
+        assert res.returncode == 0, res.stderr
+        pts = pd.read_csv(out / "points.csv")
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert pts["system"].tolist() == [system] and manifest["systems"] == [system]
+        assert manifest["config"]["system"]["_target_"].split(".")[-1] in ("VLLM", "StaticSD")
+        means[system] = float(pts["mean_tpot_ms"].iloc[0])
+    assert means["static_sd_k3"] < means["vllm"]  # not the same run under two names
+
+
+def test_a_user_run_leaves_the_references_untouched() -> None:
+    ref = REPO / "results" / "quick" / "smoke" / "points.csv"
+    before = ref.read_bytes()
+    res = cli("-m", "repro", "+exp=smoke", "quick=true", "n_jobs=2")
+    assert res.returncode == 0, res.stderr
+    assert ref.read_bytes() == before
+    assert (REPO / "runs" / "quick" / "smoke" / "summary.md").is_file()
+    assert "runs/quick/smoke/summary.md" in res.stdout

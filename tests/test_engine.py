@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FixedOracle, make_cost, make_engine, make_requests, run
 
 from repro.engine import PlanError, SimulationError
 from repro.plan import CandidateTree, MemoryAction, StepPlan, TreeSpec, ids
@@ -12,6 +11,7 @@ from repro.policy import Policy, ReplicaSpec
 from repro.state import Status, View
 from systems.static_sd import StaticSD
 from systems.vllm import VLLM
+from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, run
 
 
 class Scripted(Policy):

@@ -1,4 +1,10 @@
-"""Every experiment in quick mode end to end (real simulation), determinism, and resume after a real kill."""
+"""Every experiment in quick mode end to end, checked cell by cell against its committed quick reference
+(``results/quick/NAME``: what ``python -m repro check --quick`` does in CI); determinism; resume after a real kill.
+
+A failure here means a change moved an experiment's results. If the change is meant, regenerate the reference
+(``python -m repro check NAME --quick --update``, with and without the data folder: see README "Regression
+tracking") and say in the commit which experiments moved and why.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from repro import check, runner
+from tests.conftest import QuickRuns, env_data_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "exp").glob("*.yaml"))
@@ -27,15 +36,18 @@ def _repro(*args: str, out: Path, wait: bool = True) -> subprocess.CompletedProc
 
 @pytest.mark.slow
 @pytest.mark.parametrize("exp", EXPERIMENTS)
-def test_experiment_quick(exp: str, tmp_path: Path) -> None:
-    res = _repro(f"+exp={exp}", "quick=true", out=tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr  # type: ignore[union-attr]
+def test_experiment_quick_matches_its_reference(exp: str, quick_runs: QuickRuns) -> None:
+    res = quick_runs.get(exp, env_data_mode())  # this machine's data: the files, or none at all
     for name in ("points.csv", "summary.md", "manifest.json"):
-        assert (tmp_path / name).is_file(), name
-    assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*.pdf"))
-    pts = pd.read_csv(tmp_path / "points.csv")
-    assert len(pts) > 0
-    assert res.stdout.strip().splitlines()[-1].startswith(exp)  # type: ignore[union-attr]  # one-line summary
+        assert (res.out_dir / name).is_file(), name
+    assert list(res.out_dir.glob("*.png")) and list(res.out_dir.glob("*.pdf"))
+    assert len(res.points) > 0
+    assert res.summary_line().startswith(f"{exp}: {len(res.points)} points")  # the closing line
+    ref, problem, changes = check.against_reference(res, runner.reference_dir(exp, quick=True))
+    assert ref is not None, problem
+    outcome = check.Outcome(exp, ref, changes)
+    assert not changes, (f"{exp} moved from {ref} (if on purpose: python -m repro check {exp} --quick --update)\n"
+                         + check.changes_table([outcome]))
 
 
 def test_same_seed_same_points(tmp_path: Path) -> None:

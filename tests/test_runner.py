@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -301,13 +302,15 @@ def test_claim_kinds() -> None:
     assert claims.verdict(float("nan"), {"paper": 1}) == "n/a"
     with pytest.raises(ConfigError, match="kind"):
         val(kind="nope")
+    alone = pts[pts["system"] == "a"]  # a run narrowed to one system: nothing to compare with
+    assert math.isnan(claims.evaluate_one(alone, {"metric": "m", "system": "a", "kind": "ratio_to_best_baseline"},
+                                          "rps"))
 
 
 # ------------------------------------------------------------------------------------ calibration
 
 
 def test_calibration_experiment(tmp_path: Path) -> None:
-    pytest.importorskip("repro.cost.calibration", reason="repro.cost.calibration not written yet")
     out = tmp_path / "cal"
     overrides = ["+exp=calibration", f"out_dir={out}"]
     with runner.hydra_context(runner.CONF_DIR):

@@ -12,6 +12,11 @@ choice, lengths), so changing e.g. the class proportions leaves the arrival time
    replacement) or the embedded table (``workloads.stats``); missing reference outputs are drawn from the
    ShareGPT
    output-length table (or fixed by ``output_len``); ``max_model_len`` filters (redraws) or truncates.
+
+Every source used is recorded as a :class:`~workloads.provenance.DataSource` (``RequestTable.provenance``) and
+its note joined into ``RequestTable.source``. A user's trace file (``arrival.trace: trace_file``, read from
+``workload.path``) is replayed like a built-in trace, but never cycled: the first ``num_requests`` records in
+time order, or all of them when it has fewer.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from workloads.datasets import (
     LengthRecords,
     check_dataset,
     default_data_root,
+    find_user_path,
     load_records,
     vllm_sharegpt_keep,
 )
+from workloads.provenance import DataSource, show_path
 from workloads.sonnet import SonnetLines, load_sonnet_lines, sample_sonnet
-from workloads.spec import DatasetSpec, WorkloadSpec, parse_workload
+from workloads.spec import TRACE_FILE, DatasetSpec, WorkloadSpec, parse_workload
 from workloads.stats import (
     ASSUMED,
     PUBLISHED,
@@ -61,7 +68,8 @@ class RequestTable:
     tpot_slo_s: np.ndarray  # float64 (np.inf = none)
     ttft_slo_s: np.ndarray  # float64 (np.inf = none)
     classes: tuple[str, ...]  # class names (("default",) when none configured)
-    source: str  # one line: where the lengths came from
+    source: str  # one line: where the lengths and arrivals came from (the provenance details joined)
+    provenance: tuple[DataSource, ...] = ()  # one entry per source used, in order of first use
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -138,13 +146,18 @@ def build_workload(
     dataset = np.empty(n, dtype=object)
     keep = np.ones(n, dtype=bool)
     for ds, idx in groups:
-        if ds.name == "trace":
+        if ds.name == "trace" and trace is None:
+            # no trace file (its arrivals came from the embedded gaps): lengths from its embedded table
+            assert spec.arrival.trace is not None
+            p, o = ctx.sample(DatasetSpec(name=spec.arrival.trace, output_len=ds.output_len), len(idx))
+            dataset[idx] = ds.label or spec.arrival.trace
+        elif ds.name == "trace":
             assert trace is not None and trace_idx is not None
             p, o = trace.prompt_len[trace_idx[idx]], trace.output_len[trace_idx[idx]].copy()
-            ctx.note(f"trace: {trace.source}")
+            ctx.record(trace.name, "file", trace.fallback, f"trace: {trace.source}")
             p, o, ok = ctx.fit(p, o, drop=True)
             keep[idx] = ok
-            dataset[idx] = trace.name
+            dataset[idx] = ds.label or trace.name
         else:
             p, o = ctx.sample(ds, len(idx))
             dataset[idx] = ds.key
@@ -175,6 +188,7 @@ def build_workload(
         ttft_slo_s=ttft[sel],
         classes=names,
         source="; ".join(ctx.notes),
+        provenance=tuple(ctx.provenance),
     )
 
 
@@ -205,12 +219,14 @@ def _arrivals(
     if a.kind == "piecewise":
         return arr.piecewise_arrivals(a.segments, rng, n), None, None
     assert a.trace is not None
+    if a.trace == TRACE_FILE:
+        return _trace_file_arrivals(spec, ctx)
     try:
         if ctx.root is None:
             raise DataMissingError(f"trace {a.trace!r} needs its file: set $REPRO_DATA (no data folder found)")
         trace = load_records(a.trace, str(ctx.root), None)
     except DataMissingError:
-        gaps = find_gap_table(a.trace) if spec.source != "real" else None
+        gaps = find_gap_table(a.trace) if spec.source != "real" and not spec.trace_slo else None
         if gaps is None:
             raise
         # embedded fallback: i.i.d. gaps from the trace's committed inter-arrival quantiles (burstiness kept,
@@ -218,8 +234,9 @@ def _arrivals(
         mean_gap = 1.0 / a.rate_per_s if a.rate_per_s else gaps.mean_gap_s
         times = np.cumsum(gaps.sample(n, rng)) * mean_gap
         rate = f"{a.rate_per_s} req/s" if a.rate_per_s else "its native rate"
-        ctx.note(f"arrivals: embedded inter-arrival quantiles of trace {a.trace} (cv {gaps.cv:.2f}; no trace file), "
-                 f"at {rate}")
+        ctx.record(a.trace, "embedded", True,
+                   f"arrivals: embedded inter-arrival quantiles of trace {a.trace} (cv {gaps.cv:.2f}; no trace file), "
+                   f"at {rate}", role="arrivals")
         return times - times[0], None, None  # the first request arrives at 0, as in a replayed window
     if trace.timestamps_s is None:
         raise ValueError(f"arrival.trace={a.trace!r} has no timestamps")
@@ -227,7 +244,31 @@ def _arrivals(
         trace.timestamps_s, n, target_rate_per_s=a.rate_per_s, start_s=a.start_s, window_s=a.window_s
     )
     rate = f"rescaled to {a.rate_per_s} req/s" if a.rate_per_s else "native rate"
-    ctx.note(f"arrivals: trace {trace.name} ({rate})")
+    ctx.record(trace.name, "file", False, f"arrivals: trace {trace.name} ({rate})", role="arrivals")
+    return times, idx, trace
+
+
+def _trace_file_arrivals(spec: WorkloadSpec, ctx: _Context) -> tuple[np.ndarray, np.ndarray, LengthRecords]:
+    """Replay the user's trace file ``workload.path``: its first ``num_requests`` records in time order (all of
+    them when it has fewer; never cycled), time-rescaled to ``arrival.rate_per_s`` when set."""
+    from workloads.tracefile import load_trace_file
+
+    a = spec.arrival
+    assert spec.path is not None
+    path, shown = find_user_path(spec.path, ctx.root, "workload.path")
+    trace = load_trace_file(path, shown, spec.format)
+    assert trace.timestamps_s is not None
+    hi = np.inf if a.window_s is None else a.start_s + a.window_s
+    avail = int(np.count_nonzero((trace.timestamps_s >= a.start_s) & (trace.timestamps_s < hi)))
+    n = min(spec.num_requests, max(avail, 1))  # an empty window: replay_trace names it
+    times, idx = arr.replay_trace(
+        trace.timestamps_s, n, target_rate_per_s=a.rate_per_s, start_s=a.start_s, window_s=a.window_s
+    )
+    window = f" in [{a.start_s:g}, {hi:g}) s" if a.window_s is not None or a.start_s else ""
+    fewer = f"; num_requests={spec.num_requests}, the file has fewer" if n < spec.num_requests else ""
+    rate = f"rescaled to {a.rate_per_s} req/s" if a.rate_per_s else "native rate"
+    ctx.record(TRACE_FILE, "file", False, f"arrivals: trace file {shown}, first {n} of {avail} records{window} "
+               f"({rate}{fewer})", role="arrivals")
     return times, idx, trace
 
 
@@ -302,10 +343,15 @@ class _Context:
         self.spec, self.root, self.tokenizer = spec, root, tokenizer
         self.max_model_len, self.rng = max_model_len, rng
         self.notes: list[str] = []
+        self.provenance: list[DataSource] = []
 
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
+    def record(self, dataset: str, kind: str, fallback: bool, detail: str, role: str = "lengths") -> None:
+        """Record a data source and its note (each once)."""
+        src = DataSource(dataset, kind, fallback, detail, role)
+        if src not in self.provenance:
+            self.provenance.append(src)
+        if detail not in self.notes:
+            self.notes.append(detail)
 
     def fit(
         self, p: np.ndarray, o: np.ndarray, drop: bool = False
@@ -341,11 +387,15 @@ class _Context:
 
     def _drawer(self, ds: DatasetSpec) -> Any:
         if ds.name == "fixed":
-            self.note(f"fixed: {ds.input_len}/{ds.output_len} tokens")
+            self.record(ds.key, "fixed", False, f"fixed: {ds.input_len}/{ds.output_len} tokens")
             return lambda k: (np.full(k, ds.input_len, np.int64), np.full(k, ds.output_len, np.int64))
+        if ds.name == "hf":
+            from workloads.hf import load_hf_records
+
+            return self._real(ds, load_hf_records(ds, self.root, self.tokenizer))
         source = self._source(ds)
         if source == "published":
-            return self._published(ds)
+            return self._published(ds, fallback=False)
         if ds.name == "sonnet":
             return self._sonnet(ds, source)
         if source in ("auto", "real"):
@@ -375,7 +425,7 @@ class _Context:
             raise ValueError(f"dataset {ds.name}: no record survives pruning / max_model_len")
         pruned = f", {len(pool)} kept after pruning" if len(pool) < len(p) else ""
         fill = self._output_filler(ds, o)
-        self.note(f"{ds.key}: {rec.source}{pruned}{fill[1]}")
+        self.record(ds.key, "file", rec.fallback, f"{ds.key}: {rec.source}{pruned}{fill[1]}")
         state = {"perm": np.zeros(0, dtype=np.int64)}
 
         def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -404,17 +454,21 @@ class _Context:
 
     def _embedded(self, ds: DatasetSpec) -> Any:
         check_dataset(ds.name)
+        fallback = self._source(ds) != "embedded"  # auto with the file missing
         table = find_table(ds.name, self.tokenizer)
         if table is None:
             if ds.name in PUBLISHED:
-                return self._published(ds)
+                return self._published(ds, fallback)
             if ds.name in ASSUMED:
-                return self._assumed(ds)
+                return self._assumed(ds, fallback)
             raise DataMissingError(f"dataset {ds.name}: no real file under {self.root} and no embedded table")
         fill = self._output_filler(ds, table.output_q)
-        self.note(
+        self.record(
+            ds.key,
+            "embedded",
+            fallback,
             f"{ds.key}: embedded quantile table {Path(table.path).name} ({table.num_records} records, "
-            f"{table.tokenizer} tokens, Gaussian copula rho={table.rho:.2f}){fill[1]}"
+            f"{table.tokenizer} tokens, Gaussian copula rho={table.rho:.2f}){fill[1]}",
         )
         prune = ds.prune if ds.prune is not None else ds.name == "sharegpt"
 
@@ -434,19 +488,21 @@ class _Context:
 
         return draw
 
-    def _published(self, ds: DatasetSpec) -> Any:
+    def _published(self, ds: DatasetSpec, fallback: bool) -> Any:
         return self._gamma(ds, lambda k: sample_published(ds.name, ds.published_target, k, self.rng),
-                           f"published mean±std (TurboSpec Table 2, target {ds.published_target}), Gamma marginals")
+                           f"published mean±std (TurboSpec Table 2, target {ds.published_target}), Gamma marginals",
+                           "published", fallback)
 
-    def _assumed(self, ds: DatasetSpec) -> Any:
+    def _assumed(self, ds: DatasetSpec, fallback: bool) -> Any:
         (pm, ps), (om, os_) = ASSUMED[ds.name]
+        why = "no file under $REPRO_DATA" if fallback else "no embedded table"
         return self._gamma(ds, lambda k: sample_assumed(ds.name, k, self.rng),
-                           f"no file under {self.root or '$REPRO_DATA'} and no published lengths; ASSUMED prompt "
-                           f"{pm:.0f}±{ps:.0f}, output {om:.0f}±{os_:.0f} tokens (workloads/stats.py), Gamma marginals")
+                           f"{why} and no published lengths; ASSUMED prompt {pm:.0f}±{ps:.0f}, output "
+                           f"{om:.0f}±{os_:.0f} tokens (workloads/stats.py), Gamma marginals", "assumed", fallback)
 
-    def _gamma(self, ds: DatasetSpec, sample: Any, how: str) -> Any:
+    def _gamma(self, ds: DatasetSpec, sample: Any, how: str, kind: str, fallback: bool) -> Any:
         """Drawer of lengths from mean ± std statistics (``sample(k)``), a fixed output length overriding."""
-        self.note(f"{ds.key}: {how}")
+        self.record(ds.key, kind, fallback, f"{ds.key}: {how}")
 
         def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
             p, o = sample(k)
@@ -465,7 +521,8 @@ class _Context:
         ):
             path = self.root / "sonnet/sonnet.txt"
             lines = load_sonnet_lines(str(path), self.tokenizer)
-            self.note(f"sonnet: real file {path} ({len(lines.line_tokens)} lines, {lines.how}), vLLM sampler")
+            self.record(ds.key, "file", lines.fallback, f"sonnet: real file {show_path(path, self.root)} "
+                        f"({len(lines.line_tokens)} lines, {lines.how}), vLLM sampler")
         elif source == "real":
             raise DataMissingError(
                 f"dataset file missing: provide {self.root or '$REPRO_DATA'}/sonnet/sonnet.txt"
@@ -473,7 +530,7 @@ class _Context:
         else:
             table = find_table("sonnet", self.tokenizer)
             if table is None:
-                return self._published(ds)
+                return self._published(ds, fallback=source != "embedded")
             num = int(table.get("num_lines", "518"))
             synth = np.rint(np.interp((np.arange(num) + 0.5) / num, QUANTILES, table.prompt_q)).astype(
                 np.int64
@@ -482,9 +539,11 @@ class _Context:
                 np.random.default_rng(0).permutation(num)
             ]  # fixed order, not sorted (shared prefix)
             lines = SonnetLines(synth, int(table.get("base_prompt_tokens", "20")), table.tokenizer)
-            self.note(
-                f"sonnet: embedded line-length table {Path(table.path).name} ({table.tokenizer}), "
-                "vLLM sampler"
+            self.record(
+                ds.key,
+                "embedded",
+                source != "embedded",
+                f"sonnet: embedded line-length table {Path(table.path).name} ({table.tokenizer}), vLLM sampler",
             )
         kw = {
             "input_len": ds.input_len or 550,

@@ -28,6 +28,10 @@ Prompt/output construction per dataset (``name``: prompt → output):
 - traces ``azure2023_conv``, ``azure2023_code``, ``mooncake``, ``adaserve_<file stem>``, hub ``burstgpt``,
   ``azure2024_conv``/``azure2024_code``: the lengths the trace records (its own tokenizer), plus timestamps.
 - hub-only text sets: ``openorca``, ``chatbot_instruction_prompts``, ``minithinky``, ``hle``.
+
+Elsewhere: a user's own trace file (``workload=trace_file``) in ``workloads.tracefile``; any Hugging Face dataset
+(``name: hf``, through the optional ``datasets`` package) in ``workloads.hf``. Sources name files under the data
+root as ``$REPRO_DATA/<path>`` (``workloads.provenance.show_path``).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ import numpy as np
 import pandas as pd
 
 from repro import errors
-from workloads.tokens import count_tokens, load_encoder, load_llama3_decoder
+from workloads.provenance import show_path
+from workloads.tokens import count_tokens, load_encoder, load_llama3_decoder, tokenizer_problem
 
 SPECBENCH_PARTS: tuple[str, ...] = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 _MT_BENCH_CATEGORIES = frozenset(
@@ -62,23 +67,55 @@ class LengthRecords:
     name: str
     prompt_len: np.ndarray  # int64
     output_len: np.ndarray  # int64, -1 where the file has no reference output
-    source: str  # e.g. "real file /path/x.json (5000 records, llama2 tokenizer)"
+    source: str  # e.g. "real file $REPRO_DATA/alpaca/alpaca_5000.json (5000 records, llama2 tokenizer)"
     timestamps_s: np.ndarray | None = None  # traces only: arrival time of each record (seconds)
     tpot_slo_ratio: np.ndarray | None = None  # AdaServe artifact only: slo_ratio per record
+    fallback: bool = False  # token counts estimated (or left in another family's) for lack of a tokenizer
 
 
 def default_data_root(data_dir: str | None = None) -> Path | None:
     """Resolve the data folder: ``data_dir`` if given, else ``$REPRO_DATA``, else ``<repo>/../shared/data``.
 
-    Read at call time (never at import). Returns None when no folder is found.
+    Read at call time (never at import). Returns None when no folder is found. A ``data_dir`` or ``$REPRO_DATA``
+    that names no folder raises :class:`DataMissingError` (one line naming the setting); an existing empty folder
+    is valid: every loader then falls back to the embedded statistics.
     """
     if data_dir:
-        return Path(data_dir)
+        return _existing_dir(Path(data_dir), f"workload.data_dir={data_dir}")
     env = os.environ.get("REPRO_DATA")
     if env:
-        return Path(env)
+        return _existing_dir(Path(env), f"REPRO_DATA={env}")
     guess = Path(__file__).resolve().parents[1].parent / "shared" / "data"
     return guess if guess.is_dir() else None
+
+
+def check_data_root(data_dir: str | None = None) -> Path | None:
+    """Validate the data folder up front (CLI): the folder :func:`default_data_root` resolves, or None when there
+    is none; :class:`DataMissingError` when ``data_dir`` or ``$REPRO_DATA`` names no folder."""
+    return default_data_root(data_dir)
+
+
+def _existing_dir(path: Path, setting: str) -> Path:
+    if path.is_dir():
+        return path
+    why = "not a folder" if path.exists() else "no such folder"
+    raise DataMissingError(f"{setting}: {why} (point it at a data folder laid out as in MANIFEST.md, or unset it)")
+
+
+def find_user_path(path: str, root: Path | None, what: str) -> tuple[Path, str]:
+    """A user's file or folder ``path``: as given (relative to the working directory), else under the data root.
+
+    Returns the path and how notes show it (``$REPRO_DATA/...`` under the data root, else as given); a missing
+    path raises :class:`DataMissingError` naming it (``what``: e.g. "workload.path").
+    """
+    p = Path(path).expanduser()
+    if not p.exists() and not p.is_absolute() and root is not None and (root / p).exists():
+        p = root / p
+    if not p.exists():
+        also = f" (nor {root / path})" if root is not None and not Path(path).expanduser().is_absolute() else ""
+        raise DataMissingError(f"{what}={path}: no such file or folder{also}")
+    shown = show_path(p, root)
+    return p, shown if shown.startswith("$REPRO_DATA/") else path
 
 
 def _require(root: Path | None, rel: str, hf_id: str | None = None) -> Path:
@@ -107,9 +144,8 @@ def _counted(
     out = np.full(len(outputs), -1, dtype=np.int64)
     out[[i for i, x in enumerate(outputs) if x is not None]] = o.counts
     no_out = "" if present else ", no reference outputs"
-    return LengthRecords(
-        name, _frozen(p.counts), _frozen(out), f"real file {path} ({len(prompts)} records, {p.how}{no_out})"
-    )
+    src = f"real file {show_path(path, root)} ({len(prompts)} records, {p.how}{no_out})"
+    return LengthRecords(name, _frozen(p.counts), _frozen(out), src, fallback=tokenizer is not None and not p.exact)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -160,17 +196,21 @@ def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
     how = "llama3 token ids"
     prompt = [r["input_toks"] for r in rows]
     output = [r["output_toks"] for r in rows]
+    fallback = False
     if tokenizer not in (None, "llama3"):
-        decode = load_llama3_decoder(str(root / "tokenizers"))
-        encode = load_encoder(tokenizer, str(root / "tokenizers"))
+        tok_dir = root / "tokenizers"
+        problem = tokenizer_problem("llama3", tok_dir) or tokenizer_problem(tokenizer, tok_dir)
+        decode = load_llama3_decoder(str(tok_dir)) if problem is None else None
+        encode = load_encoder(tokenizer, str(tok_dir)) if problem is None else None
         if decode is not None and encode is not None:
             prompt = encode([decode(r["input_tok_ids"]) for r in rows])
             output = encode([decode(r["output_tok_ids"]) for r in rows])
             how = f"llama3 ids decoded, re-tokenized with {tokenizer}"
         else:
-            how = f"llama3 counts (no {tokenizer} or llama3 tokenizer file to re-tokenize)"
-    src = f"real file(s) {' + '.join(str(p) for p in paths)} ({len(rows)} records, {how})"
-    return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src)
+            how = f"llama3 counts, not re-tokenized with {tokenizer}: {problem or 'tokenizer failed to load'}"
+            fallback = True
+    src = f"real file(s) {' + '.join(show_path(p, root) for p in paths)} ({len(rows)} records, {how})"
+    return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src, fallback=fallback)
 
 
 # ---------------------------------------------------------------- instruction / QA sets
@@ -202,7 +242,7 @@ def _arxiv(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
         "arxiv",
         _frozen(df["num_prefill_tokens"].to_numpy()),
         _frozen(df["num_decode_tokens"].to_numpy()),
-        f"real file {path} ({len(df)} records, llama2 token counts{note})",
+        f"real file {show_path(path, root)} ({len(df)} records, llama2 token counts{note})",
     )
 
 
@@ -348,7 +388,7 @@ def _azure(year: int, kind: str) -> Callable[[Path, str | None, str], LengthReco
             f"azure{year}_{kind}",
             _frozen(df["ContextTokens"].to_numpy()),
             _frozen(df["GeneratedTokens"].to_numpy()),
-            f"real trace {path} ({len(df)} records, trace token counts)",
+            f"real trace {show_path(path, root)} ({len(df)} records, trace token counts)",
             ts - ts.min(),
         )
 
@@ -363,7 +403,7 @@ def _mooncake(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
         "mooncake",
         _frozen([r["input_length"] for r in rows]),
         _frozen([r["output_length"] for r in rows]),
-        f"real trace {path} ({len(rows)} records, trace token counts)",
+        f"real trace {show_path(path, root)} ({len(rows)} records, trace token counts)",
         ts,
     )
 
@@ -376,7 +416,7 @@ def _burstgpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
         "burstgpt",
         _frozen(df["Request tokens"].to_numpy()),
         _frozen(df["Response tokens"].to_numpy()),
-        f"real trace {path} ({len(df)} records, trace token counts)",
+        f"real trace {show_path(path, root)} ({len(df)} records, trace token counts)",
         df["Timestamp"].to_numpy(dtype=np.float64),
     )
 
@@ -389,7 +429,7 @@ def _adaserve(stem: str) -> Callable[[Path, str | None, str], LengthRecords]:
             f"adaserve_{stem}",
             _frozen([r["input_length"] for r in rows]),
             _frozen([r["output_length"] for r in rows]),
-            f"real trace {path} ({len(rows)} records, trace token counts)",
+            f"real trace {show_path(path, root)} ({len(rows)} records, trace token counts)",
             np.array([r["emission_time_ms"] for r in rows], dtype=np.float64) / 1e3,
             np.array([r["slo_ratio"] for r in rows], dtype=np.float64),
         )

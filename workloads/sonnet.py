@@ -39,6 +39,7 @@ class SonnetLines:
     line_tokens: np.ndarray  # int64 per line, in file order
     base_prompt_tokens: int
     how: str
+    fallback: bool = False  # counts estimated (chars/4) for lack of the tokenizer file or package
 
 
 @functools.lru_cache(maxsize=8)
@@ -51,7 +52,7 @@ def load_sonnet_lines(path: str, tokenizer: str | None) -> SonnetLines:
     base = int(count_tokens([BASE_PROMPT], tokenizer, tok_dir).counts[0])
     base += CHAT_TEMPLATE_TOKENS.get(tokenizer or "", 0)
     counts.counts.flags.writeable = False
-    return SonnetLines(counts.counts, base, counts.how)
+    return SonnetLines(counts.counts, base, counts.how, fallback=tokenizer is not None and not counts.exact)
 
 
 def sample_sonnet(

@@ -16,10 +16,16 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 SOURCES = ("auto", "real", "embedded", "published")
 ARRIVAL_KINDS = ("poisson", "gamma", "piecewise", "trace")
+#: ``arrival.trace`` value that replays the user's file ``workload.path`` (``workload=trace_file``).
+TRACE_FILE = "trace_file"
+#: ``workload.format`` of a trace file: column names recognised (see ``workloads.tracefile``).
+TRACE_FORMATS = ("auto", "vidur", "azure", "vllm")
+_HF_KEYS = ("path", "subset", "prompt_field", "output_field")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,18 @@ class DatasetSpec:
     filter (prompt or output < 4, prompt > 1024, total > 2048); default on for ``sharegpt`` only.
     ``published_target``: which TurboSpec Table 2 output column (7b | 13b | 33b | 70b) for ``source:
     published``.
+
+    ``name: hf`` reads any Hugging Face dataset through the ``datasets`` package (``workloads.hf``): ``path`` is a
+    local data file (.json/.jsonl/.csv/.parquet), a local folder (data files, or a ``save_to_disk`` copy), or a hub
+    id read from the Hugging Face cache offline; a relative path not found as given is looked up under the data
+    root. ``subset``: the hub config name (e.g. ``3.0.0`` for abisee/cnn_dailymail). ``split``: ``train``,
+    ``test``, ... (slices such as ``train[:5000]`` work). ``prompt_field``: the prompt column, or a list of columns
+    joined with newlines (empty values skipped); ``output_field``: the reference-output column (optional: without
+    it, outputs are drawn from the ShareGPT output-length table). A list value counts its first element (first
+    turn; a dict's ``content`` or ``value``). Token counts use the target model's tokenizer (chars/4 when absent).
+    ``label``: the name in ``RequestTable.dataset``, by which the oracle looks up acceptance rates (any dataset;
+    default: the loader name, and ``hf:<base name of path>`` for ``hf``, e.g. ``hf:alpaca`` for
+    ``tatsu-lab/alpaca``, which the oracle's ``default`` entry covers).
     """
 
     name: str
@@ -52,16 +70,40 @@ class DatasetSpec:
     output_len: int | None = None
     prune: bool | None = None
     published_target: str = "7b"
+    path: str | None = None
+    subset: str | None = None
+    split: str = "train"
+    prompt_field: str | tuple[str, ...] | None = None
+    output_field: str | None = None
+    label: str | None = None
 
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise ValueError(f"dataset {self.name}: weight must be >= 0")
         if self.source is not None and self.source not in SOURCES:
             raise ValueError(f"dataset {self.name}: source must be one of {SOURCES}, got {self.source!r}")
+        if isinstance(self.prompt_field, (list, tuple)):  # a YAML list: keep the spec hashable
+            object.__setattr__(self, "prompt_field", tuple(str(f) for f in self.prompt_field))
+        if self.name == "hf":
+            if not self.path or not self.prompt_field:
+                raise ValueError(
+                    "dataset hf needs path (a hub id, local folder or data file) and prompt_field (a column name)"
+                )
+        elif any(getattr(self, k) is not None for k in _HF_KEYS):
+            given = [k for k in _HF_KEYS if getattr(self, k) is not None]
+            raise ValueError(f"dataset {self.name}: {given} are read by dataset hf only")
 
     @property
     def key(self) -> str:
-        """Name used in ``RequestTable.dataset``."""
+        """Name used in ``RequestTable.dataset`` (the oracle's dataset key): ``label``, else the loader name, and
+        ``hf:<base name of path>`` for ``hf``."""
+        if self.label:
+            return self.label
+        if self.name == "hf" and self.path:
+            base = PurePosixPath(self.path.replace("\\", "/").rstrip("/")).name
+            for suffix in (".jsonl", ".json", ".csv", ".parquet", ".txt"):
+                base = base.removesuffix(suffix)
+            return f"hf:{base}"
         return self.name
 
 
@@ -157,7 +199,9 @@ class WorkloadSpec:
     per-request TPOT
     SLOs from the AdaServe artifact's ``slo_ratio`` (> 0: × baseline; < 0: absolute ms). ``input_len`` /
     ``output_len``: defaults for every dataset that does not set its own (``fixed`` lengths, Sonnet length, a
-    fixed output length). ``name``: label for logs.
+    fixed output length). ``name``: label for logs. ``path`` / ``format``: the user's trace file that
+    ``arrival.trace: trace_file`` replays (``workload=trace_file workload.path=FILE``) and its column names
+    (auto | vidur | azure | vllm; see ``workloads.tracefile``).
     """
 
     num_requests: int
@@ -173,10 +217,19 @@ class WorkloadSpec:
     input_len: int | None = None
     output_len: int | None = None
     name: str = ""
+    path: str | None = None
+    format: str = "auto"
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
             raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        replays_file = self.arrival.kind == "trace" and self.arrival.trace == TRACE_FILE
+        if replays_file and not self.path:
+            raise ValueError("workload=trace_file needs workload.path=FILE (a CSV or JSONL of requests)")
+        if self.path and not replays_file:
+            raise ValueError("workload.path is read by arrival.trace=trace_file only (workload=trace_file)")
+        if self.format not in TRACE_FORMATS:
+            raise ValueError(f"workload.format must be one of {TRACE_FORMATS}, got {self.format!r}")
         if self.source not in SOURCES:
             raise ValueError(f"workload.source must be one of {SOURCES}, got {self.source!r}")
         if self.overlength not in ("filter", "truncate"):

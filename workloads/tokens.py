@@ -6,17 +6,18 @@ Tokenizer files are read from ``<data root>/tokenizers/`` (see ../shared/data/MA
 - ``llama3``: ``llama3_tokenizer.model`` (tiktoken BPE with the Llama-3 split pattern),
 - ``qwen``: ``qwen.tiktoken`` (tiktoken BPE with the Qwen split pattern).
 
-Counts exclude special tokens (no BOS), matching the Llama-3 token-id ShareGPT files, whose
-``input_tok_ids`` start
-without ``<|begin_of_text|>``. ``sentencepiece`` and ``tiktoken`` are imported lazily and are optional:
-when the
-package or the file is missing, :func:`count_tokens` falls back to the estimate ``ceil(chars / 4)`` (the usual
-"about four characters per token" rule for English BPE vocabularies) and reports ``exact=False``.
+Counts exclude special tokens (no BOS), matching the Llama-3 token-id ShareGPT files, whose ``input_tok_ids`` start
+without ``<|begin_of_text|>``. ``sentencepiece`` (Llama-2) and ``tiktoken`` (Llama-3, Qwen) are imported lazily and
+are optional: when the package or the file is missing, :func:`count_tokens` falls back to the estimate
+``ceil(chars / 4)`` (the usual "about four characters per token" rule for English BPE vocabularies), reports
+``exact=False`` and says which of the two is missing (:func:`tokenizer_problem`: the file to provide, or the package
+and how to install it).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ _QWEN_PATTERN = (
     r"|\s+(?!\S)|\s+"
 )
 _FILES = {"llama2": "llama2_tokenizer.model", "llama3": "llama3_tokenizer.model", "qwen": "qwen.tiktoken"}
+_PACKAGES = {"llama2": "sentencepiece", "llama3": "tiktoken", "qwen": "tiktoken"}
 
 #: Chat-template overhead in tokens (special tokens count one each), used by the Sonnet sampler the way vLLM's
 #: ``apply_chat_template(..., add_generation_prompt=True)`` adds them: Llama-2 ``<s>[INST] ... [/INST]``,
@@ -51,12 +53,29 @@ class TokenCounts:
 
     counts: np.ndarray  # int64, one per text
     exact: bool  # True when the tokenizer file was used
-    how: str  # e.g. "llama2 tokenizer" or "estimate chars/4 (no llama3 tokenizer file)"
+    how: str  # e.g. "llama2 tokenizer" or "estimate chars/4 (tiktoken is not installed: pip install tiktoken ...)"
 
 
 def estimate_tokens(texts: Sequence[str]) -> np.ndarray:
     """Estimate token counts as ``ceil(len(text) / 4)`` (at least 1 for non-empty text)."""
     return np.array([math.ceil(len(t) / CHARS_PER_TOKEN_ESTIMATE) for t in texts], dtype=np.int64)
+
+
+def tokenizer_problem(family: str, tokenizer_dir: Path | str | None) -> str | None:
+    """Why ``family``'s tokenizer cannot be used (the missing file, or the missing package and how to install it),
+    or None when it can. Checked at call time (not cached), so installing the package takes effect at once."""
+    if family not in _FILES:
+        raise ValueError(f"unknown tokenizer family {family!r}; expected one of {TOKENIZER_FAMILIES}")
+    if tokenizer_dir is None:
+        return f"no data folder: set $REPRO_DATA to a folder with tokenizers/{_FILES[family]}"
+    if not (Path(tokenizer_dir) / _FILES[family]).is_file():
+        return f"no {family} tokenizer file $REPRO_DATA/tokenizers/{_FILES[family]}"
+    package = _PACKAGES[family]
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return f"{package} is not installed: pip install {package}, or pip install -e '.[data]'"
+    return None
 
 
 @functools.lru_cache(maxsize=8)
@@ -114,7 +133,9 @@ def count_tokens(texts: Sequence[str], family: str | None, tokenizer_dir: Path |
     """Count tokens of ``texts`` with ``family``'s tokenizer from ``tokenizer_dir``, else estimate them."""
     if family is None:
         return TokenCounts(estimate_tokens(texts), False, "estimate chars/4 (no tokenizer family given)")
-    encoder = load_encoder(family, str(tokenizer_dir)) if tokenizer_dir is not None else None
+    problem = tokenizer_problem(family, tokenizer_dir)
+    encoder = load_encoder(family, str(tokenizer_dir)) if problem is None else None
     if encoder is None:
-        return TokenCounts(estimate_tokens(texts), False, f"estimate chars/4 (no {family} tokenizer file)")
+        why = problem or f"{family} tokenizer failed to load"
+        return TokenCounts(estimate_tokens(texts), False, f"estimate chars/4 ({why})")
     return TokenCounts(np.asarray(encoder(list(texts)), dtype=np.int64), True, f"{family} tokenizer")

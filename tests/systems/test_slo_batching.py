@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import make_cost, make_engine, make_requests, run
 
 from repro.plan import StepPlan, StepResult
 from repro.policy import Policy
@@ -18,6 +17,7 @@ from systems.lib import slo_batch_limit
 from systems.seppipe import SepPipe
 from systems.stta import STTA, slack_s
 from systems.vllm import VLLM
+from tests.conftest import make_cost, make_engine, make_requests, run
 
 COST = make_cost()
 

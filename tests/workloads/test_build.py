@@ -1,4 +1,7 @@
-"""build_workload: determinism, classes, mixtures and switches, fallbacks, limits and the shipped configs."""
+"""build_workload: determinism, classes, mixtures and switches, fallbacks, limits and the shipped configs.
+
+Tests without ``real_data`` run on whatever data folder there is (real files, or none: the embedded tables).
+"""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def _same(a: RequestTable, b: RequestTable) -> bool:
 
 
 @pytest.mark.parametrize("source", ["auto", "embedded"])
-def test_deterministic_per_seed(real_data: Path, source: str) -> None:
+def test_deterministic_per_seed(source: str) -> None:
     cfg = make_cfg([{"name": "sharegpt"}, {"name": "alpaca", "weight": 2.0}], source=source)
     a = build_workload(cfg, seed=seed(7), tokenizer="llama2")
     ss = seed(7)  # reusing one SeedSequence object gives the same table (its spawn counter is not advanced)
@@ -55,16 +58,23 @@ def test_deterministic_per_seed(real_data: Path, source: str) -> None:
     assert not np.array_equal(a.arrival_s, build_workload(cfg, seed=seed(8), tokenizer="llama2").arrival_s)
 
 
-def test_table_contract(real_data: Path) -> None:
+def test_table_contract() -> None:
     t = build_workload(make_cfg(n=300), seed=seed(), tokenizer="llama3")
     assert len(t) == 300 and t.classes == ("default",)
     assert t.arrival_s.dtype == np.float64 and np.all(np.diff(t.arrival_s) >= 0)
     assert t.prompt_len.dtype == np.int64 and t.output_len.dtype == np.int64 and t.output_len.min() >= 1
     assert t.slo_class.dtype == np.int64 and np.all(t.slo_class == 0) and np.all(np.isinf(t.tpot_slo_s))
-    assert set(t.dataset) == {"sharegpt"} and "real file" in t.source
+    assert set(t.dataset) == {"sharegpt"} and t.source == "; ".join(s.detail for s in t.provenance)
 
 
-def test_class_proportions_and_slos(real_data: Path) -> None:
+@pytest.mark.data("sharegpt/sharegpt_llama3_tokens_300b.jsonl")
+def test_real_file_is_read_and_shown_under_repro_data(real_data: Path) -> None:
+    t = build_workload(make_cfg(n=300), seed=seed(), tokenizer="llama3")
+    assert "real file(s) $REPRO_DATA/sharegpt/sharegpt_llama3_tokens_300b.jsonl" in t.source
+    assert str(real_data) not in t.source
+
+
+def test_class_proportions_and_slos() -> None:
     cfg = make_cfg(
         n=1000,
         datasets=None,
@@ -86,7 +96,7 @@ def test_class_proportions_and_slos(real_data: Path) -> None:
         build_workload(cfg, seed=seed(), tokenizer="llama2")
 
 
-def test_mixture_weights(real_data: Path) -> None:
+def test_mixture_weights() -> None:
     t = build_workload(
         make_cfg([{"name": "gsm8k", "weight": 3}, {"name": "mbpp", "weight": 1}], n=2000),
         seed=seed(),
@@ -95,7 +105,7 @@ def test_mixture_weights(real_data: Path) -> None:
     assert np.mean(t.dataset == "gsm8k") == pytest.approx(0.75, abs=0.04)
 
 
-def test_dataset_switch_by_time_and_fraction(real_data: Path) -> None:
+def test_dataset_switch_by_time_and_fraction() -> None:
     phases = [
         {"start_s": 0.0, "datasets": [{"name": "sonnet"}]},
         {"start_s": 20.0, "datasets": [{"name": "sharegpt"}]},
@@ -150,7 +160,7 @@ def test_assumed_lengths_without_a_file(empty_data: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("policy", ["filter", "truncate"])
-def test_max_model_len(real_data: Path, policy: str) -> None:
+def test_max_model_len(policy: str) -> None:
     t = build_workload(
         make_cfg([{"name": "arxiv"}], n=300, overlength=policy),
         seed=seed(),
@@ -160,6 +170,7 @@ def test_max_model_len(real_data: Path, policy: str) -> None:
     assert np.all(t.prompt_len + t.output_len <= 2048) and len(t) == 300 and t.output_len.min() >= 1
 
 
+@pytest.mark.data("adaserve_artifact/fig10_emission_rps4.0_prop0.5.json", "traces/azure2023_code.csv")
 def test_trace_replay_with_lengths_and_slos(real_data: Path) -> None:
     cfg = make_cfg(
         [{"name": "trace"}],
@@ -186,9 +197,17 @@ def test_unknown_keys_are_named() -> None:
         build_workload(make_cfg([{"name": "nope"}]), seed=seed())
 
 
+@pytest.mark.parametrize("data", ["ambient", "empty"])
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
-def test_shipped_configs_build(real_data: Path, path: Path) -> None:
+def test_shipped_configs_build(path: Path, data: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "ambient": the data folder there is; "empty": no data, every loader on its embedded fallback
+    if data == "empty":
+        monkeypatch.setenv("REPRO_DATA", str(tmp_path))
     root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "load_scale": 1.0, "workload": OmegaConf.load(path)})
+    if path.stem == "trace_file":
+        trace = tmp_path / "trace.csv"
+        trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,6\n1.5,30,7\n")
+        root.workload.path = str(trace)
     t = build_workload(
         root.workload, seed=seed(), tokenizer="llama2", max_model_len=4096, baseline_tpot_s=0.0125
     )

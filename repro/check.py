@@ -1,0 +1,370 @@
+"""Regression tracking and the catalogue: ``python -m repro check`` and ``python -m repro all``.
+
+``check [NAME ...] [--quick] [--tolerance REL] [--update]``
+    re-runs each experiment (all of ``conf/exp`` when none is named) into ``runs/check/[quick/]NAME`` and compares
+    its points.csv cell by cell with the committed reference, ``results/NAME`` (``results/quick/NAME`` with
+    ``--quick``). Rows are matched on ``exp, system, seed`` and the grid columns; every other column is compared,
+    exactly by default or within ``REL`` relative tolerance, except the wall-clock ones (:data:`WALL_CLOCK`). It
+    prints one line per experiment and a table of what changed (experiment, system, point, metric, old, new), and
+    exits 1 on any difference. ``--update`` writes the new run as the reference instead (a change made on purpose).
+``all [--quick]``
+    regenerates every reference (one progress bar over all points) and writes ``results/INDEX.md``
+    (``results/quick/INDEX.md``; ``INDEX.nodata.md`` when run without the data folder): per experiment the paper
+    claims held and differing, the wall time and links to the figures. This is what to run before a deadline.
+
+Data. A reference records where its workload came from (``manifest.json``: ``data``). A reference made without
+the data folder (``REPRO_DATA`` at an empty folder: embedded statistics) is kept beside the main one as
+``nodata/`` when its sources differ, and a run is compared with the reference whose sources it shares; a run
+whose sources match neither fails with the sources that differ (e.g. token counts estimated because a tokenizer
+package is missing). Quick references keep points.csv, manifest.json and summary.md only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from repro import runner
+from repro.errors import ReproError
+
+#: Columns that measure this machine's wall clock or book-keeping, never compared.
+WALL_CLOCK = frozenset({"wall_s", "mean_iter_schedule_ms", "config_hash", "code_version"})
+#: What a quick reference keeps.
+QUICK_FILES = ("points.csv", "manifest.json", "summary.md")
+NODATA = "nodata"
+MAX_ROWS = 25  # changed cells printed per experiment
+
+
+def experiments(conf_dir: Path = runner.CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / "exp").glob("*.yaml"))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One cell that differs (``old``/``new`` empty for a missing row or column)."""
+
+    exp: str
+    system: str
+    point: str
+    metric: str
+    old: str
+    new: str
+
+
+@dataclass
+class Outcome:
+    """One experiment's check."""
+
+    exp: str
+    reference: Path | None
+    changes: list[Change] = field(default_factory=list)
+    problem: str = ""  # no reference, data sources differ
+    wall_s: float = 0.0
+    num_points: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.changes and not self.problem
+
+
+# ------------------------------------------------------------------------------------------------ comparing
+
+
+def _close(old: str, new: str, tol: float) -> bool:
+    if old == new:
+        return True
+    try:
+        a, b = float(old), float(new)
+    except ValueError:
+        return False
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return tol > 0 and abs(a - b) <= tol * max(abs(a), abs(b))
+
+
+def compare(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str], tol: float = 0.0) -> list[Change]:
+    """Cells of ``new`` that differ from ``old`` (both read as text), rows matched on ``keys``."""
+    keys = [k for k in keys if k in old.columns or k in new.columns]
+    exp = str(old["exp"].iloc[0]) if "exp" in old.columns and len(old) else ""
+
+    def index(df: pd.DataFrame) -> dict[tuple[str, ...], dict[str, str]]:
+        rows = [{str(k): str(v) for k, v in r.items()} for r in df.fillna("").to_dict("records")]
+        return {tuple(r.get(k, "") for k in keys): r for r in rows}
+
+    a, b = index(old), index(new)
+    cols = [c for c in dict.fromkeys([*old.columns, *new.columns]) if c not in WALL_CLOCK and c not in keys]
+    out: list[Change] = []
+
+    def label(key: tuple[str, ...]) -> tuple[str, str]:
+        d = dict(zip(keys, key, strict=True))
+        point = " ".join(f"{k}={v}" for k, v in d.items() if k not in ("exp", "system"))
+        return d.get("system", ""), point
+
+    for key in dict.fromkeys([*a, *b]):
+        system, point = label(key)
+        if key not in b:
+            out.append(Change(exp, system, point, "(row)", "present", "missing"))
+            continue
+        if key not in a:
+            out.append(Change(exp, system, point, "(row)", "missing", "present"))
+            continue
+        for c in cols:
+            o, n = str(a[key].get(c, "")), str(b[key].get(c, ""))
+            if not _close(o, n, tol):
+                out.append(Change(exp, system, point, c, o, n))
+    return out
+
+
+def signature(manifest: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """Where a run's workload came from, as compared between a run and a reference."""
+    return sorted({(str(d["dataset"]), str(d["kind"]), bool(d["fallback"])) for d in manifest.get("data") or []})
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def pick_reference(ref: Path, manifest: Mapping[str, Any]) -> tuple[Path | None, str]:
+    """The reference folder whose data sources match the run's (``ref`` or ``ref/nodata``), or why none does."""
+    mine = signature(manifest)
+    candidates = [d for d in (ref, ref / NODATA) if (d / "points.csv").is_file()]
+    if not candidates:
+        return None, f"no reference in {runner.display_path(ref)} (create it with --update)"
+    for d in candidates:
+        if signature(read_manifest(d)) == mine:
+            return d, ""
+    theirs = signature(read_manifest(candidates[0]))
+    diff = sorted(set(mine) ^ set(theirs))
+    shown = ", ".join(f"{'run' if s in mine else 'reference'}: {s[0]} {s[1]}{' (fallback)' if s[2] else ''}"
+                      for s in diff)
+    return None, f"data sources differ from every reference ({shown})"
+
+
+def against_reference(result: runner.ExperimentResult, ref: Path,
+                      tol: float = 0.0) -> tuple[Path | None, str, list[Change]]:
+    """Compare a finished run with the reference folder ``ref`` (or its ``nodata`` variant): the folder used, the
+    reason none could be (empty when one was), and the cells that differ."""
+    folder, problem = pick_reference(ref, result.manifest)
+    if folder is None:
+        return None, problem, []
+    keys = [*runner.KEY_COLS, *(read_manifest(folder).get("grid_keys") or [])]
+    old = pd.read_csv(folder / "points.csv", dtype=str, keep_default_na=False)
+    new = pd.read_csv(result.out_dir / "points.csv", dtype=str, keep_default_na=False)
+    return folder, "", compare(old, new, keys, tol)
+
+
+# ------------------------------------------------------------------------------------------------- running
+
+
+def _compose(name: str, quick: bool, extra: Sequence[str]) -> tuple[Any, list[str]]:
+    overrides = [f"+exp={name}", *(["quick=true"] if quick else []), *extra]
+    with runner.hydra_context():
+        return runner.compose_config(overrides), overrides
+
+
+def count_points(name: str, quick: bool, extra: Sequence[str] = ()) -> int:
+    """How many points an experiment runs (for one progress bar over several)."""
+    cfg, _ = _compose(name, quick, extra)
+    exp, _ = runner.apply_quick(runner.to_dict(cfg.exp), quick)
+    if exp.get("kind", "sweep") != "sweep":
+        return 1
+    return len(runner.expand_points(exp, runner.group_overrides(runner.CONF_DIR)))
+
+
+def run_one(name: str, quick: bool, out_dir: Path, extra: Sequence[str] = (),
+            progress: Callable[[], None] | None = None, n_jobs: int | None = None) -> runner.ExperimentResult:
+    cfg, overrides = _compose(name, quick, [*extra, *([f"n_jobs={n_jobs}"] if n_jobs else [])])
+    return runner.run_experiment(cfg, overrides, out_dir=out_dir, log=lambda s: tqdm.write(s, file=sys.stderr),
+                                 progress=progress)
+
+
+def data_present() -> bool:
+    """Whether this machine has a data folder with files (updates then write the main reference)."""
+    from workloads.datasets import default_data_root
+
+    root = default_data_root()
+    return root is not None and root.is_dir() and any(root.iterdir())
+
+
+def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
+    """Make ``result`` (run elsewhere) the reference ``ref`` (or ``ref/nodata`` when it was made without the data
+    folder and its sources differ from the main reference's); returns the folder written."""
+    dest = ref
+    if not data_present() and (ref / "points.csv").is_file() and signature(read_manifest(ref)) != signature(
+            result.manifest):
+        dest = ref / NODATA
+    if dest.resolve() == result.out_dir.resolve():
+        return dest
+    names = QUICK_FILES if quick or dest.name == NODATA else tuple(
+        p.name for p in result.out_dir.iterdir() if p.is_file())
+    if dest.is_dir():
+        for p in dest.iterdir():
+            if p.is_file():
+                p.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        if (result.out_dir / n).is_file():
+            shutil.copy2(result.out_dir / n, dest / n)
+    if dest != ref:
+        return dest
+    from repro import plot
+
+    if not quick:
+        plot.redraw(dest)  # figure files and summary.md, drawn where they now live
+    return dest
+
+
+def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: int | None = None,
+          extra: Sequence[str] = (), results: Path = runner.RESULTS_DIR) -> list[Outcome]:
+    """Run and compare (or update) each experiment against ``results``; prints one line per experiment."""
+    out: list[Outcome] = []
+    scratch = runner.REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
+    for name in names:
+        ref = runner.reference_dir(name, quick, results)
+        t0 = time.perf_counter()
+        result = run_one(name, quick, scratch / name, extra, n_jobs=n_jobs)
+        o = Outcome(name, None, wall_s=time.perf_counter() - t0, num_points=len(result.points))
+        if update:
+            o.reference = store(result, ref, quick)
+            print(f"{name}: reference updated ({runner.display_path(o.reference)}, {o.num_points} points, "
+                  f"{o.wall_s:.0f} s)", flush=True)
+            out.append(o)
+            continue
+        o.reference, o.problem, o.changes = against_reference(result, ref, tol)
+        status = "ok" if o.ok else (o.problem or f"{len(o.changes)} cells differ")
+        where = f" vs {runner.display_path(o.reference)}" if o.reference else ""
+        print(f"{name}: {status} ({o.num_points} points{where}, {o.wall_s:.0f} s)", flush=True)
+        out.append(o)
+    return out
+
+
+def changes_table(outcomes: Sequence[Outcome], limit: int = MAX_ROWS) -> str:
+    """The compact table of what changed, at most ``limit`` rows per experiment."""
+    rows = []
+    for o in outcomes:
+        for c in o.changes[:limit]:
+            rows.append([c.exp, c.system, c.point, c.metric, c.old, c.new])
+        if len(o.changes) > limit:
+            rows.append([o.exp, "", f"... {len(o.changes) - limit} more", "", "", ""])
+    if not rows:
+        return ""
+    head = ["experiment", "system", "point", "metric", "old", "new"]
+    width = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda r: "  ".join(str(v).ljust(w) for v, w in zip(r, width, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(head), *(line(r) for r in rows)])
+
+
+# ------------------------------------------------------------------------------------------------- catalogue
+
+
+def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
+               results: Path = runner.RESULTS_DIR) -> list[tuple[str, Path, Any]]:
+    """``repro all``: every experiment into its reference folder, one progress bar over all points."""
+    total = sum(count_points(n, quick) for n in names)
+    bar = tqdm(total=total, desc="catalogue", unit="pt", disable=None)
+    lines = runner.ProgressLines("catalogue", total, enabled=bool(bar.disable), every_s=30.0)
+
+    def tick() -> None:
+        bar.update()
+        lines.update()
+
+    done = []
+    try:
+        for name in names:
+            ref = runner.reference_dir(name, quick, results)
+            with tempfile.TemporaryDirectory(prefix=f"repro-{name}-") as tmp:
+                target = Path(tmp) if quick or not data_present() else ref
+                result = run_one(name, quick, target, progress=tick, n_jobs=n_jobs)
+                dest = store(result, ref, quick)
+            if result.manifest.get("kind", "sweep") != "sweep":
+                tick()  # counted as one point
+            bar.set_postfix_str(name, refresh=False)
+            done.append((name, dest, result))
+    finally:
+        bar.close()
+    return done
+
+
+def index_markdown(done: Sequence[tuple[str, Path, Any]], quick: bool, results: Path = runner.RESULTS_DIR) -> str:
+    """results/INDEX.md: one row per experiment."""
+    root = results / ("quick" if quick else "")
+    lines = [
+        f"# Catalogue{' (quick mode)' if quick else ''}\n",
+        "Regenerated by `python -m repro all" + (" --quick" if quick else "") + "`; each row links the "
+        "experiment's summary.md (the paper's claims beside the reproduced values) and its figures.\n",
+        "| experiment | title | points | paper claims held | differ | wall (s) | figures |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, dest, result in done:
+        rel = dest.relative_to(root) if dest.is_relative_to(root) else dest
+        figs = sorted(p.name for p in dest.glob("*.png"))
+        fig_links = " ".join(f"[{Path(f).stem}]({rel}/{f})" for f in figs) or ("(tables only)" if quick else "(none)")
+        v = result.verdicts
+        title = str(result.manifest.get("title", "")).replace("|", "\\|")
+        lines.append(f"| [{name}]({rel}/summary.md) | {title} | {len(result.points)} | {v.get('holds', 0)} | "
+                     f"{v.get('differs', 0)} | {result.wall_s:.0f} | {fig_links} |")
+    total = sum(r.wall_s for _, _, r in done)
+    lines.append(f"\nTotal wall time: {total:.0f} s.\n")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m repro check ...`` / ``python -m repro all ...``; returns the exit status."""
+    cmd, rest = argv[0], list(argv[1:])
+    parser = argparse.ArgumentParser(prog=f"python -m repro {cmd}", description=__doc__.splitlines()[0])
+    if cmd == "check":
+        parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
+        parser.add_argument("--tolerance", type=float, default=0.0, help="relative tolerance (default: exact)")
+        parser.add_argument("--update", action="store_true", help="write the new runs as the references")
+    else:
+        parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
+    parser.add_argument("--quick", action="store_true", help="quick mode (references in results/quick/)")
+    parser.add_argument("--n-jobs", type=int, default=None, help="worker processes per experiment")
+    parser.add_argument("--results", type=Path, default=runner.RESULTS_DIR,
+                        help="the references' root folder (default: the repository's results/)")
+    args = parser.parse_args(rest)
+    try:
+        known = experiments()
+        names = list(getattr(args, "names", None) or known)
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise ReproError(f"unknown experiment(s) {', '.join(bad)} (python -m repro list)")
+        if cmd == "all":
+            done = regenerate(names, args.quick, args.n_jobs, args.results)
+            index = runner.reference_dir("INDEX.md" if data_present() else "INDEX.nodata.md", args.quick,
+                                         args.results)
+            index.parent.mkdir(parents=True, exist_ok=True)
+            index.write_text(index_markdown(done, args.quick, args.results))
+            print(f"catalogue: {len(done)} experiments, {sum(len(r.points) for *_, r in done)} points in "
+                  f"{sum(r.wall_s for *_, r in done):.0f} s -> {runner.display_path(index)}")
+            return 0
+        if args.tolerance < 0:
+            raise ReproError(f"--tolerance {args.tolerance}: must be >= 0")
+        outcomes = check(names, args.quick, args.tolerance, args.update, args.n_jobs, results=args.results)
+    except ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    table = changes_table(outcomes)
+    if table:
+        print(table)
+    bad_runs = [o for o in outcomes if not o.ok]
+    if not args.update:
+        print(f"check: {len(outcomes) - len(bad_runs)} of {len(outcomes)} experiments match their references"
+              + (f"; differ: {', '.join(o.exp for o in bad_runs)}" if bad_runs else ""))
+    return 1 if bad_runs and not args.update else 0

@@ -1,0 +1,183 @@
+"""What a command line does to an experiment: the command line always wins, and it narrows what it names.
+
+The rule (README, "Changing one knob"):
+
+- ``system=NAME`` runs only that system: the experiment's entries for config ``NAME`` (or labelled ``NAME``), or
+  ``NAME`` alone when the experiment does not compare it. Without an experiment, it is the system that runs.
+- ``seed=S`` runs only that seed.
+- a key the experiment sweeps (``rps=3``) narrows that axis to the value, in every case, whether or not the value
+  was on the grid.
+- a key the experiment's cases set (``model=llama2-70b`` in AdaServe Fig. 4) keeps the cases that set that value; if
+  none does, the value replaces what every case sets (an error when the cases are labelled by that key).
+- ``case=LABEL`` (or ``<case_key>=LABEL``, e.g. ``panel=PLD-Sonnet``) keeps the case with that label.
+- a key the experiment's system entries set (``system.proposer``) is the command line's for every entry.
+- any other key (``hardware=h100-80g``, ``num_requests=50``) applies to every point, as Hydra composes it.
+
+Each narrowing is announced on one line (:attr:`Narrowed.lines`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from repro.errors import ConfigError
+
+#: Command-line keys that say how to run, not what: never narrow anything.
+RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "resume", "out_dir", "save_requests", "hydra"})
+
+
+@dataclass(frozen=True, slots=True)
+class UserValue:
+    """One command-line override: the config key it sets (``draft`` for ``model@draft=...``), its value (the
+    config name for a group, else the composed value) and whether it was added with ``+``."""
+
+    key: str
+    value: Any
+    text: str
+    added: bool
+    group: bool
+
+
+@dataclass
+class Narrowed:
+    """An experiment after the command line narrowed it, and one line per narrowing."""
+
+    exp: dict[str, Any]
+    lines: list[str] = field(default_factory=list)
+
+
+def parse(overrides: Sequence[str], cfg: DictConfig | None, groups: Mapping[str, str]) -> list[UserValue]:
+    """The command line's overrides as :class:`UserValue` (values read from the composed ``cfg`` when given)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    by_override = {v: k for k, v in groups.items()}  # "model@draft" -> "draft"
+    out = []
+    for o in parsed:
+        if o.is_delete():
+            continue
+        name = o.key_or_group if not o.package else f"{o.key_or_group}@{o.package}"
+        key = by_override.get(name, name)
+        group = name in by_override or key in groups or key == "exp"
+        if group or cfg is None:
+            value: Any = o.value()
+        else:
+            value = OmegaConf.select(cfg, key, default=o.value())
+            if OmegaConf.is_config(value):
+                value = OmegaConf.to_container(value, resolve=True)
+        out.append(UserValue(key, value, o.input_line or f"{name}={o.value()}", o.is_add(), group))
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Values equal as the grid means them (2 == 2.0; names as strings)."""
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return str(a) == str(b)
+
+
+def _show(values: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
+    """Apply the module's rule to ``exp`` (after ``quick``); returns the narrowed experiment and its lines."""
+    from repro.runner import system_entries
+
+    out = Narrowed({k: (list(v) if isinstance(v, list) else v) for k, v in exp.items()})
+    e = out.exp
+    values = {u.key: u for u in user if u.key not in RUN_KEYS}
+    default_exp = e.get("name") == "default"
+    if "system" in values:
+        name = str(values["system"].value)
+        raw = list(e.get("systems") or [])
+        entries = system_entries(raw)
+        keep = [r for r, en in zip(raw, entries, strict=True) if name in (en.name, en.label)]
+        e["systems"] = keep or [name]
+        if not default_exp and [en.label for en in entries] != [en.label for en in system_entries(e["systems"])]:
+            labels = ", ".join(en.label for en in system_entries(e["systems"]))
+            out.lines.append(f"system={name}: runs {labels} only (the experiment compares "
+                             f"{', '.join(en.label for en in entries)})")
+    if "seed" in values and list(e.get("seeds") or [0]) != [values["seed"].value]:
+        before = list(e.get("seeds") or [0])
+        e["seeds"] = [int(values["seed"].value)]
+        if not default_exp:
+            out.lines.append(f"seed={values['seed'].value}: runs that seed only (the experiment runs {_show(before)})")
+    cases = [dict(c) for c in e.get("cases") or []]
+    case_key = str(e.get("case_key") or "case")
+    if "case" in values and values["case"].value is not None:
+        label = str(values["case"].value)
+        if not cases:
+            raise ConfigError(f"case={label}: experiment {e.get('name')} has no cases")
+        keep = [c for c in cases if str(c.get("label")) == label]
+        labels = ", ".join(str(c.get("label")) for c in cases)
+        if not keep:
+            raise ConfigError(f"{case_key}={label}: no such case (cases: {labels})")
+        out.lines.append(f"{case_key}={label}: runs that case only (of {labels})")
+        cases = keep
+    for key, uv in values.items():
+        if key in ("system", "seed", "case"):
+            continue
+        _narrow_grid(e, cases, key, uv, out.lines)
+        cases = _narrow_cases(cases, case_key, key, uv, out.lines)
+        _free_entries(e, key, uv, out.lines)
+    if e.get("cases"):
+        e["cases"] = cases
+    return out
+
+
+def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: UserValue, lines: list[str]) -> None:
+    grids = [g for g in [e.get("grid") or {}, *(c.get("grid") or {} for c in cases)] if key in g]
+    if not grids:
+        return
+    before: list[Any] = []
+    for g in grids:
+        vals = g[key] if isinstance(g[key], list | tuple) else [g[key]]
+        before += [v for v in vals if not any(same(v, b) for b in before)]
+    if e.get("grid") and key in e["grid"]:
+        e["grid"] = {**e["grid"], key: [uv.value]}
+    for c in cases:
+        if c.get("grid") and key in c["grid"]:
+            c["grid"] = {**c["grid"], key: [uv.value]}
+    if not (len(before) == 1 and same(before[0], uv.value)):
+        lines.append(f"{key}={uv.value}: runs that value only (the experiment sweeps {key} over {_show(before)})")
+
+
+def _narrow_cases(cases: list[dict[str, Any]], case_key: str, key: str, uv: UserValue,
+                  lines: list[str]) -> list[dict[str, Any]]:
+    setting = [c for c in cases if key in (c.get("overrides") or {})]
+    if not setting:
+        return cases
+    keep = [c for c in setting if same(c["overrides"][key], uv.value)]
+    if keep:
+        if len(keep) < len(cases):
+            lines.append(f"{key}={uv.value}: runs the {case_key} {', '.join(str(c['label']) for c in keep)} only "
+                         f"(of {', '.join(str(c['label']) for c in cases)})")
+        return [c for c in cases if c in keep or key not in (c.get("overrides") or {})]
+    was = ", ".join(f"{c['label']}: {c['overrides'][key]}" for c in setting)
+    if key == case_key:  # the cases are labelled by this key: a replaced value would run under a wrong label
+        raise ConfigError(f"{key}={uv.value}: no case of this experiment sets it ({was})")
+    for c in setting:
+        c["overrides"] = {k: v for k, v in c["overrides"].items() if k != key}
+    lines.append(f"{key}={uv.value}: replaces the value each {case_key} sets ({was})")
+    return cases
+
+
+def _free_entries(e: dict[str, Any], key: str, uv: UserValue, lines: list[str]) -> None:
+    raw = list(e.get("systems") or [])
+    changed = False
+    for i, entry in enumerate(raw):
+        if isinstance(entry, Mapping) and key in (entry.get("overrides") or {}):
+            raw[i] = {**entry, "overrides": {k: v for k, v in entry["overrides"].items() if k != key}}
+            changed = True
+    if changed:
+        e["systems"] = raw
+        lines.append(f"{key}={uv.value}: applies to every system (the experiment's entries set it per system)")

@@ -1,0 +1,264 @@
+"""Compose-time checks: a value of the wrong type, out of range, or physically impossible is refused before anything
+runs, with one line naming the key (the command line prints it as ``error: ...`` and exits with status 2).
+
+Three layers, all raising :class:`repro.errors.ConfigError`:
+
+- :func:`check_keys`: keys added with ``+`` that no config defines (``+num_request=50`` is a typo, not a new knob);
+- :func:`check_values`: the top-level knobs of ``conf/config.yaml`` and an experiment's own top-level keys have the
+  right type and range (``rps=abc``, ``rps=-1``, ``quick=maybe``, ``n_jobs=0``);
+- :func:`check_point`: one fully composed point is physically possible — tensor parallelism splits the attention
+  heads, the target's weights (plus a resident draft's) leave KV memory on the GPUs, the workload and system
+  configs build (their constructors check budgets, counts and block sizes).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from repro.errors import ConfigError
+
+GiB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """Type and range of a top-level knob: ``kind`` int | float | bool | str; ``low`` exclusive (``low_incl``
+    inclusive) and ``high`` inclusive bounds; ``nullable``: null allowed."""
+
+    kind: str
+    low: float | None = None
+    low_incl: bool = False
+    high: float | None = None
+    nullable: bool = False
+
+    def describe(self) -> str:
+        what = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}[self.kind]
+        rng = ""
+        if self.low is not None and self.high is not None:
+            rng = f" in {'[' if self.low_incl else '('}{self.low:g}, {self.high:g}]"
+        elif self.low is not None:
+            rng = f" {'>=' if self.low_incl else '>'} {self.low:g}"
+        return what + rng + (" or null" if self.nullable else "")
+
+
+#: The knobs of conf/config.yaml (dotted keys).
+KNOBS: dict[str, Knob] = {
+    "seed": Knob("int", 0, low_incl=True),
+    "tp": Knob("int", 0),
+    "draft_tp": Knob("int", 0),
+    "rps": Knob("float", 0),
+    "load_scale": Knob("float", 0),
+    "num_requests": Knob("int", 0),
+    "max_sim_time_s": Knob("float", 0, nullable=True),
+    "engine.block_size": Knob("int", 0),
+    "engine.gpu_memory_utilization": Knob("float", 0, high=1.0),
+    "engine.record_steps": Knob("bool"),
+    "quick": Knob("bool"),
+    "n_jobs": Knob("int", 0, nullable=True),
+    "resume": Knob("bool"),
+    "out_dir": Knob("str", nullable=True),
+    "save_requests": Knob("bool"),
+    "case": Knob("str", nullable=True),
+}
+
+#: Experiment-level keys that are fractions or probabilities, whatever values the experiment sweeps.
+FRACTIONS = {"accept": Knob("float", 0, high=1.0), "urgent_fraction": Knob("float", 0, low_incl=True, high=1.0)}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def check_value(key: str, value: Any, knob: Knob) -> None:
+    """``value`` of ``key`` has ``knob``'s type and range (ConfigError naming the key otherwise)."""
+    bad = ConfigError(f"{key}={_show(value)}: expected {knob.describe()}")
+    if value is None:
+        if not knob.nullable:
+            raise bad
+        return
+    if knob.kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return
+    if knob.kind == "str":
+        if not isinstance(value, str):
+            raise bad
+        return
+    if not _is_number(value) or (knob.kind == "int" and not float(value).is_integer()):
+        raise bad
+    v = float(value)
+    if math.isnan(v):
+        raise bad
+    if knob.low is not None and (v < knob.low or (v == knob.low and not knob.low_incl)):
+        raise bad
+    if knob.high is not None and v > knob.high:
+        raise bad
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def infer_knob(key: str, values: Sequence[Any]) -> Knob | None:
+    """A knob for an experiment's own key from the values the experiment gives it (its default and its grid):
+    integers stay integers, positive numbers stay positive, booleans booleans; None when they are not scalars of
+    one kind."""
+    if key in FRACTIONS:
+        return FRACTIONS[key]
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    nullable = len(vals) < len(values)
+    if all(isinstance(v, bool) for v in vals):
+        return Knob("bool", nullable=nullable)
+    if all(_is_number(v) for v in vals):
+        kind = "int" if all(isinstance(v, int) for v in vals) else "float"
+        positive = all(float(v) > 0 for v in vals)
+        nonneg = all(float(v) >= 0 for v in vals)
+        low, incl = (0.0, False) if positive else ((0.0, True) if nonneg else (None, False))
+        return Knob(kind, low, low_incl=incl, nullable=nullable)
+    return None  # strings: names are checked where they are used (config groups, dataset names, ...)
+
+
+def grid_values(exp: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Every value an experiment gives each key: its grid axes and its cases' grids and overrides."""
+    out: dict[str, list[Any]] = {}
+
+    def add(key: str, value: Any) -> None:
+        vals = value if isinstance(value, list | tuple) else [value]
+        out.setdefault(key, []).extend(vals)
+
+    for key, value in (exp.get("grid") or {}).items():
+        add(key, value)
+    for case in exp.get("cases") or []:
+        if isinstance(case, Mapping):
+            for key, value in (case.get("grid") or {}).items():
+                add(key, value)
+            for key, value in (case.get("overrides") or {}).items():
+                add(key, value)
+    return out
+
+
+def check_values(cfg: DictConfig, exp: Mapping[str, Any] | None = None, first: Sequence[str] = ()) -> None:
+    """Type and range of the top-level knobs (:data:`KNOBS`) and of the experiment's own scalar keys; the keys in
+    ``first`` (what the user typed) are checked first, so an error names the key typed rather than one that
+    interpolates it."""
+    swept = grid_values(exp or {})
+    keys = [*KNOBS, *(str(k) for k in cfg)]
+    for key in dict.fromkeys([*(k for k in first if k in keys), *keys]):
+        value = OmegaConf.select(cfg, key, default="__missing__")
+        if value == "__missing__" or key in ("exp", "hydra") or OmegaConf.is_config(value):
+            continue
+        knob = KNOBS.get(key) or infer_knob(key, swept.get(key) or [value])
+        if knob is not None:
+            check_value(key, value, knob)
+
+
+def suggest(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known word, or an empty string."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def check_keys(added: Iterable[str], known: Iterable[str]) -> None:
+    """Top-level keys added with ``+KEY=...`` must be keys some config defines (``known``)."""
+    known = set(known)
+    for key in added:
+        top = key.split(".")[0]
+        if top not in known:
+            raise ConfigError(f"+{key}: '{top}' is not a config key{suggest(top, known)}")
+
+
+# --------------------------------------------------------------------------------------------- physics
+
+
+def check_point(cfg: DictConfig, where: str = "") -> None:
+    """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses and the
+    system's constructor accepts its keys."""
+    from repro.cost.model import CostModel
+    from repro.cost.spec import HardwareSpec, ModelSpec
+    from workloads.spec import parse_workload
+
+    def spec(group: str, build: Any) -> Any:
+        try:
+            return build(cfg[group])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}{group} config: {exc}") from None
+
+    hw = spec("hardware", HardwareSpec.from_cfg)
+    model = spec("model", ModelSpec.from_cfg)
+    draft = spec("draft", ModelSpec.from_cfg)
+    tp, draft_tp = int(cfg.tp), int(cfg.draft_tp)
+    check_tp(model, tp, "tp", where)
+    from repro.simulate import instantiate_system
+
+    check_system_counts(cfg.system, where)
+    policy = instantiate_system(cfg.system, where)
+    uses_draft = bool(policy.uses_draft_model) and draft.kind == "decoder"
+    remote = bool(cfg.engine.get("draft_servers"))
+    if uses_draft and not remote:
+        check_tp(draft, draft_tp, "draft_tp", where)
+    try:
+        parse_workload(cfg.workload)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}workload config: {exc}") from None
+    tps = [int(r.tp) for r in policy.replicas() or []]
+    for i, rep_tp in enumerate(tps or [tp]):
+        if tps:
+            check_tp(model, rep_tp, f"tp_per_replica[{i}]", where)
+        cost = CostModel(hw, model, tp=rep_tp, draft=draft,
+                         gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization))
+        resident = uses_draft and not remote
+        if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
+            raise ConfigError(f"{where}{_fit_message(cost, resident)}")
+
+
+#: System hyperparameters that count or budget something: positive whenever they are numbers (null = a default).
+_POSITIVE_PREFIXES = ("max_num_", "num_", "token_budget", "budget", "d_max", "w_max", "max_len", "window")
+_NONNEGATIVE = ("k", "n_max", "watermark", "probe_steps")
+
+
+def check_system_counts(node: Any, where: str = "") -> None:
+    """Counts, budgets and lengths among a system's keys are positive (``k``, ``n_max``, ... non-negative)."""
+    for name in node:
+        key = str(name)
+        value = node.get(key)
+        if not _is_number(value):
+            continue
+        if key in _NONNEGATIVE:
+            check_value(f"{where}system.{key}", value, Knob("float", 0, low_incl=True))
+        elif key.startswith(_POSITIVE_PREFIXES) or key.endswith(("_len", "_tokens", "_steps")):
+            check_value(f"{where}system.{key}", value, Knob("float", 0))
+
+
+def check_tp(model: Any, tp: int, key: str, where: str = "") -> None:
+    """vLLM's rule: tp divides the attention heads; it divides the KV heads, or is a multiple of them (vLLM then
+    replicates each KV head on tp / kv_heads GPUs)."""
+    heads, kv = int(model.num_heads), int(model.num_kv_heads)
+    if heads % tp:
+        raise ConfigError(f"{where}{key}={tp}: does not divide {model.name}'s {heads} attention heads")
+    if kv % tp and tp % kv:
+        raise ConfigError(
+            f"{where}{key}={tp}: {model.name}'s {kv} KV heads neither split over {tp} GPUs nor replicate evenly")
+
+
+def _fit_message(cost: Any, with_draft: bool) -> str:
+    hw, model, draft = cost.hardware, cost.model, cost.draft
+    usable = cost.tp * (hw.memory_gb * cost.gpu_memory_utilization - cost.activation_reserve_gb)
+    weights = model.weight_bytes / GiB
+    what = f"{model.name} ({weights:.1f} GiB of weights"
+    if with_draft and draft is not None:
+        what += f" + draft {draft.name} {draft.weight_bytes / GiB:.1f} GiB"
+    return (f"{what}) leaves no KV memory on {cost.tp} x {hw.name} (memory_gb={hw.memory_gb:g}: {usable:.1f} GiB "
+            f"usable at gpu_memory_utilization={cost.gpu_memory_utilization:g} after a "
+            f"{cost.activation_reserve_gb:g} GiB activation reserve per GPU); raise tp or pick a larger GPU")

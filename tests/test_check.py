@@ -1,0 +1,102 @@
+"""Regression tracking (repro.check): cell-by-cell comparison, ``repro check`` catching a changed reference,
+``repro all`` writing references and INDEX.md."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from repro import check, runner
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def frame(**cols: list[str]) -> pd.DataFrame:
+    base = {"exp": ["e", "e"], "system": ["a", "b"], "seed": ["0", "0"], "rps": ["1", "1"]}
+    return pd.DataFrame({**base, **cols})
+
+
+KEYS = ["exp", "system", "seed", "rps"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tol", "changed"),
+    [
+        (frame(m=["1.5", "2"]), frame(m=["1.5", "2"]), 0.0, []),  # identical
+        (frame(m=["1.5", "2"], wall_s=["1", "2"]), frame(m=["1.5", "2"], wall_s=["9", "9"]), 0.0, []),  # wall clock
+        (frame(m=["1.5", "2"]), frame(m=["1.5", "2.0001"]), 0.0, [("b", "m", "2", "2.0001")]),  # exact by default
+        (frame(m=["1.5", "2"]), frame(m=["1.5", "2.0001"]), 1e-3, []),  # within the relative tolerance
+        (frame(m=["nan", "2"]), frame(m=["nan", "2"]), 0.0, []),
+        (frame(m=["1", "2"]), frame(m=["1", "2"], extra=["3", "4"]), 0.0,
+         [("a", "extra", "", "3"), ("b", "extra", "", "4")]),  # a new column
+    ],
+)
+def test_compare_table(old: pd.DataFrame, new: pd.DataFrame, tol: float, changed: list[tuple[str, ...]]) -> None:
+    got = [(c.system, c.metric, c.old, c.new) for c in check.compare(old, new, KEYS, tol)]
+    assert got == changed
+
+
+def test_missing_and_new_rows_are_changes() -> None:
+    old = frame(m=["1", "2"])
+    new = old.iloc[:1].copy()
+    assert [(c.system, c.metric, c.new) for c in check.compare(old, new, KEYS)] == [("b", "(row)", "missing")]
+
+
+def test_reference_is_picked_by_data_sources(tmp_path: Path) -> None:
+    ref = tmp_path / "smoke"
+    (ref / "nodata").mkdir(parents=True)
+    files = [{"dataset": "sharegpt", "kind": "file", "fallback": False, "detail": "x"}]
+    embedded = [{"dataset": "sharegpt", "kind": "embedded", "fallback": True, "detail": "y"}]
+    for folder, data in ((ref, files), (ref / "nodata", embedded)):
+        (folder / "points.csv").write_text("exp\n")
+        (folder / "manifest.json").write_text(pd.Series({"data": data}).to_json())
+    assert check.pick_reference(ref, {"data": files})[0] == ref
+    assert check.pick_reference(ref, {"data": embedded})[0] == ref / "nodata"
+    folder, why = check.pick_reference(ref, {"data": [{**files[0], "kind": "published"}]})
+    assert folder is None and "data sources differ" in why
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(runner.reference_dir("smoke", quick=True), results / "quick" / "smoke")
+    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "smoke: ok" in res.stdout
+    for points in (results / "quick" / "smoke").rglob("points.csv"):  # the main reference and its nodata variant
+        df = pd.read_csv(points, dtype=str, keep_default_na=False)
+        df.loc[0, "mean_tpot_ms"] = "123.456"
+        df.to_csv(points, index=False)
+    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "1 cells differ" in res.stdout
+    row = next(line for line in res.stdout.splitlines() if "mean_tpot_ms" in line)
+    assert row.split()[:2] == ["smoke", "vllm"] and "123.456" in row
+
+
+def test_check_names_an_unknown_experiment() -> None:
+    res = _cli("check", "no_such_exp")
+    assert res.returncode == 2 and res.stderr.startswith("error: unknown experiment") and "no_such_exp" in res.stderr
+
+
+@pytest.mark.slow
+def test_all_writes_references_and_index(tmp_path: Path) -> None:
+    res = _cli("all", "--quick", "smoke", "calibration", "--results", str(tmp_path), "--n-jobs", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("smoke", "calibration"):
+        assert (tmp_path / "quick" / name / "points.csv").is_file()
+        assert not list((tmp_path / "quick" / name).glob("*.png"))  # quick references keep the tables only
+    (index_file,) = (tmp_path / "quick").glob("INDEX*.md")  # INDEX.nodata.md where there is no data folder
+    index = index_file.read_text()
+    assert "[smoke](smoke/summary.md)" in index and "[calibration](calibration/summary.md)" in index
+    assert "catalogue: 2 experiments" in res.stdout
