@@ -58,6 +58,7 @@ class StepRecord:
     num_emitted: int
     num_proposed: int
     num_accepted: int
+    num_matched: int  # proposed tokens that are the target's, counted past the first rejection (vLLM v0's metric)
     draft_s: float
     verify_s: float
     overhead_s: float  # fixed costs inside verify_s (per step, layer, request)
@@ -94,7 +95,8 @@ class Replica:
         self.record_steps = record_steps
         self.steps: list[StepRecord] = []
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
-        self.total_blocks = cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=block_size)
+        self.total_blocks = cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=block_size,
+                                                    layout=policy.draft_kv_layout)
         if self.total_blocks <= 0:
             raise SimulationError(
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
@@ -159,8 +161,8 @@ class Replica:
         verify_s = self.cost.forward_s(*shape) if shape[1] else 0.0
         end_at = now + memory_s + draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
-        proposed, accepted = self._accept(plan, dec)
-        emitted, done_dec = self._apply_decode(plan, dec, proposed, accepted, end_at)
+        proposed, accepted, matched = self._accept(plan, dec)
+        emitted, done_dec = self._apply_decode(plan, dec, proposed, accepted, matched, now, end_at)
         done_pre = self._apply_prefill(plan, pre, end_at)
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
@@ -171,9 +173,9 @@ class Replica:
             overhead_s = self.cost.forward(ForwardShape(*shape)).overhead_s if shape[1] else 0.0
             self.steps.append(StepRecord(
                 now, end_at - now, shape[1], dec.ids.size, pre.ids.size, shape[0],
-                int(emitted.sum()) + int(pre.completes.sum()), int(proposed.sum()), int(accepted.sum()), draft_s,
-                verify_s, overhead_s, memory_s, float(dec.k.mean()) if dec.ids.size else 0.0, self.index,
-                self._schedule_wall_s))
+                int(emitted.sum()) + int(pre.completes.sum()), int(proposed.sum()), int(accepted.sum()),
+                int(matched.sum()), draft_s, verify_s, overhead_s, memory_s,
+                float(dec.k.mean()) if dec.ids.size else 0.0, self.index, self._schedule_wall_s))
         return StepResult(
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
@@ -219,14 +221,15 @@ class Replica:
             if k.shape != dids.shape or k.min() < 0:
                 raise PlanError("k must be a non-negative int per decode id")
         drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
-        pld: tuple[np.ndarray, np.ndarray] | None = None
+        pld: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if plan.proposer == "pld" and drafted.any() and not trees:
             # prompt lookup runs before verification: only the tokens a match proposed are verified (and need KV)
             proposed = np.zeros(n, dtype=np.int64)
             accepted = np.zeros(n, dtype=np.int64)
-            proposed[drafted], accepted[drafted] = self.oracle.accept_chain(dids[drafted], gen[drafted], k[drafted],
-                                                                            "pld")
-            pld = (proposed, accepted)
+            matched = np.zeros(n, dtype=np.int64)
+            proposed[drafted], accepted[drafted], matched[drafted] = self.oracle.score_chain(
+                dids[drafted], gen[drafted], k[drafted], "pld")
+            pld = (proposed, accepted, matched)
             k = proposed
         if trees:
             k = k.copy()
@@ -239,15 +242,17 @@ class Replica:
         self._allocate(dids, dc + k + 1)
         return _Decode(dids, gen, dc, k, drafted, trees, pld)
 
-    def _accept(self, plan: StepPlan, dec: _Decode) -> tuple[np.ndarray, np.ndarray]:
-        """Draft tokens scored and accepted per decoding request, from the oracle (chains batched)."""
+    def _accept(self, plan: StepPlan, dec: _Decode) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draft tokens scored, accepted (the leading ones) and matched (every position whose token is the
+        target's; for a tree, the accepted path) per decoding request, from the oracle (chains batched)."""
         if dec.pld is not None:  # decided before the step (see _begin_decode)
             return dec.pld
         n = dec.ids.size
         proposed = np.zeros(n, dtype=np.int64)
         accepted = np.zeros(n, dtype=np.int64)
+        matched = np.zeros(n, dtype=np.int64)
         if n == 0 or not dec.k.any():
-            return proposed, accepted
+            return proposed, accepted, matched
         chain = dec.k > 0
         if dec.trees:
             for i, rid in enumerate(dec.ids.tolist()):
@@ -255,16 +260,16 @@ class Replica:
                 if t is not None:
                     chain[i] = False
                     proposed[i] = t.num_nodes
-                    accepted[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
+                    accepted[i] = matched[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
         if chain.any():
-            cp, ca = self.oracle.accept_chain(dec.ids[chain], dec.gen[chain], dec.k[chain], plan.proposer)
-            proposed[chain], accepted[chain] = cp, ca
-        if (accepted > proposed).any():
+            proposed[chain], accepted[chain], matched[chain] = self.oracle.score_chain(
+                dec.ids[chain], dec.gen[chain], dec.k[chain], plan.proposer)
+        if (accepted > proposed).any() or (matched > proposed).any():
             raise PlanError("oracle accepted more tokens than proposed")
-        return proposed, accepted
+        return proposed, accepted, matched
 
     def _apply_decode(self, plan: StepPlan, dec: _Decode, proposed: np.ndarray, accepted: np.ndarray,
-                      end_at: float) -> tuple[np.ndarray, np.ndarray]:
+                      matched: np.ndarray, start_at: float, end_at: float) -> tuple[np.ndarray, np.ndarray]:
         """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
         emitted and the requests that finished."""
         s, dids = self.s, dec.ids
@@ -283,8 +288,11 @@ class Replica:
         if proposed.any():
             s.num_proposed[dids] += proposed
             s.num_accepted[dids] += accepted
+            s.num_matched[dids] += matched
             s.num_spec_steps[dids[proposed > 0]] += 1
         s.num_decode_steps[dids] += 1
+        new = dids[np.isnan(s.first_decode_at[dids]) & (gen > 0)]  # a decode step after the first token
+        s.first_decode_at[new] = start_at
         s.last_token_at[dids] = end_at
         fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
         if fresh.any():
@@ -401,7 +409,8 @@ class Replica:
                 raise PlanError("reloading a draft model that is resident (or not configured)")
             t += self.cost.draft_transfer_s()
             self.draft_resident = True
-        cap = self.cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=self.bs)
+        cap = self.cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=self.bs,
+                                           layout=self.policy.draft_kv_layout)
         target = cap if mem.kv_pool_blocks is None else int(mem.kv_pool_blocks)
         if target > cap or target < self.used_blocks:
             raise PlanError(f"KV pool of {target} blocks outside [{self.used_blocks} used, {cap} capacity]")
@@ -529,7 +538,8 @@ class _Decode:
     k: np.ndarray
     drafted: np.ndarray
     trees: Mapping[int, TreeSpec]
-    pld: tuple[np.ndarray, np.ndarray] | None  # prompt lookup's (proposed, accepted), known before verification
+    pld: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # prompt lookup's (proposed, accepted, matched), known
+    # before verification
 
 
 def _verify_shape(pre: _Prefill, dec: _Decode) -> tuple[int, int, float, float, int, bool]:
@@ -639,8 +649,9 @@ class Engine:
         if len(self.replicas) == 1:
             return self.replicas[0].s
         base = self.replicas[0].s
-        for name in ("status", "num_generated", "num_computed", "first_token_at", "finish_at", "num_proposed",
-                     "num_accepted", "num_decode_steps", "num_spec_steps", "num_preemptions", "last_token_at"):
+        for name in ("status", "num_generated", "num_computed", "first_token_at", "first_decode_at", "finish_at",
+                     "num_proposed", "num_accepted", "num_matched", "num_decode_steps", "num_spec_steps",
+                     "num_preemptions", "last_token_at"):
             arr = getattr(base, name)
             for r in self.replicas[1:]:
                 mine = self.replica_of == r.index

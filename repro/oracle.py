@@ -286,6 +286,19 @@ class _TokenStream:
     def reported(self, p0: np.ndarray) -> np.ndarray:
         return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
 
+    def _positions(self, rids: np.ndarray, pos: np.ndarray,
+                   depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What a tree of ``depth`` layers over each request's next positions reads: the true p0 and rank per
+        (request, layer), the off-path pool and its index, and the hash of (seed, r, divergence position) that
+        seeds an off-path node's distribution."""
+        grid = pos[:, None] + _AR[:depth]
+        idx = self.store.locate(rids[:, None], grid)
+        alt_idx = self.alt_store.locate(rids[:, None], grid) if depth > 1 else idx
+        pools = self.store.pools
+        div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
+                                     ^ grid.astype(np.uint64)))
+        return pools["p0"][idx].astype(np.float64), pools["rank"][idx], self.alt_store.pools["alt"], alt_idx, div
+
     def beam(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int) -> _Beam:
         """AdaServe §4.3 Step 1 beam search for a batch: layer 1 = the root's top ``width`` children; each
         later layer = the top ``width`` of the ``width × W`` children of the previous layer by path
@@ -294,14 +307,7 @@ class _TokenStream:
             raise ValueError(f"beam width {width} outside 1..{self.width} (the oracle models the draft's top "
                              f"{self.width} tokens; raise oracle.width)")
         n, W = rids.shape[0], self.width
-        grid = pos[:, None] + _AR[:depth]
-        idx = self.store.locate(rids[:, None], grid)
-        alt_idx = self.alt_store.locate(rids[:, None], grid) if depth > 1 else idx
-        pools, alt = self.store.pools, self.alt_store.pools["alt"]
-        p0_true = pools["p0"][idx].astype(np.float64)
-        rank_true = pools["rank"][idx]
-        div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
-                                     ^ grid.astype(np.uint64)))  # hash of (seed, r, divergence position)
+        p0_true, rank_true, alt, alt_idx, div = self._positions(rids, pos, depth)
         out_parent = np.empty((n, depth * width), dtype=np.int64)
         out_rank = np.empty((n, depth * width), dtype=np.int64)
         out_prob = np.empty((n, depth * width))
@@ -330,6 +336,44 @@ class _TokenStream:
             out_pp[:, cols] = pp
         return _Beam(out_parent, out_rank, out_prob, out_pp)
 
+    def expand(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...]) -> tuple[_Beam, np.ndarray]:
+        """SpecInfer's fixed expansion ⟨k_1, …, k_D⟩ for a batch: every node of layer i − 1 gets its own top
+        ``k_i`` children (its ranks 0..k_i − 1), so layer i holds k_1·…·k_i nodes per request. Returns the nodes as
+        (n, Σ layer sizes) arrays in BFS order (parent-major, then rank) and each node's depth. Off-path nodes get
+        the same context-hashed distributions as in :meth:`beam`."""
+        if not expansion or min(expansion) < 1 or max(expansion) > self.width:
+            raise ValueError(f"expansion {list(expansion)}: child counts must lie in 1..{self.width} (the oracle "
+                             "models the draft's top W tokens; raise oracle.width)")
+        n, depth = rids.shape[0], len(expansion)
+        p0_true, rank_true, alt, alt_idx, div = self._positions(rids, pos, depth)
+        parents, ranks, probs, pps, depths = [], [], [], [], []
+        on = np.ones((n, 1), dtype=bool)
+        pp = np.ones((n, 1))
+        h = np.zeros((n, 1), dtype=np.uint64)
+        start = -1  # index of the previous layer's first node (-1: the root)
+        for i, k in enumerate(expansion):
+            width = on.shape[1]
+            node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
+                on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
+            rep = self.reported(node_p0)[:, :, :k]  # (n, width, k): each node's own top k, rank order
+            slot = np.repeat(np.arange(width), k)
+            rk = np.tile(np.arange(k), width)
+            cpp = (pp[:, :, None] * rep).reshape(n, width * k)
+            par_on = on[:, slot]
+            base = np.where(par_on, div[:, i:i + 1], h[:, slot])
+            h = _mix(base ^ ((rk.astype(np.uint64) + np.uint64(1)) * np.uint64(0xD1B54A32D192ED03)))
+            on = par_on & (rk == rank_true[:, i:i + 1])
+            pp = cpp
+            parents.append(np.broadcast_to(slot + start if i else np.full(width * k, -1), (n, width * k)))
+            ranks.append(np.broadcast_to(rk, (n, width * k)))
+            probs.append(rep.reshape(n, width * k))
+            pps.append(cpp)
+            depths.append(np.full(width * k, i + 1, dtype=np.int64))
+            start = start + width if i else 0
+        beam = _Beam(np.concatenate(parents, axis=1).astype(np.int64), np.concatenate(ranks, axis=1).astype(np.int64),
+                     np.concatenate(probs, axis=1), np.concatenate(pps, axis=1))
+        return beam, np.concatenate(depths)
+
 
 class _PldStream:
     """Prompt lookup decoding: per position, whether the context matches the prompt, the length of the
@@ -349,18 +393,19 @@ class _PldStream:
         ok = rng.random(CHUNK) < a_r
         return {"match": np.where(has, np.minimum(length, 2**15 - 1), 0).astype(np.int16), "ok": ok}
 
-    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray,
+                    k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         store = self.store
         idx = store.locate(rids, pos)  # may grow the pools: index them afterwards
         proposed = np.minimum(k, store.pools["match"][idx]).astype(np.int64)
         kmax = int(proposed.max()) if proposed.size else 0
         if kmax == 0:
-            return proposed, np.zeros_like(proposed)
+            return proposed, np.zeros_like(proposed), np.zeros_like(proposed)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
         idx = store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])
         hit = store.pools["ok"][idx] & (_AR[:kmax + 1] < proposed[:, None])  # last column: always False
-        return proposed, hit.argmin(axis=1)  # leading accepted tokens
+        return proposed, hit.argmin(axis=1), hit.sum(axis=1)  # leading accepted tokens, every matching one
 
 
 # --- public API -------------------------------------------------------------------------------------------
@@ -382,7 +427,7 @@ class TokenOracle:
     def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,
                  accept_mean: Mapping[str, float], *, default_accept: float | None = None,
                  eagle_accept_mean: Mapping[str, float] | None = None,
-                 pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 8, spread: float = 0.1,
+                 pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 16, spread: float = 0.1,
                  pos_concentration: float = 2.0, decay: float = 0.7, confidence: float = 1.0,
                  drift: Mapping[str, float] | None = None, pair: str = "(draft, target)") -> None:
         if not 1 <= width <= MAX_WIDTH:
@@ -454,7 +499,7 @@ class TokenOracle:
         oracle = cls(seed, dataset, accept, default_accept=default,
                    eagle_accept_mean=dict(eagle) if eagle is not None else None,
                    pld=_pld_table(cfg, target),
-                   width=int(cfg.get("width", 8)), spread=float(cfg.get("spread", 0.1)),
+                   width=int(cfg.get("width", 16)), spread=float(cfg.get("spread", 0.1)),
                    pos_concentration=float(cfg.get("pos_concentration", 2.0)),
                    decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
                    drift=dict(drift) if drift is not None else None, pair=f"{draft}/{target}")
@@ -477,6 +522,15 @@ class TokenOracle:
         Draft/EAGLE: proposed = k, accepted = leading positions whose true rank is 0. PLD: proposed =
         ``min(k, match length)`` (0 without a match), accepted = leading copied tokens the target accepts.
         """
+        proposed, accepted, _ = self.score_chain(rids, pos, k, proposer)
+        return proposed, accepted
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`accept_chain` plus ``num_matched``: the proposed positions whose token is the target's, whether
+        or not an earlier position was rejected (what vLLM v0's ``draft_acceptance_rate`` counts: matched /
+        proposed estimates the per-token acceptance α; accepted / proposed is lower, the chain stopping at the
+        first rejection)."""
         rids = np.asarray(rids, dtype=np.int64)
         pos = np.asarray(pos, dtype=np.int64)
         k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
@@ -485,16 +539,16 @@ class TokenOracle:
         if proposer == "pld":
             if self._pld is None:
                 raise ValueError("prompt lookup (pld) is not configured in this oracle")
-            return self._pld.accept_chain(rids, pos, k)
+            return self._pld.score_chain(rids, pos, k)
         stream = self._stream(proposer)
         kmax = int(k.max()) if k.size else 0
         if kmax == 0:
-            return k.copy(), np.zeros_like(k)
+            return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
         ranks = stream.true_ranks(rids[:, None], pos[:, None] + _AR[:kmax + 1])
         hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
-        return k.copy(), hit.argmin(axis=1)  # leading positions whose true rank is 0
+        return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
 
     def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
         """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""
@@ -528,6 +582,22 @@ class TokenOracle:
             arr.flags.writeable = False
         return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
                               beam.path_prob[i], depth, width)
+                for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
+
+    def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
+                        proposer: str = "draft") -> list[CandidateTree]:
+        """SpecInfer's fixed tree expansion ⟨k_1, …, k_D⟩ for a batch: every node of depth i − 1 keeps its own
+        ``k_i`` most probable children (⟨1,1,3,1,1,1,1,1⟩: 1 + 1 + 3·6 = 20 nodes). The drafting cost is that of
+        a beam of the widest layer (``draft_width``) over ``D`` passes."""
+        expansion = tuple(int(k) for k in expansion)
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        pos = _positions(pos, len(expansion))
+        beam, node_depth = self._stream(proposer).expand(rids, pos, expansion)
+        for arr in (node_depth, beam.parent, beam.rank, beam.prob, beam.path_prob):
+            arr.flags.writeable = False
+        widest = int(np.bincount(node_depth).max())
+        return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
+                              beam.path_prob[i], len(expansion), widest)
                 for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
 
     def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
@@ -576,6 +646,11 @@ class Drafter:
     def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
                          proposer: str = "draft") -> list[CandidateTree]:
         return self._oracle.candidates_batch(rids, pos, depth, width, proposer)
+
+    def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
+                        proposer: str = "draft") -> list[CandidateTree]:
+        """Per-parent top-k expansion trees (SpecInfer), see :meth:`TokenOracle.expansion_batch`."""
+        return self._oracle.expansion_batch(rids, pos, expansion, proposer)
 
     def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
         return self._oracle.chain_probs(rid, pos, k, proposer)

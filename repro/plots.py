@@ -377,8 +377,9 @@ def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | Non
 
 def with_derived_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """Columns figures may plot that the saved tables do not store because they follow from others:
-    ``latency_s`` = finish_at − arrival_s of a request (NaN while unfinished) and ``accept_rate`` = accepted /
-    proposed tokens of a step (vLLM's draft_acceptance_rate; NaN when nothing was proposed)."""
+    ``latency_s`` = finish_at − arrival_s of a request (NaN while unfinished); for a step, ``accept_rate`` =
+    accepted / proposed tokens (the emitted fraction) and ``draft_acceptance_rate`` = matched / proposed (vLLM
+    v0's draft_acceptance_rate, an estimate of the per-token α); NaN when nothing was proposed."""
     if df is None:
         return None
     extra: dict[str, Any] = {}
@@ -387,6 +388,8 @@ def with_derived_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
     if {"num_accepted", "num_proposed"} <= set(df.columns) and "accept_rate" not in df.columns:
         proposed = df["num_proposed"].where(df["num_proposed"] > 0)
         extra["accept_rate"] = df["num_accepted"] / proposed
+        if "num_matched" in df.columns and "draft_acceptance_rate" not in df.columns:
+            extra["draft_acceptance_rate"] = df["num_matched"] / proposed
     return df.assign(**extra) if extra else df
 
 

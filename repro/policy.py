@@ -17,7 +17,7 @@ import numpy as np
 from repro.plan import StepPlan, StepResult
 
 if TYPE_CHECKING:
-    from repro.cost.model import CostModel
+    from repro.cost.model import CostModel, DraftKvLayout
     from repro.cost.spec import HardwareSpec, ModelSpec
     from repro.state import View
 
@@ -48,10 +48,13 @@ class ReplicaSpec:
 class Policy:
     """A serving system. Subclasses implement :meth:`schedule`; most also :meth:`observe`.
 
-    ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity).
+    ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity);
+    ``draft_kv_layout`` how the serving engine the system's paper ran places the draft's weights and KV
+    (:meth:`repro.cost.model.CostModel.kv_capacity_blocks`: ``spread`` over the GPUs, or vLLM v0's ``vllm_v0``).
     """
 
     uses_draft_model: bool = False
+    draft_kv_layout: DraftKvLayout = "spread"
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -313,11 +313,31 @@ def explain(exc: BaseException, conf_dir: Path = CONF_DIR) -> str:
     m = _NOT_IN_STRUCT.search(str(exc))
     if m:
         key = m.group(1)
+        owners = _systems_with(key, conf_dir)
+        if owners:  # a knob of some systems, not of the one composed (the default, or an experiment's base)
+            shown = ", ".join(owners[:6]) + (f" and {len(owners) - 6} more" if len(owners) > 6 else "")
+            return (f"{key}: a key of {shown}, not of the system this run composes; name the system too "
+                    f"(system={owners[0]} {key}=...)")
         known = _dotted_keys(conf_dir)
         from repro.validate import suggest
 
         return f"{key}: not a config key{suggest(key, known)} (python -m repro list shows the config groups)"
     return one_line(exc)
+
+
+def _systems_with(key: str, conf_dir: Path) -> list[str]:
+    """The system configs (conf/system/*.yaml) that have ``key`` (``system.w_max``), by name."""
+    if not key.startswith("system.") or not (conf_dir / "system").is_dir():
+        return []
+    out = []
+    for path in sorted((conf_dir / "system").glob("*.yaml")):
+        try:
+            node = OmegaConf.load(path)
+        except Exception:  # a broken file is reported when it is composed
+            continue
+        if OmegaConf.select(node, key.removeprefix("system."), default=None) is not None:
+            out.append(path.stem)
+    return out
 
 
 @functools.lru_cache(maxsize=4)

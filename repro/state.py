@@ -54,9 +54,11 @@ class RequestState:
         self.num_draft_computed = np.zeros(n, dtype=np.int64)  # tokens with KV in the draft model's cache
         self.kv_blocks = np.zeros(n, dtype=np.int64)
         self.first_token_at = np.full(n, np.nan)
+        self.first_decode_at = np.full(n, np.nan)  # start of the first decode step after the first token
         self.finish_at = np.full(n, np.nan)
         self.num_proposed = np.zeros(n, dtype=np.int64)
         self.num_accepted = np.zeros(n, dtype=np.int64)
+        self.num_matched = np.zeros(n, dtype=np.int64)  # proposed tokens that are the target's (vLLM v0's count)
         self.num_decode_steps = np.zeros(n, dtype=np.int64)
         self.num_spec_steps = np.zeros(n, dtype=np.int64)
         self.num_preemptions = np.zeros(n, dtype=np.int64)

@@ -219,7 +219,8 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
         cost = CostModel(hw, model, tp=rep_tp, draft=draft,
                          gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization))
         resident = uses_draft and not remote
-        if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
+        if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size),
+                                   layout=policy.draft_kv_layout) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
 
 

@@ -17,15 +17,30 @@ Deviations:
   admission (a prefill-only step when waiting prompts fit, as the paper's IncrDec/vLLM baselines do), the draft
   prefilling alongside the target, and recompute preemption (most recently admitted first) when the KV for
   1 + tree nodes per request does not fit.
-- t_spec (Eq. 2) is the cost model's latency of the planned step (d draft passes over n then n·w tokens plus a
-  target pass over min(B, n + candidates) tokens), i.e. an offline profile, not an online measurement.
+- t_spec (Eq. 2) is the cost model's latency of the planned step (the speculation round's host overhead, d draft
+  passes over n then n·w tokens, and a target pass over min(B, n + candidates) tokens: what the engine charges),
+  i.e. an offline profile, not an online measurement.
 - A(r) uses l = now − first-token time and o = tokens generated − 1 (the TPOT the metrics judge:
   (finish − first token)/(output − 1)). Selection compares Σ f(v) over the speculated nodes with A_cap(r) − 1,
   the root's token counting 1.0 (Algorithm 2 line 6); Figure 2's A_cap values read as that speculative part.
-- ``order`` (config): the paper visits requests by A(r) descending (slowest first); the authors' code sorts
-  ascending (adaserve_asc.yaml). Requests with equal A keep their admission order.
-- n_max caps the speculated nodes a request gets in the SLO step (the paper's |T(r)| < n_max counts the root).
-  D_max, W_max and n_max are not given in the paper: defaults 8, 4, 8 (see conf/system/adaserve.yaml).
+- D_max, W_max and n_max are not given in the paper. Defaults are the authors' (FlexFlow Serve): W_max = 16
+  (``max_tree_width``), n_max = ⌊B/n⌋ per step (``max_token_toward_slo = B / n``; the root's token is part of
+  it, so a request gets at most ⌊B/n⌋ − 1 speculated nodes in the SLO step), D_max = 8 (SpecInfer's depth).
+  ``n_max: 8`` (a fixed cap) was this suite's earlier choice; below the equal share whenever n < 17 it made the
+  SLO step unable to give a request more than GlobalGreedy does.
+- ``pace`` (config): ``paper`` (default) targets Eq. (2)'s A(r), catching up on the delay a request has built
+  up; ``authors`` targets the authors' per-iteration pace, 1.05 · t_spec / TPOT tokens, with no catch-up term
+  (conf/system/adaserve_pace.yaml).
+- ``recoverable_first`` (config, default off): visit requests that cannot get back on pace in this step
+  (A(r) > d + 1: more tokens than the deepest tree can accept) after the others, in the same order; our reading
+  of the authors' optional early termination of SLO-violated requests (conf/system/adaserve_recoverable_first.yaml).
+- ``order`` (config): the paper visits requests by A(r) descending (furthest behind first), as the authors' code
+  does by sorting spare latency (TPOT · decoded − elapsed) ascending. ``ascending`` visits the least-behind first
+  (an experiment, neither the paper's nor the authors'). Requests with equal keys keep their admission order.
+- With the default n_max the visiting order cannot change a selection: n requests capped at ⌊B/n⌋ − 1 nodes each
+  never exhaust the B − n nodes the roots leave, so every request reaches its target or its cap whatever the order.
+  ``order`` and ``recoverable_first`` matter only with a fixed ``n_max`` (or a budget override) under which the
+  SLO step can run out (Figs. 4 and 8: adaserve_recoverable_first equals adaserve at every point).
 - Algorithm 2's ``B ≥ 0`` loop guards are read as a strict budget: roots + nodes ≤ B. When the decoding batch
   alone reaches B (n ≥ B) the step verifies no speculation.
 - Every decoding request pays its beam search (the engine charges d draft passes from the candidate tree), also
@@ -33,6 +48,10 @@ Deviations:
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
 
 from repro.plan import StepPlan
 from repro.policy import Policy
@@ -48,19 +67,40 @@ from systems.trees import (
     tree_specs,
 )
 
+Pace = Literal["paper", "authors"]
+#: The authors' per-iteration pace: a request should gain 1.05 · t_iter / TPOT tokens per iteration.
+AUTHORS_PACE = 1.05
+_LAST = 1e9  # key offset that moves a request to the end of the visiting order
+
 
 class AdaServe(Policy):
     uses_draft_model = True
 
-    def __init__(self, d_max: int = 8, w_max: int = 4, n_max: int = 8, order: Order = "descending",
-                 budget: int | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 4096,
-                 watermark: float = 0.01) -> None:
+    def __init__(self, d_max: int = 8, w_max: int = 16, n_max: int | None = None, pace: Pace = "paper",
+                 recoverable_first: bool = False, order: Order = "descending", budget: int | None = None,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
         self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
-        if n_max < 0:
-            raise ValueError("n_max must be >= 0")
+        if n_max is not None and n_max < 0:
+            raise ValueError("n_max must be >= 0 (or null for the authors' B // n)")
         if order not in ("descending", "ascending"):
             raise ValueError(f"order must be 'descending' or 'ascending', not {order!r}")
-        self.n_max, self.order = n_max, order
+        if pace not in ("paper", "authors"):
+            raise ValueError(f"pace must be 'paper' or 'authors', not {pace!r}")
+        self.n_max, self.order, self.pace, self.recoverable_first = n_max, order, pace, recoverable_first
+
+    def slo_step(self, a: np.ndarray, target: np.ndarray, tpot_s: np.ndarray, t_spec: float, d: int,
+                 budget: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The SLO step's inputs for n = len(a) requests: each request's target (speculated tokens to aim for),
+        the visiting key (with ``order``) and the per-request node cap."""
+        if self.pace == "authors":  # the authors' pace: 1.05 · t_iter / TPOT tokens this iteration, no catch-up
+            target = np.minimum(AUTHORS_PACE * t_spec / tpot_s, d + 1.0) - 1.0
+        key = a
+        if self.recoverable_first:  # requests that cannot get back on pace this step go last
+            behind = a > d + 1.0
+            key = np.where(behind, a - _LAST, a) if self.order == "descending" else np.where(behind, a + _LAST, a)
+        # the authors' max_token_toward_slo = B / n, the root's token included
+        n_max = self.n_max if self.n_max is not None else max(budget // max(len(a), 1) - 1, 0)
+        return target, key, n_max
 
     def schedule(self, view: View) -> StepPlan:
         # batch scheduling; B from Table 1 (plain decoding when the roots alone fill it)
@@ -75,8 +115,9 @@ class AdaServe(Policy):
                                  min(budget, n + int(ranked.size.sum())))
         # Eq. (2): A(r) = (l + t_spec)/t_TPOT − o;  A_cap(r) = min(A(r), d + 1)
         a, target = slo_targets(view, decode, t_spec, d)
-        # Step 2: SLO-customized selection (Eq. 5), visiting by A(r), ≤ n_max nodes each
-        counts = select_slo_customized(ranked, target, a, order=self.order, n_max=self.n_max, budget=spare)
+        target, key, n_max = self.slo_step(a, target, view.tpot_slo_s[decode], t_spec, d, budget)
+        # Step 2: SLO-customized selection (Eq. 5), visiting by `key`, ≤ n_max nodes each
+        counts = select_slo_customized(ranked, target, key, order=self.order, n_max=n_max, budget=spare)
         # Step 3: throughput-optimized selection (Eq. 6) with what is left of B
         counts = select_global(ranked, counts, spare - int(counts.sum()))
         # Step 4: verification (the engine)

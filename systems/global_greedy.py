@@ -23,7 +23,7 @@ from systems.trees import TreeBatching, select_global, tree_plan, tree_specs
 class GlobalGreedy(Policy):
     uses_draft_model = True
 
-    def __init__(self, d_max: int = 8, w_max: int = 4, budget: int | None = None, max_num_seqs: int = 256,
+    def __init__(self, d_max: int = 8, w_max: int = 16, budget: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
         self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
 

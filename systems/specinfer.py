@@ -4,16 +4,14 @@ Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-bas
 Verification", ASPLOS 2024 (arXiv:2305.09781); as the baseline of AdaServe (arXiv:2501.12162) §6.1: "a batched
 version of SpecInfer, using a default fixed tree expansion configuration of ⟨1,1,3,1,1,1,1,1⟩".
 
-Each iteration: prefill-prioritized batch scheduling; for every decoding request a candidate tree of depth
-len(expansion); at depth i every selected node keeps its expansion[i] most probable children, giving the
-⟨1,1,3,1,1,1,1,1⟩ tree (2 + 3 + 3·5 = 20 nodes); one target pass verifies all trees.
+Each iteration: prefill-prioritized batch scheduling; for every decoding request the drafter expands the tree
+level by level, every node of depth i − 1 by its own expansion[i] most probable children (SpecInfer's expansion,
+as the authors' FlexFlow Serve code does: each node's top-k, all kept), giving the ⟨1,1,3,1,1,1,1,1⟩ tree of
+1 + 1 + 3·6 = 20 nodes; one target pass verifies every request's whole tree.
 
 Deviations:
-- SpecInfer expands each node by the draft's top-k tokens at that node. Our drafter only serves beam searches, so
-  the expansion is read off a beam whose width is the expansion's widest level (3 here, capped at the drafter's
-  width): at each depth, each selected node keeps its k lowest-rank children present in the beam. A child the
-  beam dropped (because other branches had higher path probability) is missing, so a tree can be smaller than 20.
-- Drafting is charged as that beam search (d passes over n·w tokens), not SpecInfer's per-branch expansion.
+- Drafting is charged as a beam over the expansion's widest level (d passes over n·3 tokens here), the same cost
+  the draft model pays to expand the 20-node tree level by level.
 - Batch scheduling as systems/adaserve.py (vLLM-style prefill-prioritized FCFS, recompute preemption).
 """
 
@@ -21,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from repro.plan import IDLE, StepPlan, TreeSpec
 from repro.policy import Policy
 from repro.state import View
-from systems.trees import admit_or_decode, expansion_width, select_expansion, tree_plan
+from systems.trees import admit_or_decode, tree_plan
 
 
 class SpecInfer(Policy):
@@ -48,7 +48,6 @@ class SpecInfer(Policy):
             return IDLE
         if view.drafter is None:
             raise ValueError("SpecInfer needs a drafter (configure a draft model)")
-        width = min(expansion_width(self.expansion), view.drafter.max_width)
-        cands = view.drafter.candidates_batch(decode, view.num_generated[decode], len(self.expansion), width)
-        trees = {c.rid: TreeSpec(c, select_expansion(c, self.expansion)) for c in cands}
+        cands = view.drafter.expansion_batch(decode, view.num_generated[decode], self.expansion)
+        trees = {c.rid: TreeSpec(c, np.arange(c.size)) for c in cands}  # the whole expansion is verified
         return tree_plan(view, decode, trees)

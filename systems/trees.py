@@ -14,7 +14,6 @@ remaining nodes (which again extends each row by a prefix), and the result is co
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -160,36 +159,6 @@ def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
     return bool(sel[cand.parent[nodes]].all())
 
 
-# --- fixed expansions (SpecInfer) ------------------------------------------------------------------------------
-
-def expansion_width(expansion: Sequence[int]) -> int:
-    """Nodes on the widest level of the tree a fixed expansion describes (the beam width it needs)."""
-    return max(math.prod(expansion[: i + 1]) for i in range(len(expansion))) if expansion else 1
-
-
-def select_expansion(cand: CandidateTree, expansion: Sequence[int]) -> np.ndarray:
-    """SpecInfer's fixed expansion ⟨k_1, …, k_D⟩: at depth i every selected node keeps its k_i most probable
-    children (lowest draft rank) among those the candidate tree holds; a child the beam dropped is missing."""
-    sel = np.zeros(cand.size + 1, dtype=bool)  # last slot = the root
-    sel[-1] = True
-    parent, depth, rank = cand.parent, cand.depth, cand.rank
-    by_rank = np.lexsort((np.arange(cand.size), rank))
-    for i, k in enumerate(expansion, start=1):
-        if k <= 0:
-            break
-        level = by_rank[(depth[by_rank] == i) & sel[parent[by_rank]]]
-        if level.size == 0:
-            break
-        # keep the first k of each parent's children (level is in rank order)
-        par = parent[level]
-        order = np.argsort(par, kind="stable")
-        par_sorted = par[order]
-        start = np.searchsorted(par_sorted, par_sorted, side="left")
-        keep = level[order][np.arange(level.size) - start < k]
-        sel[keep] = True
-    return np.flatnonzero(sel[:-1])
-
-
 # --- batch scheduling and cost estimates ------------------------------------------------------------------------
 
 def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: int,
@@ -212,7 +181,7 @@ class TreeBatching:
     admission limits."""
 
     d_max: int = 8
-    w_max: int = 4
+    w_max: int = 16
     budget: int | None = None
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 4096
@@ -265,13 +234,15 @@ def tree_plan(view: View, decode: np.ndarray, trees: dict[int, TreeSpec]) -> Ste
 
 def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth: int, width: int,
                     verify_tokens: int) -> float:
-    """The cost model's latency of a tree decode step (what AdaServe profiles offline): d draft passes of the beam
-    search (the roots, then n·w tokens per pass) plus one target pass over ``verify_tokens`` tree tokens, for
-    ``num_seqs`` requests holding ``context_tokens`` tokens of context in all."""
+    """The cost model's latency of a tree decode step (what AdaServe profiles offline), charged as the engine
+    charges it: the speculation round's host overhead, d draft passes of the beam search (the roots, then n·w
+    tokens per pass) and one target pass over ``verify_tokens`` tree tokens, for ``num_seqs`` requests holding
+    ``context_tokens`` tokens of context in all."""
     n = num_seqs
     if n == 0:
         return 0.0
-    t = cost.forward_s(n, n, kv_read_tokens=context_tokens + n, decode_only=True, which="draft")
+    t = cost.spec_round_s()
+    t += cost.forward_s(n, n, kv_read_tokens=context_tokens + n, decode_only=True, which="draft")
     for j in range(2, depth + 1):
         t += cost.forward_s(n * width, n, kv_read_tokens=context_tokens + j * n, decode_only=True, which="draft")
     return t + cost.forward_s(verify_tokens, n, kv_read_tokens=context_tokens + verify_tokens, decode_only=True)

@@ -19,6 +19,8 @@ Each iteration (Listing 1):
              update the moving-average acceptance rate (``observe``).
 
 Deviations:
+- KV memory with a draft model as vLLM v0 (the paper's base) splits it: the draft on the driver GPU, draft and
+  target blocks split evenly (``draft_kv_layout = "vllm_v0"``; CALIBRATION.md).
 - Eq. 3 is fitted piecewise: one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES). Our cost
   model's linear layers bend at the roofline knee (DESIGN.md, "Cost model"), which a single plane misses by up to
   25 % between batch 1 and 2k tokens; per bucket the fit stays within a few percent. ``LatencyFit`` with one
@@ -260,6 +262,8 @@ class AcceptanceTracker:
 
 
 class TurboSpec(Policy):
+    draft_kv_layout = "vllm_v0"  # vLLM v0's spec-decode worker (split_num_cache_blocks_evenly)
+
     def __init__(self, proposer: Proposer = "draft", max_len: int = 7, window: int = 256,
                  init_acceptance: float = 0.7, pld_proposed_len: int = 10, prefill_disabling: bool = True,
                  reset_steps: int = 20, probe_steps: int = 50, max_num_seqs: int = 256,

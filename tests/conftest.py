@@ -30,9 +30,16 @@ class FixedOracle:
 
     def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
                      proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+        proposed, accepted, _ = self.score_chain(rids, pos, k, proposer)
+        return proposed, accepted
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(proposed, accepted, matched): every proposed token past the accepted prefix mismatches."""
         self.calls.extend(zip(rids.tolist(), pos.tolist(), k.tolist(), strict=True))
         k = np.asarray(k, dtype=np.int64)
-        return k.copy(), np.minimum(k, self.accept)
+        accepted = np.minimum(k, self.accept)
+        return k.copy(), accepted, accepted.copy()
 
     def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
         cand, depth = tree.cand, 0

@@ -61,11 +61,15 @@ def test_fig7_adaserve_beats_slo_aware_batching(quick_runs: QuickRuns, data: str
     assert (wide["adaserve"] >= wide[["fcfs_slo", "stta", "seppipe"]].max(axis=1)).all(), wide
 
 
-def test_fig9_scheduling_is_small_beside_model_execution(quick_runs: QuickRuns, data: str) -> None:
-    # Paper: "minimal" scheduling overhead; tolerance: under 10 % of the simulated draft + verify time.
-    pts = quick_runs.get("adaserve_fig9", data).points
-    share = pts["mean_iter_schedule_ms"] / (pts["mean_iter_draft_ms"] + pts["mean_iter_verify_ms"])
-    assert (share < 0.10).all(), pts[["model", "mean_iter_schedule_ms", "mean_iter_draft_ms", "mean_iter_verify_ms"]]
+def test_fig8_selection_keeps_the_acceptance_of_global_greedy(quick_runs: QuickRuns, data: str) -> None:
+    # AdaServe selects, per request, its most probable candidate nodes (SLO step) and then the globally most probable
+    # ones: its tokens accepted per step can trail GlobalGreedy's (which maximizes Σ f(v) alone) only a little.
+    # Tolerance: ≥ 0.97x GlobalGreedy's mean accepted length and ≥ EqualGreedy's at every quick point. A selection
+    # that spreads the budget at random, or ignores path probabilities, falls below.
+    pts = quick_runs.get("adaserve_fig8", data).points
+    wide = _wide(pts, ["rps"], "mean_accepted_len")
+    assert (wide["adaserve"] >= 0.97 * wide["global_greedy"]).all(), wide
+    assert (wide["adaserve"] >= wide["equal_greedy"]).all(), wide
 
 
 def test_fig10_attains_stricter_than_baseline_slos(quick_runs: QuickRuns, data: str) -> None:

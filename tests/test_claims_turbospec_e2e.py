@@ -17,6 +17,7 @@ from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow
 STATIC = ["k1", "k3", "k5"]
+STATIC12 = ["static_k1", "static_k3", "static_k5"]  # Fig. 12's quick run
 
 
 @pytest.fixture(scope="module", params=DATA_MODES)
@@ -48,14 +49,23 @@ def _wide(points: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
 
 
 def test_fig12_turbospec_matches_the_static_k(fig12: pd.DataFrame) -> None:
-    # Paper: TurboSpec "consistently identifies the optimal number of speculative tokens" in every panel.
-    # Tolerance: within 5 % of static k = 3 (the quick run's static baseline) at batch 64; 10 % at batch 1, where a
-    # point is one request: TurboSpec's moving average starts from init_acceptance 0.7 and a ~200-token request
-    # barely fills the 256-token window (the full run's worst single-request ratio to the best static k is 0.93).
+    # Paper: TurboSpec "consistently identifies the optimal number of speculative tokens" in every panel. The quick run
+    # has static k = 1, 3, 5. Tolerance: within 5 % of the best static k at batch 64; 10 % at batch 1, where a point is
+    # one request: TurboSpec's moving average starts from init_acceptance 0.7 and a ~200-token request barely fills
+    # the 256-token window (the full run's worst single-request ratio to the best static k is 0.93).
     wide = _wide(fig12, ["panel", "batch_size"], "speedup")
-    ratio = (wide["turbospec"] / wide["static_k3"]).unstack("batch_size")
+    ratio = (wide["turbospec"] / wide[STATIC12].max(axis=1)).unstack("batch_size")
     assert (ratio[64] >= 0.95).all(), wide
     assert (ratio[1] >= 0.90).all(), wide
+
+
+def test_fig12_turbospec_leaves_k3_where_another_k_pays_more(fig12: pd.DataFrame) -> None:
+    # Where another static k beats k = 3 by more than 5 % (prompt lookup on Sonnet at batch 1: k = 5), TurboSpec must
+    # beat k = 3 too, by at least 3 %: a controller stuck at one proposal length fails here.
+    wide = _wide(fig12, ["panel", "batch_size"], "speedup")
+    gap = wide[STATIC12].max(axis=1) > 1.05 * wide["static_k3"]
+    assert gap.any(), wide
+    assert (wide.loc[gap, "turbospec"] >= 1.03 * wide.loc[gap, "static_k3"]).all(), wide
 
 
 def test_fig12_speculation_pays_at_every_batch_size(fig12: pd.DataFrame) -> None:

@@ -88,6 +88,7 @@ def test_list_has_no_empty_group() -> None:
         (["+num_request=50"], "num_request"),  # ... which is refused as well
         (["+exp=turbospec_fig13", "panel=nope"], "panel=nope"),  # no such case
         (["engine.block_size=0"], "engine.block_size=0"),
+        (["+exp=adaserve_fig8", "system.w_max=4"], "system=adaserve system.w_max="),  # a knob of some systems
     ],
 )
 def test_bad_value_is_one_line_exit_2(tmp_path: Path, args: list[str], named: str) -> None:

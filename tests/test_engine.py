@@ -233,10 +233,10 @@ def test_empty_tree_still_pays_for_its_beam_search() -> None:
 class NoMatchOracle(FixedOracle):
     """Prompt lookup finds a match only for even request ids (proposing k, accepting none)."""
 
-    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
-                     proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
-        proposed = np.where(rids % 2 == 0, k, 0)
-        return proposed.astype(np.int64), np.zeros_like(proposed, dtype=np.int64)
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        proposed = np.where(rids % 2 == 0, k, 0).astype(np.int64)
+        return proposed, np.zeros_like(proposed), np.zeros_like(proposed)
 
 
 def test_prompt_lookup_verifies_only_matched_tokens() -> None:

@@ -177,3 +177,50 @@ def test_summarize_is_fast_enough_shape() -> None:
     )  # fmt: skip
     m = summarize(df, 110.0)
     assert m["num_requests"] == n and 0 <= m["slo_attainment"] <= 1
+
+
+class PatternOracle:
+    """Test double: request r's proposed tokens match the target exactly where ``pattern[r][position]`` is 1."""
+
+    def __init__(self, pattern: dict[int, list[int]]) -> None:
+        self.pattern = pattern
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        hits = [np.array(self.pattern[int(r)][int(p):int(p) + int(n)], dtype=bool)
+                for r, p, n in zip(rids, pos, k, strict=True)]
+        accepted = np.array([int(np.argmin(np.append(h, False))) for h in hits])
+        return np.asarray(k, dtype=np.int64).copy(), accepted, np.array([int(h.sum()) for h in hits])
+
+    def release(self, rid: int) -> None:
+        pass
+
+
+def test_acceptance_metric_definitions_on_a_hand_made_pattern() -> None:
+    # One decode step each (after the prefill's first token, positions 1-4), k = 4. Request 0 matches at the
+    # 1st, 3rd and 4th proposed position (pattern 1 0 1 1): the chain accepts 1
+    # token, 3 of its 4 tokens are the target's. Request 1 matches all 4. So acceptance_rate (emitted fraction)
+    # = (1 + 4) / 8 = 0.625 and vLLM v0's draft_acceptance_rate (matched / proposed) = (3 + 4) / 8 = 0.875.
+    from repro.simulate import requests_frame
+    from systems.static_sd import StaticSD
+    from tests.conftest import make_engine, make_requests
+
+    oracle = PatternOracle({0: [0, 1, 0, 1, 1, 0], 1: [0, 1, 1, 1, 1, 1]})
+    out = make_engine(StaticSD(k=4), make_requests(2, output_len=2), oracle=oracle, record_steps=True).run()
+    table = type("T", (), {"dataset": np.array(["x", "x"]), "classes": ("default",), "slo_class": [0, 0]})()
+    m = summarize(requests_frame(out, table), out.sim_time_s)
+    assert m["acceptance_rate"] == pytest.approx(5 / 8)
+    assert m["draft_acceptance_rate"] == pytest.approx(7 / 8)
+    step = next(r for r in out.steps if r.num_proposed)
+    assert (step.num_proposed, step.num_accepted, step.num_matched) == (8, 5, 7)
+
+
+def test_tpot_from_the_first_decode_step() -> None:
+    # the first token at 1.0 s, the first decode step starts at 1.5 s (a prefill of another request ran between),
+    # 5 tokens, finish at 3.5 s: vLLM's TPOT = 2.5 / 4, the authors' = 2.0 / 4; SLO 0.55 s splits them
+    row = pd.DataFrame({"arrival_s": [0.0], "first_token_at": [1.0], "first_decode_at": [1.5], "finish_at": [3.5],
+                        "output_len": [5], "tpot_slo_s": [0.55]})
+    assert tpot_s(row)[0] == pytest.approx(0.625) and tpot_s(row, "first_decode_at")[0] == pytest.approx(0.5)
+    m = summarize(row, 3.5)
+    assert m["slo_attainment"] == 0.0 and m["slo_attainment_from_decode"] == 1.0
+    assert m["mean_tpot_from_decode_ms"] == pytest.approx(500.0)

@@ -384,3 +384,15 @@ def test_pld_rates_per_target_override_the_dataset_table() -> None:
     assert pld_rate("llama3-70b") == pytest.approx(0.83, abs=0.03)
     assert pld_rate("vicuna-7b") == pytest.approx(0.54, abs=0.03)
     assert pld_rate("qwen2.5-7b") == pytest.approx(0.58, abs=0.03)
+
+
+def test_score_chain_counts_every_matching_position() -> None:
+    # matched = every proposed position whose true rank is 0; accepted = the leading run of them
+    oracle = TokenOracle(3, np.full(32, "x", dtype=object), {"x": 0.6})
+    rids, pos, k = np.arange(32), np.arange(32) * 5, np.full(32, 6)
+    proposed, accepted, matched = oracle.score_chain(rids, pos, k)
+    truth = oracle._stream("draft").true_ranks(rids[:, None], pos[:, None] + np.arange(6)) == 0
+    assert (proposed == 6).all() and (matched == truth.sum(axis=1)).all()
+    assert (accepted == np.argmin(np.c_[truth, np.zeros(32, bool)], axis=1)).all()
+    assert (matched >= accepted).all() and (matched > accepted).any()
+    assert (oracle.accept_chain(rids, pos, k)[1] == accepted).all()

@@ -37,6 +37,8 @@ from typing import Literal
 from repro.cost.spec import HardwareSpec, ModelSpec
 
 Which = Literal["target", "draft", "eagle"]
+#: How a co-located draft's weights and KV share the GPUs (see :meth:`CostModel.kv_capacity_blocks`).
+DraftKvLayout = Literal["spread", "vllm_v0"]
 GiB = 2**30
 
 
@@ -228,15 +230,31 @@ class CostModel:
         extra = self.draft.kv_bytes_per_token if (include_draft and self.draft is not None) else 0
         return float(self.model.kv_bytes_per_token + extra)
 
-    def kv_capacity_blocks(self, draft_resident: bool = True, block_size: int = 16) -> int:
+    def kv_capacity_blocks(self, draft_resident: bool = True, block_size: int = 16,
+                           layout: DraftKvLayout = "spread") -> int:
         """KV blocks of ``block_size`` tokens that fit: tp · memory · utilization − weights − activation
         reserve.
 
-        A co-located, resident draft takes its weights and its own KV per token (vLLM keeps the draft's KV
-        in the
-        same block table); a draft on other GPUs (``draft_hardware``) takes nothing here.
+        A co-located, resident draft takes its weights and its own KV per token, by ``layout``:
+
+        - ``spread``: the draft's weights and KV are spread over the tp GPUs like the target's (one pool);
+        - ``vllm_v0``: vLLM v0's speculative decoding (0.5–0.6, TurboSpec's base; CALIBRATION.md): the draft runs
+          on the driver GPU (draft TP 1), and ``split_num_cache_blocks_evenly`` gives draft and target the same
+          number of blocks, sized so both fit in what the target alone would have had on that GPU. The driver
+          GPU, which also holds the draft's weights, bounds the pool: blocks = (free memory of the driver GPU) /
+          (block · (target KV per token per GPU + draft KV per token)). At tp = 1 both layouts agree.
+
+        A draft on other GPUs (``draft_hardware``) takes nothing here.
         """
         with_draft = draft_resident and self._draft_colocated
+        if layout == "vllm_v0" and with_draft and self.draft is not None:
+            free_driver = (self.hardware.memory_bytes * self.gpu_memory_utilization
+                           - self.model.weight_bytes / self.tp - self.draft.weight_bytes
+                           - self.activation_reserve_gb * GiB)
+            per_block = block_size * (self.model.kv_bytes_per_token / self.tp + self.draft.kv_bytes_per_token)
+            return max(0, int(free_driver // per_block))
+        if layout not in ("spread", "vllm_v0"):
+            raise ValueError(f"layout must be 'spread' or 'vllm_v0', not {layout!r}")
         free = (
             self.tp * self.hardware.memory_bytes * self.gpu_memory_utilization
             - self.model.weight_bytes

@@ -240,3 +240,21 @@ def test_cli_bad_name_exits_2_with_one_line() -> None:
 
 def test_conf_dir_located() -> None:
     assert (CONF_DIR / "hardware" / "a100-80g.yaml").is_file()
+
+
+def test_vllm_v0_kv_split_at_tp4() -> None:
+    # vLLM v0 with a draft (CALIBRATION.md): the draft (Llama-3.2-1B, TP 1) lives on the driver GPU, and draft and
+    # target get equal block counts that together fit that GPU. Llama-3.1-70B at TP 4 on H100s: per token the target
+    # keeps 2·80 layers·8 KV heads·128·2 B / 4 GPUs = 81,920 B per GPU, the draft 2·16·8·64·2 = 32,768 B.
+    from repro.cost.model import GiB
+
+    target, draft = load_model("llama3-70b"), load_model("llama3.2-1b")
+    assert target.kv_bytes_per_token // 4 == 81_920 and draft.kv_bytes_per_token == 32_768
+    cost = CostModel(load_hardware("h100-80g"), target, tp=4, draft=draft)
+    free_driver = 80 * GiB * 0.9 - target.weight_bytes / 4 - draft.weight_bytes - 2 * GiB
+    assert cost.kv_capacity_blocks(layout="vllm_v0") == int(free_driver // (16 * (81_920 + 32_768)))
+    alone = cost.kv_capacity_blocks(draft_resident=False)
+    assert cost.kv_capacity_blocks(layout="vllm_v0") / alone == pytest.approx(0.670, abs=0.002)  # the figure
+    assert cost.kv_capacity_blocks(layout="spread") / alone == pytest.approx(0.895, abs=0.002)
+    one = CostModel(load_hardware("h100-80g"), load_model("llama2-7b"), tp=1, draft=load_model("llama-160m"))
+    assert one.kv_capacity_blocks(layout="vllm_v0") == one.kv_capacity_blocks(layout="spread")  # same at TP 1

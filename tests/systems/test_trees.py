@@ -11,15 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repro.oracle import TokenOracle
-from repro.plan import CandidateTree
+from repro.plan import CandidateTree, TreeSpec
 from systems.trees import (
     Ranked,
     depth_width,
-    expansion_width,
     is_closed,
     rank_nodes,
     select_equal,
-    select_expansion,
     select_global,
     select_slo_customized,
     slo_targets,
@@ -112,37 +110,54 @@ def test_equal_split() -> None:
 
 # --- SpecInfer's fixed expansion --------------------------------------------------------------------------------
 
-def full_expansion_tree() -> CandidateTree:
-    """Depth 8, width 3, laid out so the ⟨1,1,3,1,…⟩ tree is fully present: level 1 and 2 = a node's three ranks,
-    level 3 = the top-1 level-2 node's three children, levels 4–8 = one rank-0 child per node of the level above."""
-    parent = [-1, -1, -1, 0, 0, 0, 3, 3, 3]
-    rank = [0, 1, 2] * 3
-    for level in range(3, 8):
-        first = 3 * (level - 1)
-        parent += [first, first + 1, first + 2]
-        rank += [0, 0, 0]
-    return tree(0, parent, [0.5] * len(parent), rank)
+@pytest.mark.parametrize(
+    ("expansion", "per_depth"),
+    [
+        ((1, 1, 3, 1, 1, 1, 1, 1), [1, 1, 3, 3, 3, 3, 3, 3]),  # SpecInfer's default: 20 nodes
+        ((2, 2), [2, 4]),
+        ((3, 1, 2), [3, 3, 6]),
+        ((1,), [1]),
+    ],
+)
+def test_expansion_gives_every_node_its_own_top_k(expansion: tuple[int, ...], per_depth: list[int]) -> None:
+    oracle = TokenOracle(0, np.full(8, "x", dtype=object), {"x": 0.6}, width=16)
+    for cand in oracle.expansion_batch(np.arange(8), np.arange(8) * 11, expansion):
+        assert np.bincount(cand.depth, minlength=len(expansion) + 1)[1:].tolist() == per_depth
+        assert cand.size == sum(per_depth) and is_closed(cand, np.arange(cand.size))
+        for node in range(cand.size):  # each parent's children are exactly its ranks 0..k-1
+            kids = np.flatnonzero(cand.parent == node)
+            if kids.size:
+                assert sorted(cand.rank[kids].tolist()) == list(range(expansion[int(cand.depth[node])]))
+        parent_pp = np.where(cand.parent >= 0, cand.path_prob[np.maximum(cand.parent, 0)], 1.0)
+        assert np.allclose(cand.path_prob, parent_pp * cand.prob)  # f(v) = f(parent) · p(v)
+        assert cand.draft_depth == len(expansion) and cand.draft_width == max(per_depth)
 
 
-def test_specinfer_expansion_shape() -> None:
-    exp = (1, 1, 3, 1, 1, 1, 1, 1)
-    assert expansion_width(exp) == 3
-    cand = full_expansion_tree()
-    nodes = select_expansion(cand, exp)
-    assert np.bincount(cand.depth[nodes], minlength=9)[1:].tolist() == [1, 1, 3, 3, 3, 3, 3, 3]
-    assert nodes.size == 20 and is_closed(cand, nodes)
-    assert (cand.rank[nodes[cand.depth[nodes] <= 2]] == 0).all()
-
-
-def test_specinfer_expansion_on_drafter_beams() -> None:
-    oracle = TokenOracle(0, np.full(16, "x", dtype=object), {"x": 0.6})
-    cands = oracle.candidates_batch(np.arange(16), np.arange(16) * 7, 8, 3)
+def test_expansion_accepts_along_the_true_ranks() -> None:
+    # The oracle's verdict on a full expansion tree is the longest root path following the true ranks: with
+    # ⟨1,1,3,1,...⟩ that is the true top-1 chain through depth 2, then one of three rank branches at depth 3.
+    oracle = TokenOracle(0, np.full(64, "x", dtype=object), {"x": 0.6}, width=16)
+    cands = oracle.expansion_batch(np.arange(64), np.zeros(64, dtype=np.int64), (1, 1, 3, 1, 1, 1, 1, 1))
+    stream = oracle._stream("draft")
     for cand in cands:
-        nodes = select_expansion(cand, (1, 1, 3, 1, 1, 1, 1, 1))
-        per_depth = np.bincount(cand.depth[nodes], minlength=9)[1:]
-        assert is_closed(cand, nodes)
-        assert per_depth[0] == 1 and (per_depth[:2] <= 1).all() and (per_depth <= 3).all()
-        assert (np.diff(per_depth[2:]) <= 0).all()  # after the fan-out, chains only continue or stop
+        truth = stream.true_ranks(np.array(cand.rid), np.arange(8))
+        expected = 0
+        for d in range(8):
+            allowed = 3 if d == 2 else 1  # ranks the expansion holds at this depth, on the true path
+            if truth[d] >= allowed:
+                break
+            expected = d + 1
+        got = oracle.accept_tree(TreeSpec(cand, np.arange(cand.size)))
+        assert got == expected, (cand.rid, truth.tolist())
+
+
+def test_expansion_matches_the_beam_on_shared_nodes() -> None:
+    # common random numbers: the expansion's depth-1..2 top-1 path has the beam's path probabilities
+    oracle = TokenOracle(1, np.full(4, "x", dtype=object), {"x": 0.6}, width=16)
+    exp = oracle.expansion_batch(np.arange(4), np.arange(4), (1, 1, 3))
+    beam = oracle.candidates_batch(np.arange(4), np.arange(4), 3, 3)
+    for e, b in zip(exp, beam, strict=True):
+        assert e.path_prob[0] == pytest.approx(b.path_prob[0]) and e.path_prob[1] == pytest.approx(b.path_prob[3])
 
 
 # --- invariants on random candidate trees -----------------------------------------------------------------------
