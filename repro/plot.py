@@ -29,8 +29,8 @@ from repro import claims, datasources, plots
 from repro.errors import ReproError
 
 CALIBRATION_COLS = (
-    "table", "x_name", "x", "measured_ms", "modelled_ms", "rel_err", "tolerance", "within_tol", "checked",
-    "note",
+    "table", "x_name", "x", "measured_ms", "modelled_ms", "error_of", "rel_err", "tolerance", "within_tol", "checked",
+    "band", "note",
 )  # fmt: skip
 
 
@@ -163,10 +163,15 @@ def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.Da
         rel_err=(points["rel_err"] * 100).round(1), tolerance=(points["tolerance"] * 100).round(1),
         within_tol=within.map({True: "yes", False: "no"}),
     )  # fmt: skip
+    if {"band_lo", "band_hi"} <= set(points.columns):  # an unreproducible row's stated error band, in %
+        shown["band"] = [f"{100 * lo:+.0f} to {100 * hi:+.0f}" if pd.notna(lo) else ""
+                         for lo, hi in zip(points["band_lo"], points["band_hi"], strict=True)]
     cols = [c for c in CALIBRATION_COLS if c in shown.columns]
     text = (
         f"# calibration: {_exp(manifest).get('title', 'cost model vs published measurements')}\n\n"
-        f"{int(within.sum())} of {len(points)} rows within tolerance (rel_err and tolerance in %).\n\n"
+        f"{int(within.sum())} of {len(points)} rows within tolerance (rel_err and tolerance in %; a ratio of two "
+        "passes is judged on its excess over 1, error_of 'ratio - 1'; an unchecked row, which no consistent model "
+        "reproduces, states the error band it is held to).\n\n"
         + markdown_table(shown[cols], index=False)
     )
     (out_dir / "summary.md").write_text(text)

@@ -12,7 +12,9 @@ paper leaves
 the setup open (context length, batch size), the row's ``note`` states the choice made here. Rows whose
 published
 number cannot be reproduced by any consistent model carry ``checked=False`` and say why in the note; the tests
-expect those to fail and report them.
+expect those to fail (strictly: a row that starts to pass must be marked checked) and hold each to the error
+band it states, so a change that moves it shows. A ratio of two passes (verify / decode) is judged on its excess
+over 1: a modelled 1.03 against a measured 1.06 misses half the extra cost (−50 %), not 3 %.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class _Row:
     kind: str
     note: str
     checked: bool = True
+    ratio: bool = False  # a ratio of two passes: the error is on its excess over 1 (ratio − 1)
+    band: tuple[float, float] | None = None  # an unchecked row's stated error band (lo, hi), monitored by the tests
 
 
 @cache
@@ -120,8 +124,12 @@ def _anchor_rows() -> list[_Row]:
         note: str,
         checked: bool = True,
         tol: float = ANCHOR_TOL,
+        ratio: bool = False,
+        band: tuple[float, float] | None = None,
     ) -> None:
-        rows.append(_Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked))
+        if checked == (band is not None):
+            raise ValueError(f"{table}: an unchecked row states its error band, a checked row has none")
+        rows.append(_Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked, ratio, band))
 
     # AdaServe §6.1: incremental decoding, batch 8, input 32, output 128, Llama-2-7b-chat, A100.
     a100 = _cm("a100-80g", "llama2-7b", draft="llama-160m")
@@ -155,6 +163,20 @@ def _anchor_rows() -> list[_Row]:
         1e3 * (d + v),
         f"2 Llama-160M draft passes + verify of 150 tokens, context {ctx}",
     )
+    plain = _decode_s(h100, 50, ctx)
+    add(
+        "TurboSpec Fig. 2 k=2 step / plain step (H100)",
+        "batch",
+        50,
+        12.6 / 7.4,
+        (d + v) / plain,
+        "ratio of the two rows above; error on the excess (ratio − 1). The model's verify pass of 3 tokens per "
+        "sequence costs about what a decode pass does (multi-query scoring, CUDA graphs); vLLM v0 scored by batch "
+        "expansion, eagerly (CALIBRATION.md), which the cost model does not charge yet",
+        checked=False,
+        ratio=True,
+        band=(-0.50, -0.25),
+    )
 
     # TurboSpec §7.1: EAGLE proposing 3 tokens vs one LLaMA-3-8B forward on H100; PLD ≈ 5 %.
     e8 = _cm("h100-80g", "llama3-8b")
@@ -175,6 +197,7 @@ def _anchor_rows() -> list[_Row]:
         "17.7 % needs "
         "batch ≥ 64 with ≥ 2K context (or a pruned draft vocabulary)",
         checked=False,
+        band=(0.95, 1.45),
     )
     add(
         "TurboSpec §7.1 PLD / forward (H100, Llama-3-8B)",
@@ -203,13 +226,13 @@ def _anchor_rows() -> list[_Row]:
 
     # Nightjar Table 3: c_prefill = draft prefill of batch × input tokens, 0.5B draft on RTX 4090.
     nj = _cm("rtx4090", "qwen2.5-7b", draft="qwen2.5-0.5b")
-    for (inp, batch), ms in {
-        (128, 32): 17.87,
-        (128, 64): 28.53,
-        (256, 32): 20.65,
-        (256, 64): 22.33,
-        (512, 32): 24.30,
-        (512, 64): 102.03,
+    for (inp, batch), (ms, band) in {
+        (128, 32): (17.87, (0.40, 0.70)),
+        (128, 64): (28.53, (0.70, 1.05)),
+        (256, 32): (20.65, (1.35, 1.85)),
+        (256, 64): (22.33, (3.20, 4.30)),
+        (512, 32): (24.30, (2.90, 3.90)),
+        (512, 64): (102.03, (0.90, 1.25)),
     }.items():
         n = inp * batch
         modelled = 1e3 * nj.forward_s(n, batch, 0.0, batch * inp * (inp + 1) / 2, batch, False, "draft")
@@ -224,6 +247,7 @@ def _anchor_rows() -> list[_Row]:
             "counts give 28.5 vs 20.7 ms and 22.3 vs 24.3 ms; the measured difference T_SD − T_base is not a "
             "plain draft prefill",
             checked=False,
+            band=band,
         )
 
     # Nightjar Table 1: KV cache per 1K tokens of context.
@@ -242,6 +266,21 @@ def _anchor_rows() -> list[_Row]:
     # LAPS-SD §3 Figure 2: switching a 500-output-token request costs 14.21 % of its inference time (L20).
     rows.append(_laps_row())
 
+    # vLLM PR #5691 (CALIBRATION.md): scoring time of Llama-7B on one A100, CUDA graphs, k = 5 proposals per sequence,
+    # with the multi-query scorer and with batch expansion. Context not stated: 256 tokens, as below.
+    a100_7b = _cm("a100-80g", "llama2-7b")
+    # (batch, MQA ms, batch-expansion ms, the batch-expansion row's stated error band)
+    for batch, mqa, bex, band in ((4, 13.7, 15.4, (-0.35, -0.15)), (8, 14.8, 17.7, (-0.40, -0.20)),
+                                  (16, 18.4, 23.9, (-0.47, -0.27)), (32, 25.5, 36.4, (-0.50, -0.30)),
+                                  (64, 35.1, 54.5, (-0.42, -0.22)), (128, 70.9, 96.2, (-0.37, -0.17))):
+        verify = 1e3 * _decode_s(a100_7b, batch, 256, new=6)
+        add("vLLM #5691 MQA scorer, k=5 (A100, Llama-7B)", "batch", batch, mqa, verify,
+            "one verify pass of 6 tokens per sequence, context 256 (not stated), CUDA graphs")
+        add("vLLM #5691 batch-expansion scorer, k=5 (A100, Llama-7B)", "batch", batch, bex, verify,
+            "modelled as the multi-query pass: the cost model does not charge batch expansion (b·(k + 1) "
+            "single-query sequences, each reading its whole context) yet, so it misses the scorer's extra cost",
+            checked=False, band=band)
+
     # CALIBRATION.md consequences for verification cost (whole pass, context 256, same launch mode).
     for hw, name in (("a100-80g", "A100"), ("h100-80g", "H100")):
         cm = _cm(hw, "llama2-7b")
@@ -252,7 +291,12 @@ def _anchor_rows() -> list[_Row]:
             40,
             1.06,
             _decode_s(cm, 8, 256, new=5) / base8,
-            "ratio (context 256); claim: within 5–7 %",
+            "ratio (context 256), error on its excess (ratio − 1); claim: within 5–7 %. The model's extra 4 "
+            "tokens per sequence cost only their share of the flat linear layers: verification is too cheap "
+            "beside decoding (the scoring kernels' own cost is not charged yet)",
+            checked=False,
+            ratio=True,
+            band=(-0.60, -0.25) if name == "A100" else (-0.80, -0.45),
         )
         base32 = _decode_s(cm, 32, 256)
         ratio = _decode_s(cm, 32, 256, new=5) / base32
@@ -264,13 +308,15 @@ def _anchor_rows() -> list[_Row]:
             160,
             claim,
             ratio,
-            f"ratio (context 256); the linear-layer fit alone gives {lin:.2f}"
+            f"ratio (context 256), error on its excess (ratio − 1); the linear-layer fit alone gives {lin:.2f}"
             + (
                 " and Vidur's own table interpolates to 1.48: the 1.9x claim contradicts the table"
                 if name == "A100"
-                else ""
+                else ": verification is too cheap beside decoding (the scoring kernels' own cost is not charged yet)"
             ),
-            checked=name != "A100",
+            checked=False,
+            ratio=True,
+            band=(-0.80, -0.50) if name == "A100" else (-0.75, -0.40),
         )
     return rows
 
@@ -307,6 +353,7 @@ def _laps_row() -> _Row:
         f"percent; setup unstated (number of switches): one KV swap out+in per step gives {pct:.0f} %, "
         f"so 14.21 % means about one switch every {pct / 14.21:.1f} steps",
         checked=False,
+        band=(3.0, 4.0),
     )
 
 
@@ -324,9 +371,15 @@ def calibration_table() -> pd.DataFrame:
             "kind": [r.kind for r in rows],
             "checked": [r.checked for r in rows],
             "note": [r.note for r in rows],
+            "error_of": ["ratio - 1" if r.ratio else "value" for r in rows],
+            "band_lo": [r.band[0] if r.band else float("nan") for r in rows],
+            "band_hi": [r.band[1] if r.band else float("nan") for r in rows],
         }
     )
-    df["rel_err"] = df["modelled_ms"] / df["measured_ms"] - 1.0
+    ratio = df["error_of"] == "ratio - 1"
+    # a ratio's error is on its excess over 1: 1.03 against a measured 1.06 is half the measured extra cost
+    df["rel_err"] = (df["modelled_ms"] / df["measured_ms"] - 1.0).where(
+        ~ratio, (df["modelled_ms"] - 1.0) / (df["measured_ms"] - 1.0) - 1.0)
     df["within_tol"] = df["rel_err"].abs() <= df["tolerance"]
     return df
 

@@ -258,3 +258,41 @@ def test_vllm_v0_kv_split_at_tp4() -> None:
     assert cost.kv_capacity_blocks(layout="spread") / alone == pytest.approx(0.895, abs=0.002)
     one = CostModel(load_hardware("h100-80g"), load_model("llama2-7b"), tp=1, draft=load_model("llama-160m"))
     assert one.kv_capacity_blocks(layout="vllm_v0") == one.kv_capacity_blocks(layout="spread")  # same at TP 1
+
+
+# Hand-computed passes, Llama-2-7B on one A100-80G (conf/hardware/a100-80g.yaml: 312 TFLOP/s dense fp16, 2039 GB/s,
+# compute efficiency 0.65, KV-read efficiency 0.5; overheads 126 us per pass, 60 / 32 us per layer eager / CUDA
+# graphs, 4.4 us per sequence). Each fails when its term is dropped or scaled (x0, x3), or charged per the wrong unit.
+A100_FLOPS, A100_BW = 312e12 * 0.65, 2039e9 * 0.5
+L, H, HD = 32, 32, 128  # Llama-2-7B: layers, heads, head dim (MHA: KV heads = heads)
+
+
+def test_prefill_attention_by_hand() -> None:
+    # one 512-token prompt, nothing cached: 512 · 513 / 2 causal pairs, 4 · L · H · hd FLOPs each (QKᵀ and PV)
+    pairs = 512 * 513 / 2
+    got = cm().forward(ForwardShape(512, 1, prefill_attn_pairs=pairs, lm_head_tokens=1)).attention_s
+    assert got == pytest.approx(4 * L * H * HD * pairs / A100_FLOPS, rel=1e-9)  # ≈ 0.56 ms
+
+
+def test_decode_attention_reads_every_cached_token_once_by_hand() -> None:
+    # 8 sequences of 300 tokens of context: 2400 tokens · 2 (K, V) · L · H · hd · 2 bytes = 2400 · 0.5 MiB
+    got = cm().forward(ForwardShape(8, 8, kv_read_tokens=8 * 300, decode_only=True)).attention_s
+    assert got == pytest.approx(8 * 300 * 2 * L * H * HD * 2 / A100_BW, rel=1e-9)  # ≈ 1.23 ms
+
+
+@pytest.mark.parametrize(("seqs", "decode_only", "per_layer_s"), [(1, True, 32e-6), (8, True, 32e-6),
+                                                                  (8, False, 60e-6), (64, False, 60e-6)])
+def test_fixed_overheads_by_hand(seqs: int, decode_only: bool, per_layer_s: float) -> None:
+    # per pass + per layer (eager launches, or CUDA-graph replay for decode-only passes) + per sequence
+    got = cm().forward(ForwardShape(seqs, seqs, decode_only=decode_only)).overhead_s
+    assert got == pytest.approx(126e-6 + L * per_layer_s + seqs * 4.4e-6, rel=1e-9)
+
+
+def test_kv_capacity_with_a_resident_draft_by_hand() -> None:
+    # 80 GiB · 0.9 − target weights − draft weights − 2 GiB reserve, in blocks of 16 tokens of target + draft KV:
+    # Llama-2-7B 2 · 32 · 32 · 128 · 2 = 524,288 bytes per token, Llama-160M 2 · 12 · 12 · 64 · 2 = 36,864
+    m = cm(draft="llama-160m")
+    free = 80 * 2**30 * 0.9 - 13_476_298_752 - 324_796_416 - 2 * 2**30
+    assert m.kv_capacity_blocks() == int(free // (16 * (524_288 + 36_864)))
+    # without the draft's KV per token the pool would hold 7 % more blocks: the draft's KV is charged
+    assert m.kv_capacity_blocks() < int(free // (16 * 524_288))
