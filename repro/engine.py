@@ -11,14 +11,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.cost.model import ForwardShape, Which
-from repro.plan import StepPlan, StepResult, TreeSpec
+from repro.cost.model import ForwardShape
+from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, verify_shape
+from repro.kv import KvPool
+from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.state import RequestState, Status, View
 
 if TYPE_CHECKING:
@@ -31,20 +32,8 @@ _RUNNING, _WAITING, _SWAPPED, _FINISHED = int(Status.RUNNING), int(Status.WAITIN
     Status.FINISHED)
 
 
-class PlanError(AssertionError):
-    """A policy returned a plan that breaks the engine's invariants (a bug in the policy)."""
-
-
 class SimulationError(RuntimeError):
     """The simulation cannot continue (e.g. the policy idles while requests wait and nothing else will happen)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DraftServer:
-    """A remote draft server (GoodSpeed): the draft model on its own GPU, reached over a network."""
-
-    cost: CostModel  # cost model whose ``draft`` runs on the server's hardware
-    rtt_s: float
 
 
 @dataclass(slots=True)
@@ -90,17 +79,16 @@ class Replica:
         self.s = state
         self.cost = cost
         self.oracle = oracle
-        self.bs = block_size
         self.draft_servers = draft_servers
+        self.coster = StepCoster(state, cost, draft_servers)
         self.record_steps = record_steps
         self.steps: list[StepRecord] = []
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
-        self.total_blocks = cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=block_size,
-                                                    layout=policy.draft_kv_layout)
-        if self.total_blocks <= 0:
+        self.kv = KvPool(state, cost, block_size=block_size, layout=policy.draft_kv_layout,
+                         draft_resident=self.draft_resident)
+        if self.kv.total <= 0:
             raise SimulationError(
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
-        self.used_blocks = 0
         self._schedule_wall_s = 0.0
         self._mark = np.zeros(state.n, dtype=np.int64)
         self._arange = np.arange(1024)
@@ -110,11 +98,23 @@ class Replica:
                          drafter=drafter, replica=index)
         self._sync_view()
 
+    @property
+    def total_blocks(self) -> int:
+        return self.kv.total
+
+    @total_blocks.setter
+    def total_blocks(self, blocks: int) -> None:
+        self.kv.total = blocks
+
+    @property
+    def used_blocks(self) -> int:
+        return self.kv.used
+
     # ---------------------------------------------------------------------------------------------------------
     def _sync_view(self) -> None:
         v = self.view
-        v.free_blocks = self.total_blocks - self.used_blocks
-        v.total_blocks = self.total_blocks
+        v.free_blocks = self.kv.free
+        v.total_blocks = self.kv.total
         v.draft_resident = self.draft_resident
         v._touch()
 
@@ -155,9 +155,9 @@ class Replica:
         dec = self._begin_decode(plan)
         # time: drafting, then one target forward over every scheduled token
         drafting = bool(dec.drafted.any()) or plan.draft_sync
-        draft_s = self._draft_time(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens) \
-            if drafting else 0.0
-        shape = _verify_shape(pre, dec)
+        draft_s = self.coster.draft_s(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens,
+                                      draft_resident=self.draft_resident) if drafting else 0.0
+        shape = verify_shape(pre, dec)
         verify_s = self.cost.forward_s(*shape) if shape[1] else 0.0
         end_at = now + memory_s + draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
@@ -167,8 +167,7 @@ class Replica:
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
             self._finish(fin, end_at)
-        if self.used_blocks > self.total_blocks or self.used_blocks < 0:
-            raise PlanError(f"KV blocks used {self.used_blocks} outside [0, {self.total_blocks}]")
+        self.kv.check()
         if self.record_steps:
             overhead_s = self.cost.forward(ForwardShape(*shape)).overhead_s if shape[1] else 0.0
             self.steps.append(StepRecord(
@@ -181,11 +180,11 @@ class Replica:
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=shape[0])
 
-    def _begin_prefill(self, plan: StepPlan) -> _Prefill:
+    def _begin_prefill(self, plan: StepPlan) -> PrefillBatch:
         """Admit and check the prefill chunks; allocate their KV."""
         s, pids, ptok = self.s, plan.prefill_ids, plan.prefill_tokens
         if pids.size == 0:
-            return _Prefill(pids, ptok, 0.0, _NO_BOOL)
+            return PrefillBatch(pids, ptok, 0.0, _NO_BOOL)
         if ptok.shape != pids.shape or (ptok <= 0).any():
             raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
         st = s.status[pids]
@@ -200,16 +199,16 @@ class Replica:
         ntok = s.prompt_len[pids] + s.num_generated[pids]
         if (pc + ptok > ntok).any():
             raise PlanError("a prefill chunk goes past the request's tokens")
-        self._allocate(pids, pc + ptok)
-        return _Prefill(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok)
+        self.kv.allocate(pids, pc + ptok)
+        return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok)
 
-    def _begin_decode(self, plan: StepPlan) -> _Decode:
+    def _begin_decode(self, plan: StepPlan) -> DecodeBatch:
         """Check the decoding requests and their speculation; allocate KV for 1 + speculated tokens each."""
         s, dids = self.s, plan.decode_ids
         trees = plan.trees or {}
         n = int(dids.size)
         if n == 0:
-            return _Decode(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
+            return DecodeBatch(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
         gen = s.num_generated[dids]
         dc = s.num_computed[dids]
         if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
@@ -239,10 +238,10 @@ class Replica:
                     _check_tree(t, rid, int(gen[i]))
                     k[i] = t.num_nodes
                     drafted[i] = t.cand.draft_depth > 0
-        self._allocate(dids, dc + k + 1)
-        return _Decode(dids, gen, dc, k, drafted, trees, pld)
+        self.kv.allocate(dids, dc + k + 1)
+        return DecodeBatch(dids, gen, dc, k, drafted, trees, pld)
 
-    def _accept(self, plan: StepPlan, dec: _Decode) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _accept(self, plan: StepPlan, dec: DecodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draft tokens scored, accepted (the leading ones) and matched (every position whose token is the
         target's; for a tree, the accepted path) per decoding request, from the oracle (chains batched)."""
         if dec.pld is not None:  # decided before the step (see _begin_decode)
@@ -268,7 +267,7 @@ class Replica:
             raise PlanError("oracle accepted more tokens than proposed")
         return proposed, accepted, matched
 
-    def _apply_decode(self, plan: StepPlan, dec: _Decode, proposed: np.ndarray, accepted: np.ndarray,
+    def _apply_decode(self, plan: StepPlan, dec: DecodeBatch, proposed: np.ndarray, accepted: np.ndarray,
                       matched: np.ndarray, start_at: float, end_at: float) -> tuple[np.ndarray, np.ndarray]:
         """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
         emitted and the requests that finished."""
@@ -281,7 +280,7 @@ class Replica:
         s.num_generated[dids] = gen + emitted
         new_computed = dec.ctx + emitted
         s.num_computed[dids] = new_computed
-        self._release_to(dids, new_computed)  # rejected speculation frees its KV slots
+        self.kv.shrink_to(dids, new_computed)  # rejected speculation frees its KV slots
         if plan.proposer == "draft":
             sync = dec.drafted | plan.draft_sync
             s.num_draft_computed[dids[sync]] = new_computed[sync]
@@ -299,7 +298,7 @@ class Replica:
             s.first_token_at[dids[fresh]] = end_at
         return emitted, dids[emitted == remaining]
 
-    def _apply_prefill(self, plan: StepPlan, pre: _Prefill, end_at: float) -> np.ndarray:
+    def _apply_prefill(self, plan: StepPlan, pre: PrefillBatch, end_at: float) -> np.ndarray:
         """Advance the prefill chunks; a chunk that completes its request's tokens samples one token. Returns the
         requests that finished."""
         s, pids = self.s, pre.ids
@@ -328,29 +327,11 @@ class Replica:
         if (self._mark[both] != pos).any():
             raise PlanError("a request appears twice in one step")
 
-    # --- KV blocks -----------------------------------------------------------------------------------------------
-    def _allocate(self, rids: np.ndarray, tokens: np.ndarray) -> None:
-        """Grow the requests' KV to hold ``tokens`` tokens each."""
-        cur = self.s.kv_blocks[rids]
-        need = np.maximum((tokens + (self.bs - 1)) // self.bs, cur)
-        self.s.kv_blocks[rids] = need
-        self.used_blocks += int(need.sum() - cur.sum())
-        if self.used_blocks > self.total_blocks:
-            raise PlanError(
-                f"out of KV blocks: the plan needs {self.used_blocks} of {self.total_blocks} (preempt first)")
-
-    def _release_to(self, rids: np.ndarray, tokens: np.ndarray) -> None:
-        """Shrink the requests' KV to ``tokens`` tokens each (rejected speculation frees its slots)."""
-        need = (tokens + (self.bs - 1)) // self.bs
-        self.used_blocks -= int(self.s.kv_blocks[rids].sum() - need.sum())
-        self.s.kv_blocks[rids] = need
-
     def _finish(self, rids: np.ndarray, at: float) -> None:
         s = self.s
         s.status[rids] = _FINISHED
         s.finish_at[rids] = at
-        self.used_blocks -= int(s.kv_blocks[rids].sum())
-        s.kv_blocks[rids] = 0
+        self.kv.release(rids)
         gone = set(rids.tolist())
         s.running = [r for r in s.running if r not in gone]
         for rid in gone:
@@ -367,8 +348,7 @@ class Replica:
         gone = set(ids_.tolist())
         s.running = [r for r in s.running if r not in gone]
         s.num_preemptions[ids_] += 1
-        self.used_blocks -= int(s.kv_blocks[ids_].sum())
-        s.kv_blocks[ids_] = 0
+        self.kv.release(ids_)
         if plan.preempt_mode == "swap":
             s.status[ids_] = _SWAPPED
             s.swapped.extend(ids_.tolist())
@@ -390,7 +370,7 @@ class Replica:
         s.swapped = [r for r in s.swapped if r not in back]
         s.running.extend(ids_.tolist())
         s.status[ids_] = _RUNNING
-        self._allocate(ids_, s.num_computed[ids_])
+        self.kv.allocate(ids_, s.num_computed[ids_])
         return self.cost.swap_s(int(s.num_computed[ids_].sum()))
 
     def _memory_actions(self, plan: StepPlan) -> float:
@@ -409,147 +389,11 @@ class Replica:
                 raise PlanError("reloading a draft model that is resident (or not configured)")
             t += self.cost.draft_transfer_s()
             self.draft_resident = True
-        cap = self.cost.kv_capacity_blocks(draft_resident=self.draft_resident, block_size=self.bs,
-                                           layout=self.policy.draft_kv_layout)
-        target = cap if mem.kv_pool_blocks is None else int(mem.kv_pool_blocks)
-        if target > cap or target < self.used_blocks:
-            raise PlanError(f"KV pool of {target} blocks outside [{self.used_blocks} used, {cap} capacity]")
-        self.total_blocks = target
+        self.kv.resize(mem.kv_pool_blocks, self.draft_resident)
         return t
-
-    # --- drafting cost -----------------------------------------------------------------------------------------
-    def _draft_time(self, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray, spec: np.ndarray,
-                    trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
-        if plan.proposer == "pld":
-            return self.cost.pld_s(int(spec.sum()))  # the lookup runs for every request asked, matched or not
-        which: Which = "eagle" if plan.proposer == "eagle" else "draft"
-        if which == "draft" and not self.draft_resident and plan.draft_server is None:
-            raise PlanError("speculating with a draft model that is not resident")
-        servers = plan.draft_server
-        rounds = self.cost.spec_round_s() if spec.any() else 0.0  # proposer bookkeeping, once per step
-        if servers is None or not self.draft_servers:
-            return rounds + self._draft_pass(self.cost, which, plan, dids, dc, k, spec, trees, pids, ptok)
-        servers = np.asarray(servers, dtype=np.int64)
-        t = 0.0
-        for srv in np.unique(servers[spec]).tolist():
-            mask = spec & (servers == srv)
-            if srv < 0:
-                t = max(t, self._draft_pass(self.cost, which, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
-            else:
-                ds = self.draft_servers[srv]
-                t = max(t, ds.rtt_s + self._draft_pass(ds.cost, which, plan, dids, dc, k, mask, trees, pids[:0],
-                                                      ptok[:0]))
-        return rounds + t
-
-    def _draft_pass(self, cost: CostModel, which: Which, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
-                    k: np.ndarray, spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
-        """Draft steps for the speculating requests: step 1 processes each request's catch-up tokens (its last token,
-        plus whatever the draft's KV misses), steps 2..D one token per chain or ``w`` per beam."""
-        s = self.s
-        n = int(np.count_nonzero(spec))
-        if n == dids.size:
-            sid, c, depth = dids, dc, k
-        else:
-            sid, c, depth = dids[spec], dc[spec], k[spec]
-        csum = float(c.sum())
-        width: np.ndarray | None = None
-        if trees:
-            depth = depth.copy()
-            width = np.ones_like(depth)
-            for i, rid in enumerate(sid.tolist()):
-                t = trees.get(rid)
-                if t is not None:
-                    depth[i] = t.cand.draft_depth
-                    width[i] = t.cand.draft_width
-        tok1, pairs = n, 0.0
-        if which == "draft" and n:
-            have = s.num_draft_computed[sid]
-            lag = c - have  # tokens the draft's cache misses besides the last one
-            missing = int(lag.sum())
-            if missing:
-                tok1 += missing
-                catch = lag + 1
-                pairs = float((catch * (have + (catch + 1) / 2.0)).sum())
-        seq1, kv1 = n, csum + n
-        if plan.draft_sync and which == "draft":  # keep the draft's KV in sync over the rest of the step
-            rest = ~spec
-            n_rest = dids.size - n
-            tok1 += n_rest + int(ptok.sum())
-            seq1 += n_rest + int(pids.size)
-            if n_rest:
-                c_rest = dc[rest]
-                kv1 += float(c_rest.sum()) + n_rest
-                have = s.num_draft_computed[dids[rest]]
-                lag = c_rest - have  # what the draft missed while these requests did not speculate
-                if lag.any():
-                    tok1 += int(lag.sum())
-                    pairs += float(((lag + 1) * (have + (lag + 2) / 2.0)).sum())
-            if pids.size:
-                pc = s.num_computed[pids]
-                pairs += float((ptok * (pc + (ptok + 1) / 2.0)).sum())
-        total = 0.0
-        if seq1:
-            total += cost.forward_s(tok1, seq1, kv_read_tokens=kv1, prefill_attn_pairs=pairs,
-                                    lm_head_tokens=seq1, decode_only=pairs == 0.0, which=which)
-        if not n:
-            return total
-        dmax, dmin = int(depth.max()), int(depth.min())
-        if width is None and dmax == dmin:  # every request drafts the same chain: closed form per step
-            for j in range(2, dmax + 1):
-                total += cost.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
-            return total
-        if dmax >= 2:
-            # requests still drafting at step j: depth >= j; reverse cumulative sums over depth
-            n_ge = np.bincount(depth, minlength=dmax + 1)[::-1].cumsum()[::-1]
-            w_ge = n_ge if width is None else np.bincount(depth, weights=width, minlength=dmax + 1)[::-1].cumsum()[::-1]
-            c_ge = np.bincount(depth, weights=c, minlength=dmax + 1)[::-1].cumsum()[::-1]
-            for j in range(2, dmax + 1):
-                nj = int(n_ge[j])
-                if nj == 0:
-                    continue
-                tok = int(w_ge[j])
-                total += cost.forward_s(tok, nj, kv_read_tokens=float(c_ge[j]) + j * nj, lm_head_tokens=tok,
-                                        decode_only=True, which=which)
-        return total
-
 
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
-
-
-@dataclass(frozen=True, slots=True)
-class _Prefill:
-    """The prefill chunks of a step: ids, tokens, causal attention pairs, which chunks complete their request."""
-
-    ids: np.ndarray
-    tokens: np.ndarray
-    pairs: float
-    completes: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
-class _Decode:
-    """The decoding requests of a step: ids, tokens generated and context before the step, speculated tokens
-    (chain k or tree nodes), which requests the proposer drafts for, and their trees."""
-
-    ids: np.ndarray
-    gen: np.ndarray
-    ctx: np.ndarray
-    k: np.ndarray
-    drafted: np.ndarray
-    trees: Mapping[int, TreeSpec]
-    pld: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # prompt lookup's (proposed, accepted, matched), known
-    # before verification
-
-
-def _verify_shape(pre: _Prefill, dec: _Decode) -> tuple[int, int, float, float, int, bool]:
-    """The target forward of a step (ForwardShape's fields): every prefill chunk and 1 + speculation per decode;
-    decode/verify reads each request's KV, prefill pays causal attention, the LM head scores verified tokens and
-    the last token of completed prefills."""
-    dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
-    n_tokens = int(pre.tokens.sum()) + dec_tokens if pre.ids.size else dec_tokens
-    return (n_tokens, int(pre.ids.size + dec.ids.size), float(dec.ctx.sum()) + dec_tokens, pre.pairs,
-            dec_tokens + int(pre.completes.sum()), pre.ids.size == 0)
 
 
 def _check_tree(t: TreeSpec, rid: int, pos: int) -> None:

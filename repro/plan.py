@@ -39,6 +39,10 @@ def ids(values: object = ()) -> np.ndarray:
     return arr.reshape(-1)
 
 
+class PlanError(AssertionError):
+    """A policy returned a plan that breaks the engine's invariants (a bug in the policy)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateTree:
     """Candidate token tree the drafter produced for one request (beam search of ``depth`` × ``width``).
@@ -154,7 +158,6 @@ class StepResult:
     verify_s: float
     memory_s: float
     num_batched_tokens: int
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:

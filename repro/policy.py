@@ -18,23 +18,17 @@ from repro.plan import StepPlan, StepResult
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, DraftKvLayout
-    from repro.cost.spec import HardwareSpec, ModelSpec
     from repro.state import View
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """Static facts about the run a policy may use (no ground truth)."""
+    """Static facts about the run a policy may use (no ground truth): the cost model of its replica's GPUs (its
+    hardware, target, draft and tp are ``cost.hardware``, ``cost.model``, ``cost.draft``, ``cost.tp``), and the
+    run's seeded random stream, for policies that randomize (the same seed gives the same run)."""
 
-    hardware: HardwareSpec
-    model: ModelSpec
-    draft: ModelSpec | None
-    tp: int
     cost: CostModel
     rng: np.random.Generator
-    block_size: int
-    slo_classes: tuple[str, ...] = ()
-    baseline_tpot_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ the simulator from Python::
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from repro.cost.model import CostModel
 from repro.cost.spec import HardwareSpec, ModelSpec
-from repro.engine import DraftServer, Engine, SimOutput, StepRecord
+from repro.cost.step import DraftServer
+from repro.engine import Engine, SimOutput, StepRecord
 from repro.errors import ConfigError
 from repro.policy import Policy, PolicyContext
 
@@ -133,11 +134,10 @@ def build(cfg: DictConfig) -> Built:
                     draft_servers=_draft_servers(cfg), record_steps=bool(cfg.engine.record_steps),
                     max_sim_time_s=cfg.get("max_sim_time_s"))
     rng = np.random.default_rng(ss_policy)
-    bound = [(policy, int(cfg.tp), cost)] if policy.replicas() is None else [(policy, int(cfg.tp), cost)] + [
-        (r.policy, r.cost.tp, r.cost) for r in engine.replicas]
-    for pol, tp, pcost in bound:
-        pol.bind(PolicyContext(hardware=cost.hardware, model=model, draft=cost.draft, tp=tp, cost=pcost, rng=rng,
-                               block_size=block_size, slo_classes=table.classes, baseline_tpot_s=baseline))
+    bound = [(policy, cost)] if policy.replicas() is None else [(policy, cost)] + [
+        (r.policy, r.cost) for r in engine.replicas]
+    for pol, pcost in bound:
+        pol.bind(PolicyContext(cost=pcost, rng=rng))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline)
 
 
@@ -188,7 +188,3 @@ def steps_frame(out: SimOutput) -> pd.DataFrame:
     """One row per step (:class:`repro.engine.StepRecord`)."""
     names = [f.name for f in fields(StepRecord)]
     return pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
-
-
-def to_container(cfg: DictConfig) -> Mapping[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -151,14 +151,6 @@ def tree_specs(ranked: Ranked, counts: np.ndarray) -> dict[int, TreeSpec]:
     return out
 
 
-def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
-    """Every selected node's parent is selected too (or is the root): the engine's connectedness check."""
-    sel = np.zeros(cand.size + 1, dtype=bool)
-    sel[-1] = True
-    sel[nodes] = True
-    return bool(sel[cand.parent[nodes]].all())
-
-
 # --- batch scheduling and cost estimates ------------------------------------------------------------------------
 
 def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: int,

@@ -15,7 +15,7 @@ from repro import runner
 from repro.cost.model import CostModel
 from repro.cost.spec import load_hardware, load_model
 from repro.engine import Engine, SimOutput
-from repro.plan import TreeSpec
+from repro.plan import CandidateTree, TreeSpec
 from repro.policy import Policy, PolicyContext
 
 
@@ -81,8 +81,7 @@ def make_engine(policy: Policy, requests: dict[str, np.ndarray] | None = None, *
     cost_of: Callable[[int], CostModel] = lambda t: make_cost(hardware, model, draft, t)  # noqa: E731
     cost = cost_of(tp)
     for pol in [policy] + [r.policy for r in policy.replicas() or []]:
-        pol.bind(PolicyContext(hardware=cost.hardware, model=cost.model, draft=cost.draft, tp=tp, cost=cost,
-                               rng=np.random.default_rng(0), block_size=16))
+        pol.bind(PolicyContext(cost=cost, rng=np.random.default_rng(0)))
     eng = Engine(policy=policy, make_cost=cost_of, oracle=oracle or FixedOracle(), tp=tp, **reqs, **kw)
     if kv_blocks is not None:
         for r in eng.replicas:
@@ -168,3 +167,11 @@ class QuickRuns:
 @pytest.fixture(scope="session")
 def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> QuickRuns:
     return QuickRuns(tmp_path_factory.mktemp("quick_runs"))
+
+
+def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
+    """Every selected node's parent is selected too (or is the root): what the engine checks of a tree."""
+    sel = np.zeros(cand.size + 1, dtype=bool)
+    sel[-1] = True
+    sel[nodes] = True
+    return bool(sel[cand.parent[nodes]].all())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.engine import PlanError, SimulationError
-from repro.plan import CandidateTree, MemoryAction, StepPlan, TreeSpec, ids
+from repro.engine import SimulationError
+from repro.plan import CandidateTree, MemoryAction, PlanError, StepPlan, TreeSpec, ids
 from repro.policy import Policy, ReplicaSpec
 from repro.state import Status, View
 from systems.static_sd import StaticSD
@@ -258,3 +258,22 @@ def test_draft_sync_replays_what_the_draft_missed() -> None:
     out = run(Scripted(prefill_synced, dec(True), *[dec(False)] * 10, dec(True)), make_requests(4, output_len=40),
               record_steps=True)
     assert out.steps[12].draft_s > out.steps[1].draft_s * 1.3  # step 12 is the second synced decode
+
+
+def test_recompute_preemption_reprefills_prompt_and_generated_tokens() -> None:
+    # prompt 100, 6 output tokens: prefill (token 1), 2 decodes (tokens 2, 3), preempted by recompute (its KV
+    # freed), then re-prefilled: all 103 tokens again, causal pairs 103 · 104 / 2, sampling token 4; 2 decodes finish
+    def decode(v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running)
+
+    pol = Scripted(_prefill_all, decode, decode, StepPlan(preempt_ids=ids([0])), _prefill_all, decode, decode)
+    eng = make_engine(pol, make_requests(1, prompt_len=100, output_len=6), record_steps=True)
+    out = eng.run()
+    cost = make_cost(draft=None)
+    steps = out.steps
+    assert [r.num_batched_tokens for r in steps] == [100, 1, 1, 0, 103, 1, 1]
+    reprefill = cost.forward_s(103, 1, prefill_attn_pairs=103 * 104 / 2, lm_head_tokens=1)
+    assert steps[4].verify_s == pytest.approx(reprefill)
+    assert steps[5].verify_s == pytest.approx(cost.forward_s(1, 1, kv_read_tokens=104, decode_only=True))
+    s = out.state
+    assert s.num_preemptions[0] == 1 and s.num_generated[0] == 6 and s.status[0] == Status.FINISHED

@@ -8,7 +8,7 @@ import pytest
 from repro.plan import StepPlan
 from repro.simulate import build, compose
 from repro.state import Status, View
-from systems.trees import is_closed
+from tests.conftest import is_closed
 
 TREE_SYSTEMS = ["adaserve", "adaserve_pace", "adaserve_recoverable_first", "global_greedy", "equal_greedy",
                 "specinfer"]

@@ -15,7 +15,6 @@ from repro.plan import CandidateTree, TreeSpec
 from systems.trees import (
     Ranked,
     depth_width,
-    is_closed,
     rank_nodes,
     select_equal,
     select_global,
@@ -23,6 +22,7 @@ from systems.trees import (
     slo_targets,
     tree_specs,
 )
+from tests.conftest import is_closed
 
 
 def tree(rid: int, parent: list[int], prob: list[float], rank: list[int] | None = None) -> CandidateTree:
