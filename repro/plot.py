@@ -2,14 +2,11 @@
 
     python -m repro.plot results/NAME [results/OTHER ...]
 
-reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` when present)
-and writes
+reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` when present) and writes
 the figures (PNG + PDF) and ``summary.md`` next to them. The experiment runner calls :func:`render` too.
 
-summary.md holds the experiment's title and description, a run line (points, seeds, quick, code
-version), the table
-behind each figure (mean of y over seeds, x down, hue across) and the "Paper claims" table
-(:mod:`repro.claims`).
+summary.md holds the experiment's title and description, a run line (points, seeds, quick, code version), the table
+behind each figure (mean of y over seeds, x down, hue across) and the "Paper claims" table (:mod:`repro.claims`).
 """
 
 from __future__ import annotations

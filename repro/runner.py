@@ -1,38 +1,29 @@
 """Experiment runner: expand an experiment's grid into points, run them (in parallel), record points.csv.
 
-An experiment (``conf/exp/NAME.yaml``, the ``exp.*`` keys of conf/config.yaml) names systems, a grid and
-seeds.
-Its points are ``seeds × systems × grid`` (cartesian over the grid keys, in their order); ``quick=true`` first
-replaces what ``exp.quick`` says. Each point is a list of Hydra overrides (``system=NAME``, ``seed=S``,
-``rps=2.0``,
-``model@draft=X`` for the ``draft`` group, plus the system entry's own overrides) composed on top of the
-user's
-command-line overrides with Hydra's compose API. Points run through :func:`repro.simulate.run_point` in a
-process
+An experiment (``conf/exp/NAME.yaml``, the ``exp.*`` keys of conf/config.yaml) names systems, a grid and seeds. Its
+points are ``seeds × systems × grid`` (cartesian over the grid keys, in their order); ``quick=true`` first replaces
+what ``exp.quick`` says. Each point is a list of Hydra overrides (``system=NAME``, ``seed=S``, ``rps=2.0``,
+``model@draft=X`` for the ``draft`` group, plus the system entry's own overrides) composed on top of the user's
+command-line overrides with Hydra's compose API. Points run through :func:`repro.simulate.run_point` in a process
 pool (``n_jobs``; 1 = in-process).
 
 Files in the output directory:
 
 ``points.csv``
     One row per point: ``exp, system, seed``, the swept keys by name, the metrics of
-    :data:`repro.metrics.POINT_METRICS` (minus ``sim_time_s``), extra metrics (sorted by name), then
-    ``sim_time_s,
-    wall_s, config_hash, code_version``. Each finished point is appended at once (one write of a full
-    line), so a
-    killed sweep loses only the points in flight; at the end the file is rewritten in grid order. Floats are
-    written with :func:`fmt` (integral values as integers, others with 6 significant digits), so a seed
-    gives a
+    :data:`repro.metrics.POINT_METRICS` (minus ``sim_time_s``), extra metrics (sorted by name), then ``sim_time_s,
+    wall_s, config_hash, code_version``. Each finished point is appended at once (one write of a full line), so a
+    killed sweep loses only the points in flight; at the end the file is rewritten in grid order. Floats are written
+    with :func:`fmt` (integral values as integers, others with 6 significant digits), so a seed gives a
     byte-identical file apart from ``wall_s``.
 ``manifest.json``
     The experiment's resolved config, overrides, git commit, code version, package versions, seeds, grid keys,
     n_jobs, quick, wall time, timestamps and the data-source notes the points reported.
 ``requests.parquet`` / ``steps.parquet``
-    With ``save_requests=true``: every point's per-request table (and step trace, when recorded) with the
-    point's
+    With ``save_requests=true``: every point's per-request table (and step trace, when recorded) with the point's
     keys and ``config_hash`` as extra columns.
 
-``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point of this run and
-computes the
+``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point of this run and computes the
 rest; a plain run truncates points.csv first.
 """
 

@@ -1,20 +1,16 @@
 """Arrival processes: Poisson, Gamma (bursty), piecewise-rate schedules and trace replay with rescaling.
 
-All functions are vectorized, take an explicit ``numpy.random.Generator`` where they are random, and return
-arrival times in seconds from 0, sorted ascending (float64).
+All functions are vectorized, take an explicit ``numpy.random.Generator`` where they are random, and return arrival
+times in seconds from 0, sorted ascending (float64).
 
 - Poisson(rate): i.i.d. exponential inter-arrivals (vLLM ``benchmark_serving --request-rate``).
-- Gamma(rate, cv): i.i.d. Gamma inter-arrivals with shape ``1/cv²`` and mean ``1/rate`` (vLLM's
-  ``--burstiness``
-  is ``1/cv²``); cv = 1 is Poisson, cv > 1 is burstier.
-- Piecewise schedule: a Poisson process whose rate is constant on consecutive segments ``(duration_s, rate)``,
-  e.g. TurboSpec §6 (QPS 1 → 16 → 48 for 40 s each).
-- Trace replay: real timestamps (Azure 2023 conv/code = the SplitWise trace, Mooncake, AdaServe artifact,
-  or any
-  array), optionally restricted to a window ``[start_s, start_s + window_s)`` (Nightjar's dynamic segment
-  of the
-  Azure trace) and rescaled by a constant time factor so that the mean rate hits a target (AdaServe §6.1:
-  "we adjust
+- Gamma(rate, cv): i.i.d. Gamma inter-arrivals with shape ``1/cv²`` and mean ``1/rate`` (vLLM's ``--burstiness`` is
+  ``1/cv²``); cv = 1 is Poisson, cv > 1 is burstier.
+- Piecewise schedule: a Poisson process whose rate is constant on consecutive segments ``(duration_s, rate)``, e.g.
+  TurboSpec §6 (QPS 1 → 16 → 48 for 40 s each).
+- Trace replay: real timestamps (Azure 2023 conv/code = the SplitWise trace, Mooncake, AdaServe artifact, or any
+  array), optionally restricted to a window ``[start_s, start_s + window_s)`` (Nightjar's dynamic segment of the
+  Azure trace) and rescaled by a constant time factor so that the mean rate hits a target (AdaServe §6.1: "we adjust
   the arrival rate"). Rescaling preserves the trace's burst shape (inter-arrival ratios).
 """
 

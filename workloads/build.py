@@ -1,22 +1,20 @@
 """Build a :class:`RequestTable` (arrivals, lengths, datasets, SLO classes) from the ``workload`` config node.
 
-Pipeline, each step with its own generator spawned from the caller's ``SeedSequence`` (arrivals, classes,
-dataset
+Pipeline, each step with its own generator spawned from the caller's ``SeedSequence`` (arrivals, classes, dataset
 choice, lengths), so changing e.g. the class proportions leaves the arrival times unchanged:
 
 1. arrivals (``workloads.arrivals``); trace replay also yields the trace record behind each arrival;
 2. SLO classes: exact counts ``round(p · n)`` (largest remainder), randomly permuted over requests;
-3. dataset per request: the class's own datasets if it has any, else the phase active at the request's arrival
-   time (or index), else the workload's mixture; drawn i.i.d. by weight;
+3. dataset per request: the class's own datasets if it has any, else the phase active at the request's arrival time
+   (or index), else the workload's mixture; drawn i.i.d. by weight;
 4. lengths per dataset: real records (shuffled, cycled when more are needed, like vLLM's sampling without
-   replacement) or the embedded table (``workloads.stats``); missing reference outputs are drawn from the
-   ShareGPT
+   replacement) or the embedded table (``workloads.stats``); missing reference outputs are drawn from the ShareGPT
    output-length table (or fixed by ``output_len``); ``max_model_len`` filters (redraws) or truncates.
 
-Every source used is recorded as a :class:`~workloads.provenance.DataSource` (``RequestTable.provenance``) and
-its note joined into ``RequestTable.source``. A user's trace file (``arrival.trace: trace_file``, read from
-``workload.path``) is replayed like a built-in trace, but never cycled: the first ``num_requests`` records in
-time order, or all of them when it has fewer.
+Every source used is recorded as a :class:`~workloads.provenance.DataSource` (``RequestTable.provenance``) and its
+note joined into ``RequestTable.source``. A user's trace file (``arrival.trace: trace_file``, read from
+``workload.path``) is replayed like a built-in trace, but never cycled: the first ``num_requests`` records in time
+order, or all of them when it has fewer.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Typed schema of the Hydra ``workload`` config node (every key is a constructor argument; unknown keys
-fail).
+"""Typed schema of the Hydra ``workload`` config node (every key is a constructor argument; unknown keys fail).
 
 Example (conf/workload/sharegpt.yaml)::
 

@@ -1,20 +1,14 @@
-"""Every measured number in ``../shared/CALIBRATION.md`` that the cost model should reproduce, next to the
-model.
+"""Every measured number in ``../shared/CALIBRATION.md`` that the cost model should reproduce, next to the model.
 
-``calibration_table()`` returns one tidy row per number: the four Vidur linear-layer profiles
-(``kind="linear"``,
-compared with ``ForwardCost.linear_s`` of a single-sequence pass, tolerance 15 %) and the whole-step
-anchors from
-the seed papers (``kind="anchor"``, tolerance 20 %). Anchors measured on a full serving stack include its
-fixed
-costs, which the model charges through the per-GPU overhead parameters (no per-row correction). Where a
-paper leaves
-the setup open (context length, batch size), the row's ``note`` states the choice made here. Rows whose
-published
+``calibration_table()`` returns one tidy row per number: the four Vidur linear-layer profiles (``kind="linear"``,
+compared with ``ForwardCost.linear_s`` of a single-sequence pass, tolerance 15 %) and the whole-step anchors from
+the seed papers (``kind="anchor"``, tolerance 20 %). Anchors measured on a full serving stack include its fixed
+costs, which the model charges through the per-GPU overhead parameters (no per-row correction). Where a paper leaves
+the setup open (context length, batch size), the row's ``note`` states the choice made here. Rows whose published
 number cannot be reproduced by any consistent model carry ``checked=False`` and say why in the note; the tests
-expect those to fail (strictly: a row that starts to pass must be marked checked) and hold each to the error
-band it states, so a change that moves it shows. A ratio of two passes (verify / decode) is judged on its excess
-over 1: a modelled 1.03 against a measured 1.06 misses half the extra cost (−50 %), not 3 %.
+expect those to fail (strictly: a row that starts to pass must be marked checked) and hold each to the error band it
+states, so a change that moves it shows. A ratio of two passes (verify / decode) is judged on its excess over 1: a
+modelled 1.03 against a measured 1.06 misses half the extra cost (−50 %), not 3 %.
 """
 
 from __future__ import annotations

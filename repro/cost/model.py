@@ -1,30 +1,22 @@
-"""Analytic step-latency model of one forward pass (DESIGN.md, "Cost model"), calibrated in
-``calibration.py``.
+"""Analytic step-latency model of one forward pass (DESIGN.md, "Cost model"), calibrated in ``calibration.py``.
 
 For a pass with N = Σq_i tokens over S sequences on ``tp`` GPUs (all quantities per GPU, i.e. divided by tp):
 
-- **linear layers** (QKV, O, gated MLP): a smooth roofline ``t = (t_mem^p + t_comp^p)^(1/p)`` with
-  ``t_mem = weight bytes / (BW · mem_efficiency)`` and ``t_comp = 2 · P_linear · N / (peak ·
-  compute_efficiency)``.
-  It stays flat while the weights dominate and bends into the compute line around N ≈ the AdaServe budget; the
-  exponent p (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles
-  (CALIBRATION.md tables), one parameter set per GPU.
-- **attention**: decode/verify reads ``kv_read_tokens`` tokens of KV at ``kv_efficiency`` of peak
-bandwidth; prefill
-  chunks cost ``4 · layers · heads · head_dim`` FLOPs per causal query-key pair (QKᵀ and PV) at compute
-  efficiency.
-- **LM head**: the same roofline over ``vocab · hidden`` weights for the scored tokens (prefill: last token
-only).
-- **tensor parallelism**: two ring all-reduces per layer of N · hidden · dtype bytes:
-  ``2 (tp−1)/tp · bytes / interconnect + latency`` each (Megatron-LM, Shoeybi et al. 2019, §3).
-- **fixed costs**: per pass, per layer (eager kernel launches, or the lower CUDA-graph replay cost when the
-pass is
-  decode-only) and per sequence (CPU-side bookkeeping and sampling), as in Vidur (Agrawal et al., MLSys
-  2024) and the
-  vLLM fits quoted in CALIBRATION.md.
+- **linear layers** (QKV, O, gated MLP): a smooth roofline ``t = (t_mem^p + t_comp^p)^(1/p)`` with ``t_mem = weight
+  bytes / (BW · mem_efficiency)`` and ``t_comp = 2 · P_linear · N / (peak · compute_efficiency)``. It stays flat
+  while the weights dominate and bends into the compute line around N ≈ the AdaServe budget; the exponent p
+  (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles (CALIBRATION.md tables),
+  one parameter set per GPU.
+- **attention**: decode/verify reads ``kv_read_tokens`` tokens of KV at ``kv_efficiency`` of peak bandwidth; prefill
+  chunks cost ``4 · layers · heads · head_dim`` FLOPs per causal query-key pair (QKᵀ and PV) at compute efficiency.
+- **LM head**: the same roofline over ``vocab · hidden`` weights for the scored tokens (prefill: last token only).
+- **tensor parallelism**: two ring all-reduces per layer of N · hidden · dtype bytes: ``2 (tp−1)/tp · bytes /
+  interconnect + latency`` each (Megatron-LM, Shoeybi et al. 2019, §3).
+- **fixed costs**: per pass, per layer (eager kernel launches, or the lower CUDA-graph replay cost when the pass is
+  decode-only) and per sequence (CPU-side bookkeeping and sampling), as in Vidur (Agrawal et al., MLSys 2024) and
+  the vLLM fits quoted in CALIBRATION.md.
 
-The draft model is the same formula on the draft architecture (and its own GPU, if given); an EAGLE head is
-one
+The draft model is the same formula on the draft architecture (and its own GPU, if given); an EAGLE head is one
 decoder layer at the target's width plus its fc layer, with the target's LM head, on the target's GPUs.
 ``forward_s`` is the engine's hot path: pure scalar arithmetic over coefficients precomputed in ``__init__``.
 """
