@@ -2,8 +2,9 @@
 
 The loop is a heap of ``(time, priority, seq, kind, index)`` events: request arrivals (routed to a replica) and
 replica steps. A replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, charges its time
-from the cost model (memory actions + drafting + one target forward), asks the token oracle how much speculation is
-accepted, applies the result and tells the policy. Simulated time never moves backwards.
+with :mod:`repro.cost.step` under the run's engine profile (memory actions + drafting + one target forward + the
+host's speculation work), asks the token oracle how much speculation is accepted, applies the result and tells the
+policy. Simulated time never moves backwards.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.cost.model import ForwardShape
-from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, verify_shape
+from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, verify_pass
 from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.state import RequestState, Status, View
@@ -84,7 +84,7 @@ class Replica:
         self.record_steps = record_steps
         self.steps: list[StepRecord] = []
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
-        self.kv = KvPool(state, cost, block_size=block_size, layout=policy.draft_kv_layout,
+        self.kv = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout,
                          draft_resident=self.draft_resident)
         if self.kv.total <= 0:
             raise SimulationError(
@@ -153,12 +153,16 @@ class Replica:
         memory_s = self._memory_actions(plan) + self._preempt(plan) + self._swap_in(plan)
         pre = self._begin_prefill(plan)
         dec = self._begin_decode(plan)
+        if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and dec.k.any():
+            raise PlanError(f"engine {self.cost.engine.name}: a step cannot both prefill and speculate (the engine "
+                            "runs speculation without chunked prefill)")
         # time: drafting, then one target forward over every scheduled token
         drafting = bool(dec.drafted.any()) or plan.draft_sync
         draft_s = self.coster.draft_s(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens,
                                       draft_resident=self.draft_resident) if drafting else 0.0
-        shape = verify_shape(pre, dec)
-        verify_s = self.cost.forward_s(*shape) if shape[1] else 0.0
+        shape, host_s = verify_pass(self.cost.engine, pre, dec)
+        fwd = self.cost.forward(shape) if shape.num_seqs else None
+        verify_s = fwd.total_s + host_s if fwd is not None else 0.0
         end_at = now + memory_s + draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
         proposed, accepted, matched = self._accept(plan, dec)
@@ -169,16 +173,16 @@ class Replica:
             self._finish(fin, end_at)
         self.kv.check()
         if self.record_steps:
-            overhead_s = self.cost.forward(ForwardShape(*shape)).overhead_s if shape[1] else 0.0
+            overhead_s = fwd.overhead_s + host_s if fwd is not None else 0.0
             self.steps.append(StepRecord(
-                now, end_at - now, shape[1], dec.ids.size, pre.ids.size, shape[0],
+                now, end_at - now, pre.ids.size + dec.ids.size, dec.ids.size, pre.ids.size, shape.num_tokens,
                 int(emitted.sum()) + int(pre.completes.sum()), int(proposed.sum()), int(accepted.sum()),
                 int(matched.sum()), draft_s, verify_s, overhead_s, memory_s,
                 float(dec.k.mean()) if dec.ids.size else 0.0, self.index, self._schedule_wall_s))
         return StepResult(
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=memory_s, num_batched_tokens=shape[0])
+            memory_s=memory_s, num_batched_tokens=shape.num_tokens)
 
     def _begin_prefill(self, plan: StepPlan) -> PrefillBatch:
         """Admit and check the prefill chunks; allocate their KV."""
@@ -200,7 +204,8 @@ class Replica:
         if (pc + ptok > ntok).any():
             raise PlanError("a prefill chunk goes past the request's tokens")
         self.kv.allocate(pids, pc + ptok)
-        return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok)
+        return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok,
+                            float(pc.sum()))
 
     def _begin_decode(self, plan: StepPlan) -> DecodeBatch:
         """Check the decoding requests and their speculation; allocate KV for 1 + speculated tokens each."""
@@ -352,7 +357,7 @@ class Replica:
         if plan.preempt_mode == "swap":
             s.status[ids_] = _SWAPPED
             s.swapped.extend(ids_.tolist())
-            return self.cost.swap_s(int(s.num_computed[ids_].sum()))
+            return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
         s.status[ids_] = _WAITING
         s.num_computed[ids_] = 0
         s.num_draft_computed[ids_] = 0
@@ -371,7 +376,11 @@ class Replica:
         s.running.extend(ids_.tolist())
         s.status[ids_] = _RUNNING
         self.kv.allocate(ids_, s.num_computed[ids_])
-        return self.cost.swap_s(int(s.num_computed[ids_].sum()))
+        return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
+
+    def _draft_kv_tokens(self, rids: np.ndarray) -> int:
+        """Tokens of the resident draft model's KV the requests hold (swapped with the target's)."""
+        return int(self.s.num_draft_computed[rids].sum()) if self.draft_resident else 0
 
     def _memory_actions(self, plan: StepPlan) -> float:
         mem = plan.memory

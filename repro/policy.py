@@ -17,14 +17,15 @@ import numpy as np
 from repro.plan import StepPlan, StepResult
 
 if TYPE_CHECKING:
-    from repro.cost.model import CostModel, DraftKvLayout
+    from repro.cost.model import CostModel
     from repro.state import View
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
     """Static facts about the run a policy may use (no ground truth): the cost model of its replica's GPUs (its
-    hardware, target, draft and tp are ``cost.hardware``, ``cost.model``, ``cost.draft``, ``cost.tp``), and the
+    hardware, target, draft, tp and serving engine are ``cost.hardware``, ``cost.model``, ``cost.draft``, ``cost.tp``
+    and ``cost.engine``), and the
     run's seeded random stream, for policies that randomize (the same seed gives the same run)."""
 
     cost: CostModel
@@ -42,13 +43,11 @@ class ReplicaSpec:
 class Policy:
     """A serving system. Subclasses implement :meth:`schedule`; most also :meth:`observe`.
 
-    ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity);
-    ``draft_kv_layout`` how the serving engine the system's paper ran places the draft's weights and KV
-    (:meth:`repro.cost.model.CostModel.kv_capacity_blocks`: ``spread`` over the GPUs, or vLLM v0's ``vllm_v0``).
+    ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity;
+    where they and the draft's KV live is the engine profile's ``draft_kv_layout``, ``conf/engine``).
     """
 
     uses_draft_model: bool = False
-    draft_kv_layout: DraftKvLayout = "spread"
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

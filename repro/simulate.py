@@ -22,8 +22,9 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from repro.cost.model import CostModel
+from repro.cost.serving import EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
-from repro.cost.step import DraftServer
+from repro.cost.step import DraftServer, decode_pass_s
 from repro.engine import Engine, SimOutput, StepRecord
 from repro.errors import ConfigError
 from repro.policy import Policy, PolicyContext
@@ -57,8 +58,7 @@ def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output
     """AdaServe §6.1 "baseline latency": the mean per-iteration latency of incremental decoding (no speculation)
     with ``batch`` requests of ``input_len`` prompt tokens generating ``output_len`` tokens each, from the cost
     model of the same hardware and model (12.5 ms for Llama-2-7B on an A100 in the paper)."""
-    steps = [cost.forward_s(batch, batch, kv_read_tokens=batch * (input_len + i + 1), decode_only=True)
-             for i in range(1, output_len)]
+    steps = [decode_pass_s(cost, batch, input_len + i) for i in range(1, output_len)]
     return float(np.mean(steps))
 
 
@@ -76,11 +76,19 @@ def instantiate_system(node: Any, where: str = "") -> Policy:
     return policy
 
 
+def engine_profile(cfg: DictConfig) -> EngineProfile:
+    """The run's engine profile from its ``engine`` block (a bad key or value becomes a one-line ConfigError)."""
+    try:
+        return EngineProfile.from_cfg(cfg.engine)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"engine config: {exc}") from None
+
+
 def build_cost(cfg: DictConfig, tp: int | None = None) -> CostModel:
     hw = HardwareSpec.from_cfg(cfg.hardware)
     return CostModel(hw, ModelSpec.from_cfg(cfg.model), tp=int(cfg.tp if tp is None else tp),
                      draft=ModelSpec.from_cfg(cfg.draft), draft_tp=int(cfg.draft_tp),
-                     gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization))
+                     gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg))
 
 
 def _draft_servers(cfg: DictConfig) -> tuple[DraftServer, ...]:
@@ -94,7 +102,8 @@ def _draft_servers(cfg: DictConfig) -> tuple[DraftServer, ...]:
             raise ConfigError(f"engine.draft_servers[{i}]: unknown key(s) {sorted(unknown)}")
         hw = load_hardware(str(srv["hardware"]))
         draft = load_model(str(srv.get("model", cfg.draft.name)))
-        cost = CostModel(hw, target, tp=1, draft=draft, draft_hardware=hw, draft_tp=int(srv.get("tp", 1)))
+        cost = CostModel(hw, target, tp=1, draft=draft, draft_hardware=hw, draft_tp=int(srv.get("tp", 1)),
+                         engine=engine_profile(cfg))
         out.append(DraftServer(cost=cost, rtt_s=float(srv.get("rtt_ms", 0.0)) / 1e3))
     return tuple(out)
 

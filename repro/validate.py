@@ -186,6 +186,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses and the
     system's constructor accepts its keys."""
     from repro.cost.model import CostModel
+    from repro.cost.serving import EngineProfile
     from repro.cost.spec import HardwareSpec, ModelSpec
     from workloads.spec import parse_workload
 
@@ -198,6 +199,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     hw = spec("hardware", HardwareSpec.from_cfg)
     model = spec("model", ModelSpec.from_cfg)
     draft = spec("draft", ModelSpec.from_cfg)
+    engine = spec("engine", EngineProfile.from_cfg)
     tp, draft_tp = int(cfg.tp), int(cfg.draft_tp)
     check_tp(model, tp, "tp", where)
     from repro.simulate import instantiate_system
@@ -217,10 +219,9 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
         if tps:
             check_tp(model, rep_tp, f"tp_per_replica[{i}]", where)
         cost = CostModel(hw, model, tp=rep_tp, draft=draft,
-                         gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization))
+                         gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine)
         resident = uses_draft and not remote
-        if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size),
-                                   layout=policy.draft_kv_layout) <= 0:
+        if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.cost.step import decode_pass_s
 from repro.plan import PreemptMode, StepPlan, ids
 from repro.state import Status, View
 
@@ -176,7 +177,7 @@ def slo_batch_limit(view: View, order: np.ndarray, *, max_num_seqs: int) -> int:
     tightest = np.minimum.accumulate(view.tpot_slo_s[top])
 
     def fits(n: int) -> bool:
-        return view.cost.forward_s(n, n, kv_read_tokens=float(kv_read[n - 1]), decode_only=True) <= tightest[n - 1]
+        return decode_pass_s(view.cost, n, float(kv_read[n - 1]) / n - 1.0) <= tightest[n - 1]
 
     if fits(m):
         return m

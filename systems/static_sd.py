@@ -6,9 +6,9 @@ worker (``vllm/spec_decode``), the "static k" baseline of TurboSpec §6–8 and 
 
 Each iteration: vLLM's prefill-prioritized batch scheduler (the draft model prefills alongside the target, keeping
 its KV in sync); decode steps propose k tokens per request with the configured proposer (draft model, EAGLE head
-or prompt lookup), verify them in one target forward and keep ``accepted + 1``. KV memory as vLLM v0 splits it
-with a draft model (``draft_kv_layout = "vllm_v0"``: the draft on the driver GPU, draft and target blocks split
-evenly; CALIBRATION.md).
+or prompt lookup), verify them in one target forward and keep ``accepted + 1``. The engine is vLLM v0
+(``conf/engine/vllm_v0.yaml``): batch-expansion scoring, KV memory split with a draft model as v0 splits it (the
+draft on the driver GPU, draft and target blocks split evenly; CALIBRATION.md).
 
 Deviations:
 - ``disable_by_batch_size`` (vLLM's ``speculative_disable_by_batch_size``) turns speculation off for a step whose
@@ -27,7 +27,6 @@ from systems.lib import prefill_prioritized
 
 
 class StaticSD(Policy):
-    draft_kv_layout = "vllm_v0"  # vLLM v0's spec-decode worker (split_num_cache_blocks_evenly)
 
     def __init__(self, k: int = 3, proposer: Proposer = "draft", max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01,

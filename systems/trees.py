@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from repro.cost.step import decode_pass_s
 from repro.plan import IDLE, CandidateTree, StepPlan, TreeSpec, ids
 from repro.state import View
 
@@ -229,7 +230,7 @@ def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth
     """The cost model's latency of a tree decode step (what AdaServe profiles offline), charged as the engine
     charges it: the speculation round's host overhead, d draft passes of the beam search (the roots, then n·w
     tokens per pass) and one target pass over ``verify_tokens`` tree tokens, for ``num_seqs`` requests holding
-    ``context_tokens`` tokens of context in all."""
+    ``context_tokens`` tokens of context in all (the last token of each still to compute), on the run's engine."""
     n = num_seqs
     if n == 0:
         return 0.0
@@ -237,7 +238,7 @@ def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth
     t += cost.forward_s(n, n, kv_read_tokens=context_tokens + n, decode_only=True, which="draft")
     for j in range(2, depth + 1):
         t += cost.forward_s(n * width, n, kv_read_tokens=context_tokens + j * n, decode_only=True, which="draft")
-    return t + cost.forward_s(verify_tokens, n, kv_read_tokens=context_tokens + verify_tokens, decode_only=True)
+    return t + decode_pass_s(cost, n, context_tokens / n - 1.0, (verify_tokens - n) / n, tree=True)
 
 
 def speculate(view: View, decode: np.ndarray, *, d_max: int, w_max: int, budget: int) -> tuple[Ranked, int, int]:

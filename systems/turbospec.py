@@ -19,8 +19,9 @@ Each iteration (Listing 1):
              update the moving-average acceptance rate (``observe``).
 
 Deviations:
-- KV memory with a draft model as vLLM v0 (the paper's base) splits it: the draft on the driver GPU, draft and
-  target blocks split evenly (``draft_kv_layout = "vllm_v0"``; CALIBRATION.md).
+- The engine is vLLM v0 (``conf/engine/vllm_v0.yaml``, the paper's base): batch-expansion scoring, KV memory with a
+  draft model split as v0 splits it (the draft on the driver GPU, draft and target blocks split evenly), no
+  speculation in steps with prefill; the offline profiler times target passes as that engine runs them.
 - Eq. 3 is fitted piecewise: one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES). Our cost
   model's linear layers bend at the roofline knee (DESIGN.md, "Cost model"), which a single plane misses by up to
   25 % between batch 1 and 2k tokens; per bucket the fit stays within a few percent. ``LatencyFit`` with one
@@ -69,6 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.cost.model import CostModel, Which
+from repro.cost.step import decode_pass_s
 from repro.plan import IDLE, Proposer, StepPlan, StepResult
 from repro.policy import Policy, PolicyContext
 from repro.state import View
@@ -123,7 +125,8 @@ def fit_linear(n_context: np.ndarray, n_batched: np.ndarray, latency_s: np.ndarr
 def profile_forward(cost: CostModel, which: Which, max_len: int, max_batch: int) -> LatencyFit:
     """Sample decode/verify passes of ``which`` over a grid of batch sizes, per-request contexts and proposal
     lengths (N_batched = batch·(k+1) for the target, = batch for a proposer pass), as the offline profiler times
-    the GPU, and fit Eq. (3)."""
+    the engine (a target pass is charged as the engine runs it: :func:`repro.cost.step.decode_pass_s`, batch
+    expansion and host-side speculation costs included), and fit Eq. (3)."""
     ks = range(max_len + 1) if which == "target" else (0,)
     batches = np.unique(np.geomspace(1, max_batch, 48).round().astype(int)).tolist()
     rows = []
@@ -131,7 +134,11 @@ def profile_forward(cost: CostModel, which: Which, max_len: int, max_batch: int)
         for c in PROFILE_CONTEXTS:
             for k in ks:
                 n = b * (k + 1)
-                t = cost.forward_s(n, b, kv_read_tokens=b * c + n, lm_head_tokens=n, decode_only=True, which=which)
+                if which == "target":
+                    t = decode_pass_s(cost, b, c, k)
+                else:
+                    t = cost.forward_s(n, b, kv_read_tokens=b * c + n, lm_head_tokens=n, decode_only=True,
+                                       which=which)
                 rows.append((b * c, n, t))
     r = np.asarray(rows, dtype=np.float64)
     return fit_linear(r[:, 0], r[:, 1], r[:, 2])
@@ -262,7 +269,6 @@ class AcceptanceTracker:
 
 
 class TurboSpec(Policy):
-    draft_kv_layout = "vllm_v0"  # vLLM v0's spec-decode worker (split_num_cache_blocks_evenly)
 
     def __init__(self, proposer: Proposer = "draft", max_len: int = 7, window: int = 256,
                  init_acceptance: float = 0.7, pld_proposed_len: int = 10, prefill_disabling: bool = True,

@@ -13,6 +13,7 @@ import pytest
 
 from repro import runner
 from repro.cost.model import CostModel
+from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
 from repro.engine import Engine, SimOutput
 from repro.plan import CandidateTree, TreeSpec
@@ -68,17 +69,19 @@ def make_requests(n: int = 4, prompt_len: int | list[int] = 32, output_len: int 
 
 
 def make_cost(hardware: str = "a100-80g", model: str = "llama2-7b", draft: str | None = "llama-160m",
-              tp: int = 1) -> CostModel:
+              tp: int = 1, engine: str | None = None) -> CostModel:
+    """A cost model; ``engine`` names a conf/engine profile (default: the ideal multi-query engine)."""
     return CostModel(load_hardware(hardware), load_model(model), tp=tp,
-                     draft=load_model(draft) if draft else None)
+                     draft=load_model(draft) if draft else None,
+                     engine=load_engine(engine) if engine else None)
 
 
 def make_engine(policy: Policy, requests: dict[str, np.ndarray] | None = None, *, oracle: Any = None,
                 hardware: str = "a100-80g", model: str = "llama2-7b", draft: str | None = "llama-160m",
-                tp: int = 1, kv_blocks: int | None = None, **kw: Any) -> Engine:
+                tp: int = 1, kv_blocks: int | None = None, engine: str | None = None, **kw: Any) -> Engine:
     """An engine around ``policy`` (bound to a context) with real cost model and a FixedOracle by default."""
     reqs = requests if requests is not None else make_requests()
-    cost_of: Callable[[int], CostModel] = lambda t: make_cost(hardware, model, draft, t)  # noqa: E731
+    cost_of: Callable[[int], CostModel] = lambda t: make_cost(hardware, model, draft, t, engine)  # noqa: E731
     cost = cost_of(tp)
     for pol in [policy] + [r.policy for r in policy.replicas() or []]:
         pol.bind(PolicyContext(cost=cost, rng=np.random.default_rng(0)))

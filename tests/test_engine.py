@@ -277,3 +277,29 @@ def test_recompute_preemption_reprefills_prompt_and_generated_tokens() -> None:
     assert steps[5].verify_s == pytest.approx(cost.forward_s(1, 1, kv_read_tokens=104, decode_only=True))
     s = out.state
     assert s.num_preemptions[0] == 1 and s.num_generated[0] == 6 and s.status[0] == Status.FINISHED
+
+
+def test_swap_moves_the_draft_kv_with_the_target_kv() -> None:
+    # the draft prefilled alongside the target (draft_sync): its 500 tokens of KV are swapped out and back too
+    def prefill_synced(v: View) -> StepPlan:
+        return StepPlan(prefill_ids=v.waiting, prefill_tokens=v.num_tokens(v.waiting), draft_sync=True)
+    pol = Scripted(prefill_synced, StepPlan(preempt_ids=ids([0]), preempt_mode="swap"),
+                   StepPlan(swap_in_ids=ids([0])), lambda v: StepPlan(decode_ids=v.running))
+    eng = make_engine(pol, make_requests(1, prompt_len=500, output_len=2), record_steps=True)
+    out = eng.run()
+    cost = eng.replicas[0].cost
+    both = cost.swap_s(500, 500)
+    assert both == pytest.approx(500 * (524_288 + 36_864) / 25e9)  # Llama-2-7B + Llama-160M KV over PCIe Gen4
+    assert [r.memory_s for r in out.steps[1:3]] == pytest.approx([both, both])
+
+
+def test_an_engine_without_speculative_chunked_prefill_rejects_a_mixed_step() -> None:
+    # vLLM v0 turned chunked prefill off when speculating: a step may prefill or speculate, not both
+    def mixed(v: View) -> StepPlan:
+        return StepPlan(prefill_ids=ids([1]), prefill_tokens=ids([32]), decode_ids=ids([0]), k=ids([2]))
+    def first(v: View) -> StepPlan:
+        return StepPlan(prefill_ids=ids([0]), prefill_tokens=v.num_tokens(ids([0])))
+    reqs = make_requests(2, output_len=8)
+    with pytest.raises(PlanError, match="vllm_v0: a step cannot both prefill and speculate"):
+        run(Scripted(first, mixed), reqs, engine="vllm_v0")
+    run(Scripted(first, mixed), make_requests(2, output_len=8), engine="vllm_v1")  # v1 mixes them

@@ -1,12 +1,11 @@
 """``python -m repro.cost``: one step's cost breakdown as a JSON object.
 
-Example: ``python -m repro.cost --model llama2-7b --hardware a100-80g --batch 8 --context 512 --draft
-llama-160m --k 4``
-prints total_ms (including draft_ms: k sequential draft passes of ``batch`` tokens), its components, the KV
-capacity
-in tokens and AdaServe's token budget. ``--new-tokens`` > 1 without ``--k`` is a prefill chunk of that many
-tokens
-per sequence on top of ``--context`` cached ones.
+Example: ``python -m repro.cost --model llama2-7b --hardware a100-80g --batch 8 --context 512 --draft llama-160m --k 4``
+prints total_ms (including draft_ms: k sequential draft passes of ``batch`` tokens, and host_ms: the engine's
+host-side speculation work), its components, the KV capacity in tokens and AdaServe's token budget. The pass is
+charged as the engine charges it (:mod:`repro.cost.step`) under ``--engine`` (``conf/engine``, default vllm_v0: batch
+expansion scores k proposals as k + 1 single-query sequences). ``--new-tokens`` > 1 without ``--k`` is a prefill chunk
+of that many tokens per sequence on top of ``--context`` cached ones, which it reads.
 """
 
 from __future__ import annotations
@@ -15,8 +14,12 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 from repro.cost.model import CostModel, ForwardShape
+from repro.cost.serving import load_engine
 from repro.cost.spec import UnknownSpecError, load_hardware, load_model
+from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=512, help="cached tokens per sequence")
     ap.add_argument("--draft", default=None, help="draft model id (chain speculation)")
     ap.add_argument("--k", type=int, default=0, help="draft tokens per sequence (needs --draft)")
+    ap.add_argument("--engine", default="vllm_v0", help="engine profile (conf/engine): vllm_v0, vllm_v1, flexflow")
     a = ap.parse_args(argv)
     try:
         cm = CostModel(
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             load_model(a.model),
             tp=a.tp,
             draft=load_model(a.draft) if a.draft else None,
+            engine=load_engine(a.engine),
         )
     except UnknownSpecError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -44,27 +49,28 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --k needs --draft", file=sys.stderr)
         return 2
     b, ctx = a.batch, a.context
-    draft_s = 0.0
-    if a.k:  # verify pass: 1 + k scored tokens per sequence, after k draft passes
-        q = 1 + a.k
-        shape = ForwardShape(b * q, b, b * (ctx + q), 0.0, b * q, decode_only=True)
-        draft_s = sum(
-            cm.forward_s(b, b, b * (ctx + i + 1), decode_only=True, which="draft") for i in range(a.k)
-        )
-    elif a.new_tokens == 1:
-        shape = ForwardShape(b, b, b * (ctx + 1), 0.0, b, decode_only=True)
-    else:  # prefill chunk: causal pairs q·(c + (q+1)/2), LM head on the last token only
+    draft_s = host_s = 0.0
+    none = np.zeros(0, dtype=np.int64)
+    if a.k or a.new_tokens == 1:  # decode (k = 0) or verify pass: 1 + k scored tokens per sequence
+        if a.k:  # after k sequential draft passes
+            draft_s = cm.spec_round_s() + sum(
+                cm.forward_s(b, b, b * (ctx + i + 1), decode_only=True, which="draft") for i in range(a.k))
+        dec = DecodeBatch(np.arange(b), np.ones(b, dtype=np.int64), np.full(b, ctx), np.full(b, a.k),
+                          np.full(b, a.k > 0), {}, None)
+        shape, host_s = verify_pass(cm.engine, PrefillBatch(none, none, 0.0, np.zeros(0, dtype=bool)), dec)
+    else:  # prefill chunk: causal pairs q·(c + (q+1)/2), reads its cached prefix, LM head on the last token only
         q = a.new_tokens
-        shape = ForwardShape(b * q, b, 0.0, b * q * (ctx + (q + 1) / 2), b)
+        shape = ForwardShape(b * q, b, float(b * ctx), b * q * (ctx + (q + 1) / 2), b)
     fc = cm.forward(shape)
     out = {
-        "total_ms": 1e3 * (fc.total_s + draft_s),
+        "total_ms": 1e3 * (fc.total_s + draft_s + host_s),
         "linear_ms": 1e3 * fc.linear_s,
         "attention_ms": 1e3 * fc.attention_s,
         "lm_head_ms": 1e3 * fc.lm_head_s,
         "allreduce_ms": 1e3 * fc.allreduce_s,
         "overhead_ms": 1e3 * fc.overhead_s,
         "draft_ms": 1e3 * draft_s,
+        "host_ms": 1e3 * host_s,
         "kv_capacity_tokens": 16 * cm.kv_capacity_blocks(),
         "budget_tokens": cm.budget_tokens,
     }

@@ -7,14 +7,23 @@ For a pass with N = Σq_i tokens over S sequences on ``tp`` GPUs (all quantities
   while the weights dominate and bends into the compute line around N ≈ the AdaServe budget; the exponent p
   (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles (CALIBRATION.md tables),
   one parameter set per GPU.
-- **attention**: decode/verify reads ``kv_read_tokens`` tokens of KV at ``kv_efficiency`` of peak bandwidth; prefill
-  chunks cost ``4 · layers · heads · head_dim`` FLOPs per causal query-key pair (QKᵀ and PV) at compute efficiency.
+- **attention**: decode/verify passes read ``kv_read_tokens`` tokens of KV. The bandwidth they reach grows with how
+  much they read: ``kv_efficiency`` of peak for a small read, approaching ``kv_efficiency_large`` for a large batch ×
+  context, ``η(V) = η_small + (η_large − η_small) · V / (V + V_half)`` with V the bytes read per GPU and V_half =
+  layers · peak BW · ``kv_ramp_us`` (a per-layer kernel reads V / layers). Queries cost ``4 · layers · heads ·
+  head_dim`` FLOPs per query-key pair (QKᵀ and PV) at compute efficiency: a decode/verify pass takes the larger of
+  its KV read and its ``query_pairs`` compute (a roofline: a tree of many queries per sequence can be compute-bound),
+  prefill chunks add their causal pairs.
 - **LM head**: the same roofline over ``vocab · hidden`` weights for the scored tokens (prefill: last token only).
 - **tensor parallelism**: two ring all-reduces per layer of N · hidden · dtype bytes: ``2 (tp−1)/tp · bytes /
   interconnect + latency`` each (Megatron-LM, Shoeybi et al. 2019, §3).
 - **fixed costs**: per pass, per layer (eager kernel launches, or the lower CUDA-graph replay cost when the pass is
   decode-only) and per sequence (CPU-side bookkeeping and sampling), as in Vidur (Agrawal et al., MLSys 2024) and
   the vLLM fits quoted in CALIBRATION.md.
+
+How the *engine* turns a step into passes (batch expansion, which passes replay CUDA graphs, host-side speculation
+costs) is not here: :mod:`repro.cost.step` builds the shapes under the run's :class:`~repro.cost.serving.EngineProfile`
+(``CostModel.engine``), and this module prices them.
 
 The draft model is the same formula on the draft architecture (and its own GPU, if given); an EAGLE head is one
 decoder layer at the target's width plus its fc layer, with the target's LM head, on the target's GPUs.
@@ -26,11 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 
 Which = Literal["target", "draft", "eagle"]
-#: How a co-located draft's weights and KV share the GPUs (see :meth:`CostModel.kv_capacity_blocks`).
-DraftKvLayout = Literal["spread", "vllm_v0"]
+__all__ = ["CostModel", "DraftKvLayout", "EngineProfile", "ForwardCost", "ForwardShape", "Which"]
 GiB = 2**30
 
 
@@ -40,10 +49,12 @@ class ForwardShape:
 
     num_tokens: int  # Σ q_i: tokens through the linear layers this pass
     num_seqs: int  # sequences in the pass
-    kv_read_tokens: float = 0.0  # Σ over decode/verify sequences of the context they attend (cached + new)
+    kv_read_tokens: float = 0.0  # Σ of the KV each sequence reads: a decode/verify query's context (cached + new),
+    # a prefill chunk's cached prefix; batch expansion reads a sequence's context once per expanded query
     prefill_attn_pairs: float = 0.0  # Σ over prefill chunks of q_i·(c_i + (q_i+1)/2): causal query-key pairs
     lm_head_tokens: int = -1  # tokens scored by the LM head; -1 = num_tokens
-    decode_only: bool = False  # no prefill in the pass (CUDA graphs → lower per-layer launch cost)
+    decode_only: bool = False  # the pass replays CUDA graphs (lower per-layer launch cost); the engine decides
+    query_pairs: float = 0.0  # Σ over decode/verify sequences of queries × keys (compute side of their attention)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,11 @@ class _Coeffs:
     head_tok_s: float  # compute seconds per scored token
     p: float
     inv_p: float
-    kv_tok_s: float  # seconds per token of KV read
+    kv_bytes: float  # KV bytes per token per GPU
+    inv_bw: float  # seconds per byte at peak bandwidth
+    eta_lo: float  # KV-read efficiency of a small read
+    eta_span: float  # kv_efficiency_large - kv_efficiency
+    v_half: float  # bytes per GPU (all layers) at which the efficiency is halfway
     pair_s: float  # seconds per causal query-key pair of prefill attention
     ar_fixed_s: float  # all-reduce latency, all layers
     ar_tok_s: float  # all-reduce seconds per token, all layers
@@ -95,7 +110,11 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
         head_tok_s=2 * m.lm_head_params / tp / (peak * hw.compute_efficiency),
         p=hw.knee_sharpness,
         inv_p=1.0 / hw.knee_sharpness,
-        kv_tok_s=m.kv_bytes_per_token / tp / (bw * hw.kv_efficiency),
+        kv_bytes=m.kv_bytes_per_token / tp,
+        inv_bw=1.0 / bw,
+        eta_lo=hw.kv_efficiency,
+        eta_span=hw.kv_efficiency_large - hw.kv_efficiency,
+        v_half=m.num_layers * bw * hw.kv_ramp_us * 1e-6,
         pair_s=4 * m.num_layers * m.num_heads * m.hd / tp / (peak * hw.compute_efficiency),
         ar_fixed_s=n_ar * hw.allreduce_latency_s,
         ar_tok_s=n_ar * ar_bytes_tok / (hw.interconnect_gbs * 1e9),
@@ -106,10 +125,18 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
     )
 
 
+def kv_read_s(c: _Coeffs, tokens: float) -> float:
+    """Seconds to read ``tokens`` tokens of KV: V bytes at η(V) of peak bandwidth (module docstring)."""
+    if tokens <= 0.0:
+        return 0.0
+    v = tokens * c.kv_bytes
+    return v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half))
+
+
 def _parts(
-    c: _Coeffs, n: int, s: int, kv: float, pairs: float, head: int, decode_only: bool
+    c: _Coeffs, n: int, s: int, kv: float, pairs: float, head: int, decode_only: bool, qpairs: float = 0.0
 ) -> tuple[float, float, float, float, float]:
-    """(linear, attention, lm_head, allreduce, overhead) seconds: the whole model in five lines."""
+    """(linear, attention, lm_head, allreduce, overhead) seconds: the whole model in a few lines."""
     if head < 0:
         head = n
     p, ip = c.p, c.inv_p
@@ -117,16 +144,17 @@ def _parts(
     lm_head = (c.head_mem_s**p + (c.head_tok_s * head) ** p) ** ip if head > 0 else 0.0
     allreduce = c.ar_fixed_s + c.ar_tok_s * n if (n > 0 and c.ar_fixed_s > 0) else 0.0
     overhead = c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * s
-    return linear, c.kv_tok_s * kv + c.pair_s * pairs, lm_head, allreduce, overhead
+    attention = max(kv_read_s(c, kv), c.pair_s * qpairs) + c.pair_s * pairs
+    return linear, attention, lm_head, allreduce, overhead
 
 
 class CostModel:
     """Step latencies of the target, its draft model or EAGLE head, plus memory and transfer costs.
 
-    ``tp`` GPUs of ``hardware`` hold the target; the draft runs on ``draft_hardware`` (default: the
-    target's GPU,
-    sharing its memory) with ``draft_tp`` GPUs. ``activation_reserve_gb`` (GiB per GPU) is kept free for
-    activations and the CUDA graphs' workspace (vLLM's profiling run reserves a similar amount).
+    ``tp`` GPUs of ``hardware`` hold the target; the draft runs on ``draft_hardware`` (default: the target's GPU,
+    sharing its memory) with ``draft_tp`` GPUs. ``activation_reserve_gb`` (GiB per GPU) is kept free for activations
+    and the CUDA graphs' workspace (vLLM's profiling run reserves a similar amount). ``engine`` is the serving
+    engine's profile (default: an ideal multi-query engine with CUDA graphs everywhere and no host costs).
     """
 
     def __init__(
@@ -139,6 +167,7 @@ class CostModel:
         draft_tp: int = 1,
         gpu_memory_utilization: float = 0.9,
         activation_reserve_gb: float = 2.0,
+        engine: EngineProfile | None = None,
     ) -> None:
         if tp < 1 or draft_tp < 1:
             raise ValueError("tp and draft_tp must be ≥ 1")
@@ -152,6 +181,7 @@ class CostModel:
         self.draft_tp = draft_tp
         self.gpu_memory_utilization = gpu_memory_utilization
         self.activation_reserve_gb = activation_reserve_gb
+        self.engine = engine if engine is not None else EngineProfile()
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
         self._coeffs: dict[str, _Coeffs] = {
             "target": _coeffs(hardware, model, tp),
@@ -175,6 +205,7 @@ class CostModel:
             or shape.num_seqs < 0
             or shape.kv_read_tokens < 0
             or shape.prefill_attn_pairs < 0
+            or shape.query_pairs < 0
         ):
             raise ValueError(f"negative quantity in {shape}")
         return ForwardCost(
@@ -186,6 +217,7 @@ class CostModel:
                 shape.prefill_attn_pairs,
                 shape.lm_head_tokens,
                 shape.decode_only,
+                shape.query_pairs,
             )
         )
 
@@ -197,6 +229,7 @@ class CostModel:
         prefill_attn_pairs: float = 0.0,
         lm_head_tokens: int = -1,
         decode_only: bool = False,
+        query_pairs: float = 0.0,
         which: Which = "target",
     ) -> float:
         """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
@@ -208,6 +241,7 @@ class CostModel:
             prefill_attn_pairs,
             lm_head_tokens,
             decode_only,
+            query_pairs,
         )
         return a + b + c + d + e
 
@@ -217,17 +251,16 @@ class CostModel:
         return self.draft is not None and self.draft_hardware is None
 
     def kv_bytes_per_token(self, include_draft: bool = False) -> float:
-        """KV bytes per token of context for the whole model (all TP shards together), plus the draft's if
-        asked."""
+        """KV bytes per token of context for the whole model (all TP shards together), plus the draft's if asked."""
         extra = self.draft.kv_bytes_per_token if (include_draft and self.draft is not None) else 0
         return float(self.model.kv_bytes_per_token + extra)
 
     def kv_capacity_blocks(self, draft_resident: bool = True, block_size: int = 16,
-                           layout: DraftKvLayout = "spread") -> int:
-        """KV blocks of ``block_size`` tokens that fit: tp · memory · utilization − weights − activation
-        reserve.
+                           layout: DraftKvLayout | None = None) -> int:
+        """KV blocks of ``block_size`` tokens that fit: tp · memory · utilization − weights − activation reserve.
 
-        A co-located, resident draft takes its weights and its own KV per token, by ``layout``:
+        A co-located, resident draft takes its weights and its own KV per token, by ``layout`` (default: the engine
+        profile's ``draft_kv_layout``):
 
         - ``spread``: the draft's weights and KV are spread over the tp GPUs like the target's (one pool);
         - ``vllm_v0``: vLLM v0's speculative decoding (0.5–0.6, TurboSpec's base; CALIBRATION.md): the draft runs
@@ -239,6 +272,8 @@ class CostModel:
         A draft on other GPUs (``draft_hardware``) takes nothing here.
         """
         with_draft = draft_resident and self._draft_colocated
+        if layout is None:
+            layout = self.engine.draft_kv_layout
         if layout == "vllm_v0" and with_draft and self.draft is not None:
             free_driver = (self.hardware.memory_bytes * self.gpu_memory_utilization
                            - self.model.weight_bytes / self.tp - self.draft.weight_bytes
@@ -256,10 +291,17 @@ class CostModel:
         per_block = block_size * self.kv_bytes_per_token(include_draft=with_draft)
         return max(0, int(free // per_block))
 
-    def swap_s(self, num_tokens: int) -> float:
-        """Move the target KV of ``num_tokens`` context between GPU and host, one direction (tp links in
-        parallel)."""
-        return num_tokens * self.model.kv_bytes_per_token / (self.tp * self.hardware.host_link_gbs * 1e9)
+    def swap_s(self, num_tokens: int, draft_tokens: int = 0) -> float:
+        """Move the KV of ``num_tokens`` tokens of context between GPU and host, one direction, the target's shards
+        over the tp links in parallel; ``draft_tokens`` of a co-located draft's KV move with it (under the vLLM v0
+        layout over the driver GPU's link, which then bounds the transfer)."""
+        link = self.hardware.host_link_gbs * 1e9
+        target = num_tokens * self.model.kv_bytes_per_token / self.tp
+        draft = draft_tokens * self.draft.kv_bytes_per_token if (draft_tokens and self._draft_colocated
+                                                                 and self.draft is not None) else 0.0
+        if self.engine.draft_kv_layout == "vllm_v0":
+            return (target + draft) / link  # the driver GPU moves its target shard and the whole draft KV
+        return (target + draft / self.tp) / link
 
     def draft_transfer_s(self) -> float:
         """Move the draft's weights over the host link (offload or reload), its draft_tp links in parallel."""

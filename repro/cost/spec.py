@@ -1,15 +1,12 @@
 """Hardware and model specifications: frozen value objects built from ``conf/hardware/*.yaml`` and
 ``conf/model/*.yaml``.
 
-A YAML file is flat ``key: value`` data whose keys are exactly the dataclass fields, so
-``HardwareSpec(**cfg)`` fails
-at once on an unknown or missing key. Every number in the YAML cites its source in a comment (vendor data
-sheets,
+A YAML file is flat ``key: value`` data whose keys are exactly the dataclass fields, so ``HardwareSpec(**cfg)`` fails
+at once on an unknown or missing key. Every number in the YAML cites its source in a comment (vendor data sheets,
 HuggingFace ``config.json`` files, and the fits documented in ``../shared/CALIBRATION.md``).
 
-Units: ``*_tflops`` in 1e12 FLOP/s, ``*_gbs`` in 1e9 bytes/s, ``memory_gb`` in GiB (what ``nvidia-smi``
-reports for
-an "80 GB" part is 80 GiB), ``*_s`` in seconds.
+Units: ``*_tflops`` in 1e12 FLOP/s, ``*_gbs`` in 1e9 bytes/s, ``memory_gb`` in GiB (what ``nvidia-smi`` reports for
+an "80 GB" part is 80 GiB), ``*_s`` in seconds, ``*_us`` in microseconds.
 """
 
 from __future__ import annotations
@@ -54,7 +51,9 @@ class HardwareSpec:
         mem_efficiency       fraction of ``mem_bw_gbs`` that weight-streaming GEMMs reach (Vidur: ≈ 0.64–0.73)
         compute_efficiency   fraction of ``peak_tflops`` that large GEMMs reach (prefill: ≈ 0.65–0.73)
         knee_sharpness       p of the smooth roofline t = (t_mem^p + t_comp^p)^(1/p); large p → sharp max()
-        kv_efficiency        fraction of bandwidth that decode attention reaches reading the KV cache (≈ 0.5)
+        kv_efficiency        fraction of bandwidth that decode attention reaches reading a small KV cache (≈ 0.5)
+        kv_efficiency_large  ... and over a large batch × context (FlashInfer: ≈ 0.85-0.9)
+        kv_ramp_us           per layer, the KV read (as µs at peak bandwidth) at which the efficiency is halfway
         allreduce_latency_s  fixed latency of one NCCL all-reduce
         step_overhead_s      per forward pass: scheduling, input preparation, sampling launch
         layer_overhead_eager_s / layer_overhead_graph_s   per decoder layer: kernel launches without / with
@@ -75,6 +74,8 @@ class HardwareSpec:
     compute_efficiency: float
     knee_sharpness: float
     kv_efficiency: float
+    kv_efficiency_large: float
+    kv_ramp_us: float
     allreduce_latency_s: float
     step_overhead_s: float
     layer_overhead_eager_s: float
@@ -89,7 +90,7 @@ class HardwareSpec:
             v = getattr(self, f.name)
             if f.name != "name" and not (isinstance(v, int | float) and v >= 0):
                 raise ValueError(f"hardware {self.name!r}: {f.name} must be a non-negative number, got {v!r}")
-        for key in ("mem_efficiency", "compute_efficiency", "kv_efficiency"):
+        for key in ("mem_efficiency", "compute_efficiency", "kv_efficiency", "kv_efficiency_large"):
             if not 0.0 < getattr(self, key) <= 1.0:
                 raise ValueError(f"hardware {self.name!r}: {key} must lie in (0, 1]")
         if self.knee_sharpness < 1.0:
@@ -117,8 +118,7 @@ class HardwareSpec:
 class ModelSpec:
     """A decoder-only transformer (Llama/Qwen family: gated SiLU MLP, GQA) or an EAGLE draft head.
 
-    An ``eagle_head`` is EAGLE's one decoder layer at the target's width plus the ``fc`` layer fusing the
-    target's
+    An ``eagle_head`` is EAGLE's one decoder layer at the target's width plus the ``fc`` layer fusing the target's
     feature with the token embedding (2·hidden → hidden); it shares the target's embedding and LM head
     (Li et al., "EAGLE", ICML 2024, §4), so none of those count towards its own weights.
     """
@@ -174,8 +174,7 @@ class ModelSpec:
 
     @property
     def linear_params(self) -> int:
-        """Parameters every token passes through in the decoder stack (what Vidur's linear profile
-        measures)."""
+        """Parameters every token passes through in the decoder stack (what Vidur's linear profile measures)."""
         return self.num_layers * self.layer_linear_params + self.fc_params
 
     @property

@@ -1,11 +1,15 @@
-"""Step costing: a planned step's shape in seconds, under one replica's cost model and deployment (DESIGN.md,
-"Cost model" and "Engine").
+"""Step costing: a planned step's shape in seconds, under one replica's cost model, engine profile and deployment
+(DESIGN.md, "Cost model" and "Engine").
 
 The engine checks a plan and turns it into the batches below (:class:`PrefillBatch`, :class:`DecodeBatch`); this
-module charges them: :func:`verify_shape` is the target's one forward pass over every prefill chunk and every decoding
-request's 1 + speculated tokens, and :meth:`StepCoster.draft_s` the drafting before it (prompt lookup on the host;
-a draft model's or EAGLE head's passes, which first catch up on the tokens the draft's cache misses; remote draft
-servers with their round trip). The engine only sequences events and applies outcomes.
+module charges them. :func:`verify_pass` is the target's one forward pass over every prefill chunk and every decoding
+request's 1 + speculated tokens as the engine profile (:class:`~repro.cost.serving.EngineProfile`) runs it: the
+multi-query scorer reads each sequence's KV once, batch expansion once per expanded query (k + 1 times) with every
+per-sequence cost repeated; which passes replay CUDA graphs; the host-side costs of speculation. A prefill chunk on
+a cached prefix reads that prefix. :meth:`StepCoster.draft_s` is the drafting before it (prompt lookup on the host; a
+draft model's or EAGLE head's passes, which first catch up on the tokens the draft's cache misses; remote draft
+servers with their round trip). :func:`decode_pass_s` charges a uniform batch the same way, for policies that
+predict step times and for the command line. The engine only sequences events and applies outcomes.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from repro.cost.model import CostModel, Which
+from repro.cost.model import CostModel, ForwardShape, Which
+from repro.cost.serving import EngineProfile
 from repro.plan import PlanError, StepPlan, TreeSpec
 from repro.state import RequestState
 
@@ -31,12 +36,14 @@ class DraftServer:
 
 @dataclass(frozen=True, slots=True)
 class PrefillBatch:
-    """The prefill chunks of a step: ids, tokens, causal attention pairs, which chunks complete their request."""
+    """The prefill chunks of a step: ids, tokens, causal attention pairs, which chunks complete their request, and
+    the cached prefix the chunks attend (tokens, summed)."""
 
     ids: np.ndarray
     tokens: np.ndarray
     pairs: float
     completes: np.ndarray
+    cached: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +61,76 @@ class DecodeBatch:
     # before verification
 
 
-def verify_shape(pre: PrefillBatch, dec: DecodeBatch) -> tuple[int, int, float, float, int, bool]:
-    """The target forward of a step (ForwardShape's fields): every prefill chunk and 1 + speculation per decode;
-    decode/verify reads each request's KV, prefill pays causal attention, the LM head scores verified tokens and
-    the last token of completed prefills."""
+def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_query: np.ndarray | None = None
+                  ) -> tuple[float, float, float, float, float]:
+    """(sequences, KV tokens read, query-key pairs, host seconds, largest query) of the decode/verify part of a pass:
+    request i scores 1 + k[i] tokens on ctx[i] cached ones. Under batch expansion a request with k > 0 becomes k + 1
+    single-query sequences, the j-th reading ctx + j tokens; ``multi_query`` marks requests scored with one
+    multi-token query whatever the scorer (token trees)."""
+    q = k + 1
+    n = float(k.size)
+    spec = k > 0
+    n_spec = float(np.count_nonzero(spec))
+    proposed = float(k.sum())
+    host = profile.spec_seq_s * n_spec + profile.spec_token_s * proposed
+    qmax = float(q.max()) if q.size else 1.0
+    if profile.scorer == "batch_expansion" and n_spec:
+        be = spec if multi_query is None else spec & ~multi_query
+        if be.any():
+            qb, cb = q[be], ctx[be]
+            rest = ~be
+            qr, cr = q[rest], ctx[rest]
+            expanded = float(qb.sum())
+            kv_be = float(((1.0 + (qb - 1) * profile.expand_reread) * cb).sum() + (qb * (qb + 1)).sum() / 2.0)
+            seqs = expanded + float(qr.size)
+            kv = kv_be + float(cr.sum() + qr.sum())
+            qpairs = kv_be + float((qr * (cr + qr)).sum())
+            qmax = float(qr.max()) if qr.size else 1.0
+            return seqs, kv, qpairs, host + profile.expand_seq_s * expanded, qmax
+    kv = float(ctx.sum()) + float(q.sum())
+    qpairs = float((q * (ctx + q)).sum()) if n_spec else kv
+    return n, kv, qpairs, host, qmax
+
+
+def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> tuple[ForwardShape, float]:
+    """The target's forward pass of a step, and the host seconds of speculation around it, under ``profile``:
+    every prefill chunk (its causal pairs, reading its cached prefix) and 1 + speculation per decoding request
+    (:func:`_decode_terms`); the LM head scores verified tokens and the last token of completed prefills. The pass
+    replays CUDA graphs when it has no prefill, every query is a single token (or the profile graphs verification)
+    and its tokens fit the captured sizes."""
     dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
-    n_tokens = int(pre.tokens.sum()) + dec_tokens if pre.ids.size else dec_tokens
-    return (n_tokens, int(pre.ids.size + dec.ids.size), float(dec.ctx.sum()) + dec_tokens, pre.pairs,
-            dec_tokens + int(pre.completes.sum()), pre.ids.size == 0)
+    tree = None
+    if dec.trees:
+        tree = np.fromiter((rid in dec.trees for rid in dec.ids.tolist()), dtype=bool, count=dec.ids.size)
+    if dec.ids.size:
+        seqs, kv, qpairs, host, qmax = _decode_terms(profile, dec.k, dec.ctx, tree)
+    else:
+        seqs, kv, qpairs, host, qmax = 0.0, 0.0, 0.0, 0.0, 1.0
+    if pre.ids.size:
+        n_tokens = int(pre.tokens.sum()) + dec_tokens
+        shape = ForwardShape(n_tokens, int(pre.ids.size + seqs), kv + pre.cached, pre.pairs,
+                             dec_tokens + int(pre.completes.sum()), False, qpairs)
+        return shape, host
+    graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
+        and dec_tokens <= profile.graph_max_tokens
+    return ForwardShape(dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs), host
+
+
+def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
+    """Seconds of one target pass over ``batch`` requests with ``context`` cached tokens each, every one scoring
+    1 + ``k`` tokens (``k`` = 0: plain decode; ``tree``: a token tree of k nodes, always one multi-token query),
+    charged exactly as :func:`verify_pass` charges the engine's steps, host costs of speculation included."""
+    if batch <= 0:
+        return 0.0
+    kk = np.full(batch, float(k))
+    ctx = np.full(batch, float(context))
+    seqs, kv, qpairs, host, qmax = _decode_terms(cost.engine, kk, ctx,
+                                                 np.ones(batch, dtype=bool) if tree else None)
+    prof = cost.engine
+    tokens = batch * (1 + k)
+    graphs = (qmax <= 1.0 or prof.verify_graphs) and seqs <= prof.graph_max_tokens and tokens <= prof.graph_max_tokens
+    return cost.forward_s(round(tokens), round(seqs), kv_read_tokens=kv, lm_head_tokens=round(tokens),
+                          decode_only=graphs, query_pairs=qpairs) + host
 
 
 class StepCoster:

@@ -3,11 +3,14 @@ and on remote draft servers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from repro.cost.model import CostModel
-from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, verify_shape
+from repro.cost.model import CostModel, ForwardShape
+from repro.cost.serving import EngineProfile, load_engine
+from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, decode_pass_s, verify_pass
 from repro.plan import PlanError, StepPlan, ids
 from repro.state import RequestState
 from tests.conftest import make_cost, make_requests
@@ -24,15 +27,69 @@ def _state(contexts: list[int], draft_has: list[int]) -> RequestState:
     return s
 
 
-def test_verify_shape_of_a_mixed_step() -> None:
+MQ = EngineProfile(name="mq", scorer="multi_query", verify_graphs=True, graph_max_tokens=512)
+BE = EngineProfile(name="be", scorer="batch_expansion", verify_graphs=False, graph_max_tokens=256, expand_seq_s=2e-5,
+                   expand_reread=1.0, spec_seq_s=1e-5, spec_token_s=1e-6)
+
+
+def _dec(k: list[int], ctx: list[int]) -> DecodeBatch:
+    n = len(k)
+    return DecodeBatch(ids(list(range(1, n + 1))), ids([5] * n), ids(ctx), ids(k), ids(k) > 0, {}, None)
+
+
+def test_verify_pass_of_a_mixed_step() -> None:
     # a 64-token prefill chunk on 32 cached tokens (completes its prompt) + 2 decodes, one verifying k = 3:
-    # tokens 64 + (1 + 3) + 1 = 69; 3 sequences; KV read by the decodes: (100 + 4) + (200 + 1); causal pairs
-    # 64 · (32 + 65 / 2); LM head over the 5 decode tokens and the completed prompt's last token
-    pre = PrefillBatch(ids([0]), ids([64]), 64 * (32 + 65 / 2), np.array([True]))
-    dec = DecodeBatch(ids([1, 2]), ids([5, 9]), ids([100, 200]), ids([3, 0]), np.array([True, False]), {}, None)
-    assert verify_shape(pre, dec) == (69, 3, 305.0, 64 * (32 + 65 / 2), 6, False)
+    # tokens 64 + (1 + 3) + 1 = 69; 3 sequences; KV read: the chunk's 32 cached tokens, the decodes' (100 + 4) +
+    # (200 + 1); causal pairs 64 · (32 + 65 / 2); query-key pairs of the decodes 4 · (100 + 4) + 1 · (200 + 1); LM
+    # head over the 5 decode tokens and the completed prompt's last token; a pass with prefill runs eagerly
+    pre = PrefillBatch(ids([0]), ids([64]), 64 * (32 + 65 / 2), np.array([True]), 32.0)
+    dec = _dec([3, 0], [100, 200])
+    assert verify_pass(MQ, pre, dec) == (ForwardShape(69, 3, 337.0, 64 * (32 + 65 / 2), 6, False, 617.0), 0.0)
     empty = PrefillBatch(NO_INT, NO_INT, 0.0, NO_BOOL)
-    assert verify_shape(empty, dec) == (5, 2, 305.0, 0.0, 5, True)  # decode-only: CUDA graphs
+    assert verify_pass(MQ, empty, dec) == (ForwardShape(5, 2, 305.0, 0.0, 5, True, 617.0), 0.0)
+    # an engine that verifies eagerly (vLLM v0's multi-query scorer, FlexFlow): graphs for plain decodes only
+    eager = replace(MQ, verify_graphs=False)
+    assert verify_pass(eager, empty, dec)[0].decode_only is False
+    assert verify_pass(eager, empty, _dec([0, 0], [100, 200]))[0].decode_only is True
+
+
+def test_batch_expansion_reads_the_kv_k_plus_1_times() -> None:
+    # k = 3 on 100 cached tokens becomes 4 single-query sequences reading 101, 102, 103, 104 tokens (4 · 100 + 10);
+    # the plain decode beside it reads 201. Host: 4 expanded sequences · 20 µs + 1 speculating sequence · 10 µs +
+    # 3 proposed tokens · 1 µs. Single-query passes replay CUDA graphs.
+    empty = PrefillBatch(NO_INT, NO_INT, 0.0, NO_BOOL)
+    shape, host = verify_pass(BE, empty, _dec([3, 0], [100, 200]))
+    assert shape == ForwardShape(5, 5, 611.0, 0.0, 5, True, 611.0)
+    assert host == pytest.approx(4 * 2e-5 + 1e-5 + 3 * 1e-6, rel=1e-12)
+    # a cache that keeps half of the repeated reads: 100 · (1 + 3 · 0.5) + 10
+    half = replace(BE, expand_reread=0.5)
+    assert verify_pass(half, empty, _dec([3, 0], [100, 200]))[0].kv_read_tokens == 250.0 + 10.0 + 201.0
+    # 64 sequences · (1 + 4) = 320 expanded sequences exceed the 256 captured: eager
+    assert verify_pass(BE, empty, _dec([4] * 64, [50] * 64))[0].decode_only is False
+    # with nothing speculated the two scorers charge the same pass
+    assert verify_pass(BE, empty, _dec([0, 0], [100, 200])) == verify_pass(MQ, empty, _dec([0, 0], [100, 200]))
+
+
+def test_batch_expansion_costs_more_than_multi_query_and_decode_pass_s_agrees() -> None:
+    cost_be = CostModel(make_cost().hardware, make_cost().model, engine=BE)
+    cost_mq = CostModel(make_cost().hardware, make_cost().model, engine=MQ)
+    empty = PrefillBatch(NO_INT, NO_INT, 0.0, NO_BOOL)
+    for cost in (cost_be, cost_mq):
+        shape, host = verify_pass(cost.engine, empty, _dec([4] * 8, [300] * 8))
+        assert decode_pass_s(cost, 8, 300, 4) == pytest.approx(cost.forward(shape).total_s + host, rel=1e-12)
+    assert decode_pass_s(cost_be, 8, 300, 4) > decode_pass_s(cost_mq, 8, 300, 4) * 1.05
+    assert decode_pass_s(cost_be, 8, 300, 0) == decode_pass_s(cost_mq, 8, 300, 0)
+
+
+def test_engine_profiles_load_and_differ_where_the_papers_say() -> None:
+    v0, v1, ff = load_engine("vllm_v0"), load_engine("vllm_v1"), load_engine("flexflow")
+    assert (v0.scorer, v0.draft_kv_layout, v0.spec_with_prefill) == ("batch_expansion", "vllm_v0", False)
+    assert (v1.scorer, v1.verify_graphs, v1.draft_kv_layout) == ("multi_query", True, "spread")
+    assert (ff.scorer, ff.verify_graphs) == ("multi_query", False)
+    with pytest.raises(TypeError, match="scorrer"):
+        EngineProfile.from_cfg({"name": "x", "scorrer": "multi_query"})
+    with pytest.raises(ValueError, match="scorer"):
+        EngineProfile(scorer="tree")  # type: ignore[arg-type]
 
 
 def test_chain_drafting_by_hand() -> None:

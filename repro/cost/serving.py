@@ -1,0 +1,94 @@
+"""Engine profiles: how the serving engine a paper ran executes speculation (DESIGN.md, "Cost model").
+
+The same plan costs different time on different engines. A profile (``conf/engine/NAME.yaml``, chosen per system in
+its config and swappable with ``engine=NAME``) says, for one engine implementation:
+
+- **scorer**: how the target scores proposals. ``multi_query``: one query of 1 + k tokens per sequence reads the
+  sequence's KV once (vLLM's ``MQAScorer``, vLLM v1, FlexFlow Serve's tree-masked kernel). ``batch_expansion``:
+  vLLM v0's ``BatchExpansionTop1Scorer`` turns a sequence with k proposals into k + 1 single-query sequences, so its
+  KV is read k + 1 times and every per-sequence cost repeats, plus the host work of building the expanded batch
+  (``expand_seq_s`` per expanded sequence).
+- **CUDA graphs**: decode passes replay captured graphs up to ``graph_max_tokens`` tokens; passes that verify
+  several tokens per sequence replay them only if ``verify_graphs`` (vLLM v1's piecewise graphs; vLLM v0 and FlexFlow
+  Serve run verification eagerly).
+- **draft memory**: ``draft_kv_layout`` is where a co-located draft's weights and KV live
+  (:meth:`repro.cost.model.CostModel.kv_capacity_blocks`).
+- **host-side speculation costs**: ``spec_seq_s`` per speculating sequence and ``spec_token_s`` per proposed token
+  each step (proposal assembly, rejection sampling, output bookkeeping in the engine's Python or C++ runtime).
+- **spec_with_prefill**: whether prefill chunks may share a step with speculation (vLLM v0: speculation and chunked
+  prefill were mutually exclusive).
+
+Every number is a property of the engine's code, shared by every experiment that runs on it; each profile's YAML
+cites its sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import yaml
+
+from repro.cost.spec import CONF_DIR, UnknownSpecError, _to_dict
+
+Scorer = Literal["multi_query", "batch_expansion"]
+DraftKvLayout = Literal["spread", "vllm_v0"]
+#: keys of the ``engine`` config block that are run settings, not part of the engine's profile
+RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    """One serving engine's implementation of speculation (see the module docstring for each field)."""
+
+    name: str = "ideal"
+    scorer: Scorer = "multi_query"
+    verify_graphs: bool = True
+    graph_max_tokens: int = 512
+    draft_kv_layout: DraftKvLayout = "spread"
+    spec_with_prefill: bool = True
+    expand_seq_s: float = 0.0
+    expand_reread: float = 1.0
+    spec_seq_s: float = 0.0
+    spec_token_s: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.scorer not in ("multi_query", "batch_expansion"):
+            raise ValueError(f"engine {self.name!r}: scorer must be 'multi_query' or 'batch_expansion', "
+                             f"not {self.scorer!r}")
+        if self.draft_kv_layout not in ("spread", "vllm_v0"):
+            raise ValueError(f"engine {self.name!r}: draft_kv_layout must be 'spread' or 'vllm_v0', "
+                             f"not {self.draft_kv_layout!r}")
+        for key in ("graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> EngineProfile:
+        """Build from the ``engine`` config block (its run settings, :data:`RUN_KEYS`, are skipped); an unknown
+        key raises ``TypeError`` naming it."""
+        data = {k: v for k, v in _to_dict(cfg).items() if k not in RUN_KEYS}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TypeError(f"unknown engine key(s) {unknown}; an engine profile has {sorted(known)} "
+                            f"and the run settings {list(RUN_KEYS)}")
+        return cls(**data)
+
+
+def available_engines() -> list[str]:
+    """Ids of every ``conf/engine/*.yaml``."""
+    return sorted(p.stem for p in (CONF_DIR / "engine").glob("*.yaml"))
+
+
+def load_engine(name: str) -> EngineProfile:
+    """``conf/engine/<name>.yaml`` as an :class:`EngineProfile` (unknown id → :class:`UnknownSpecError`)."""
+    path = CONF_DIR / "engine" / f"{name}.yaml"
+    if not path.is_file():
+        raise UnknownSpecError(f"unknown engine {name!r}; available: {', '.join(available_engines())}")
+    with path.open() as fh:
+        data = yaml.safe_load(fh)
+    return EngineProfile.from_cfg(data)
