@@ -326,3 +326,53 @@ def test_kv_capacity_with_a_resident_draft_by_hand() -> None:
     assert m.kv_capacity_blocks() == int(free // (16 * (524_288 + 36_864)))
     # without the draft's KV per token the pool would hold 7 % more blocks: the draft's KV is charged
     assert m.kv_capacity_blocks() < int(free // (16 * 524_288))
+
+
+# --- consistency the cost model must keep (CALIBRATION.md): more work never costs less; CLI == engine ---------------
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "flexflow"])
+@pytest.mark.parametrize(("model", "hw"), [("llama2-7b", "a100-80g"), ("llama3-8b", "h100-80g")])
+def test_a_pass_never_costs_less_when_it_computes_more(engine: str, model: str, hw: str) -> None:
+    # more sequences, more new tokens per sequence (decode -> prefill chunk of 2, 4, 16) or more cached context
+    # each cost at least as much: a chunk of 2 on c cached tokens reads those c tokens like a decode does
+    from repro.cost.__main__ import breakdown
+    from repro.cost.serving import load_engine
+
+    m = CostModel(load_hardware(hw), load_model(model), engine=load_engine(engine))
+
+    def t(b: int, q: int, c: int) -> float:
+        return breakdown(m, b, q, c)["total_ms"]
+
+    for b in (1, 8, 64, 128):
+        for c in (0, 128, 512, 2048):
+            qs = [t(b, q, c) for q in (1, 2, 4, 16)]
+            assert qs == sorted(qs), (b, c, qs)
+            assert t(b, 1, c) <= t(b, 1, 2 * c + 1) and t(b, 2, c) <= t(2 * b, 2, c)
+    assert t(128, 2, 512) > t(128, 1, 512)  # the CALIBRATION.md case: 48.5 vs 22.4 ms before the prefix read
+
+
+def test_cli_and_engine_charge_the_same_pass() -> None:
+    # the command line's decode / verify / prefill numbers are the engine's: one speculative step of 8 requests
+    # (k = 4, context 300) on vLLM v0, charged by verify_pass + StepCoster, equals `python -m repro.cost ... --k 4`
+    import numpy as np
+
+    from repro.cost.__main__ import breakdown
+    from repro.cost.serving import load_engine
+    from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
+    from repro.plan import StepPlan
+    from repro.state import RequestState
+    from tests.conftest import make_requests
+
+    m = CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"),
+                  engine=load_engine("vllm_v0"))
+    s = RequestState(**make_requests(8, prompt_len=[300] * 8))
+    s.num_computed[:] = 300
+    s.num_draft_computed[:] = 300
+    rid = np.arange(8)
+    k = np.full(8, 4)
+    none = np.zeros(0, dtype=np.int64)
+    draft = StepCoster(s, m).draft_s(StepPlan(decode_ids=rid, k=k), rid, np.full(8, 300), k, k > 0, {}, none, none,
+                                     draft_resident=True)
+    shape, host = verify_pass(m.engine, PrefillBatch(none, none, 0.0, np.zeros(0, dtype=bool)),
+                              DecodeBatch(rid, np.ones(8, dtype=np.int64), np.full(8, 300), k, k > 0, {}, None))
+    engine_ms = 1e3 * (draft + m.forward(shape).total_s + host)
+    assert breakdown(m, 8, 1, 300, k=4)["total_ms"] == pytest.approx(engine_ms, rel=1e-12)
