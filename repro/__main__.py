@@ -2,8 +2,9 @@
 
 ``python -m repro +exp=NAME [key=value ...]``
     runs an experiment into ``runs/NAME/`` (``runs/quick/NAME/`` with ``quick=true``; or ``out_dir=``):
-    points.csv, manifest.json, figures, summary.md (see :mod:`repro.runner`). Values on the command line narrow
-    the experiment (:mod:`repro.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that system only.
+    points.csv, manifest.json, figures, summary.md (see :mod:`repro.runner` and :mod:`repro.results`). Values on the
+    command line narrow the experiment (:mod:`repro.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that
+    system only.
 ``python -m repro list``
     every experiment, system, workload, hardware, model, oracle and backend config.
 ``python -m repro check [NAME ...] [--quick] [--tolerance REL] [--update]``
@@ -25,8 +26,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from repro.compose import compose_config, hydra_context
 from repro.errors import ReproError
-from repro.runner import CONF_DIR, compose_config, group_overrides, hydra_context, run_experiment
+from repro.grid import group_overrides
+from repro.results import CONF_DIR
+from repro.runner import run_experiment
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "model", "oracle", "backend")
 

@@ -37,7 +37,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro import runner
+from repro.compose import compose_config, hydra_context, to_dict
 from repro.errors import ReproError
+from repro.expspec import ExpSpec, apply_quick
+from repro.grid import expand_points, group_overrides
+from repro.results import CONF_DIR, KEY_COLS, REPO_ROOT, RESULTS_DIR, display_path, reference_dir
 
 #: Columns that measure this machine's wall clock or book-keeping, never compared.
 WALL_CLOCK = frozenset({"wall_s", "mean_iter_schedule_ms", "config_hash", "code_version"})
@@ -47,7 +51,7 @@ NODATA = "nodata"
 MAX_ROWS = 25  # changed cells printed per experiment
 
 
-def experiments(conf_dir: Path = runner.CONF_DIR) -> list[str]:
+def experiments(conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / "exp").glob("*.yaml"))
 
 
@@ -142,7 +146,7 @@ def pick_reference(ref: Path, manifest: Mapping[str, Any]) -> tuple[Path | None,
     mine = signature(manifest)
     candidates = [d for d in (ref, ref / NODATA) if (d / "points.csv").is_file()]
     if not candidates:
-        return None, f"no reference in {runner.display_path(ref)} (create it with --update)"
+        return None, f"no reference in {display_path(ref)} (create it with --update)"
     for d in candidates:
         if signature(read_manifest(d)) == mine:
             return d, ""
@@ -160,7 +164,7 @@ def against_reference(result: runner.ExperimentResult, ref: Path,
     folder, problem = pick_reference(ref, result.manifest)
     if folder is None:
         return None, problem, []
-    keys = [*runner.KEY_COLS, *(read_manifest(folder).get("grid_keys") or [])]
+    keys = [*KEY_COLS, *(read_manifest(folder).get("grid_keys") or [])]
     old = pd.read_csv(folder / "points.csv", dtype=str, keep_default_na=False)
     new = pd.read_csv(result.out_dir / "points.csv", dtype=str, keep_default_na=False)
     return folder, "", compare(old, new, keys, tol)
@@ -171,17 +175,17 @@ def against_reference(result: runner.ExperimentResult, ref: Path,
 
 def _compose(name: str, quick: bool, extra: Sequence[str]) -> tuple[Any, list[str]]:
     overrides = [f"+exp={name}", *(["quick=true"] if quick else []), *extra]
-    with runner.hydra_context():
-        return runner.compose_config(overrides), overrides
+    with hydra_context():
+        return compose_config(overrides), overrides
 
 
 def count_points(name: str, quick: bool, extra: Sequence[str] = ()) -> int:
     """How many points an experiment runs (for one progress bar over several)."""
     cfg, _ = _compose(name, quick, extra)
-    exp, _ = runner.apply_quick(runner.to_dict(cfg.exp), quick)
-    if exp.get("kind", "sweep") != "sweep":
+    spec = ExpSpec.parse(apply_quick(to_dict(cfg.exp), quick)[0])
+    if spec.kind != "sweep":
         return 1
-    return len(runner.expand_points(exp, runner.group_overrides(runner.CONF_DIR)))
+    return len(expand_points(spec, group_overrides(CONF_DIR)))
 
 
 def run_one(name: str, quick: bool, out_dir: Path, extra: Sequence[str] = (),
@@ -220,32 +224,32 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
             shutil.copy2(result.out_dir / n, dest / n)
     if dest != ref:
         return dest
-    from repro import plot
+    from repro import render
 
     if not quick:
-        plot.redraw(dest)  # figure files and summary.md, drawn where they now live
+        render.redraw(dest)  # figure files and summary.md, drawn where they now live
     return dest
 
 
 def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: int | None = None,
-          extra: Sequence[str] = (), results: Path = runner.RESULTS_DIR) -> list[Outcome]:
+          extra: Sequence[str] = (), results: Path = RESULTS_DIR) -> list[Outcome]:
     """Run and compare (or update) each experiment against ``results``; prints one line per experiment."""
     out: list[Outcome] = []
-    scratch = runner.REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
+    scratch = REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
     for name in names:
-        ref = runner.reference_dir(name, quick, results)
+        ref = reference_dir(name, quick, results)
         t0 = time.perf_counter()
         result = run_one(name, quick, scratch / name, extra, n_jobs=n_jobs)
         o = Outcome(name, None, wall_s=time.perf_counter() - t0, num_points=len(result.points))
         if update:
             o.reference = store(result, ref, quick)
-            print(f"{name}: reference updated ({runner.display_path(o.reference)}, {o.num_points} points, "
+            print(f"{name}: reference updated ({display_path(o.reference)}, {o.num_points} points, "
                   f"{o.wall_s:.0f} s)", flush=True)
             out.append(o)
             continue
         o.reference, o.problem, o.changes = against_reference(result, ref, tol)
         status = "ok" if o.ok else (o.problem or f"{len(o.changes)} cells differ")
-        where = f" vs {runner.display_path(o.reference)}" if o.reference else ""
+        where = f" vs {display_path(o.reference)}" if o.reference else ""
         print(f"{name}: {status} ({o.num_points} points{where}, {o.wall_s:.0f} s)", flush=True)
         out.append(o)
     return out
@@ -271,7 +275,7 @@ def changes_table(outcomes: Sequence[Outcome], limit: int = MAX_ROWS) -> str:
 
 
 def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
-               results: Path = runner.RESULTS_DIR) -> list[tuple[str, Path, Any]]:
+               results: Path = RESULTS_DIR) -> list[tuple[str, Path, Any]]:
     """``repro all``: every experiment into its reference folder, one progress bar over all points."""
     total = sum(count_points(n, quick) for n in names)
     bar = tqdm(total=total, desc="catalogue", unit="pt", disable=None)
@@ -284,7 +288,7 @@ def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
     done = []
     try:
         for name in names:
-            ref = runner.reference_dir(name, quick, results)
+            ref = reference_dir(name, quick, results)
             with tempfile.TemporaryDirectory(prefix=f"repro-{name}-") as tmp:
                 target = Path(tmp) if quick or not data_present() else ref
                 result = run_one(name, quick, target, progress=tick, n_jobs=n_jobs)
@@ -299,7 +303,7 @@ def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
 
 
 def index_rows(done: Sequence[tuple[str, Path, Any]], quick: bool,
-               results: Path = runner.RESULTS_DIR) -> dict[str, str]:
+               results: Path = RESULTS_DIR) -> dict[str, str]:
     """The catalogue's table row of each experiment just run."""
     root = results / ("quick" if quick else "")
     rows = {}
@@ -360,7 +364,7 @@ def main(argv: Sequence[str]) -> int:
         parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
     parser.add_argument("--quick", action="store_true", help="quick mode (references in results/quick/)")
     parser.add_argument("--n-jobs", type=int, default=None, help="worker processes per experiment")
-    parser.add_argument("--results", type=Path, default=runner.RESULTS_DIR,
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR,
                         help="the references' root folder (default: the repository's results/)")
     args = parser.parse_args(rest)
     try:
@@ -371,7 +375,7 @@ def main(argv: Sequence[str]) -> int:
             raise ReproError(f"unknown experiment(s) {', '.join(bad)} (python -m repro list)")
         if cmd == "all":
             done = regenerate(names, args.quick, args.n_jobs, args.results)
-            index = runner.reference_dir("INDEX.md" if data_present() else "INDEX.nodata.md", args.quick,
+            index = reference_dir("INDEX.md" if data_present() else "INDEX.nodata.md", args.quick,
                                          args.results)
             index.parent.mkdir(parents=True, exist_ok=True)
             # naming experiments updates their rows and keeps the others (of experiments that still exist)
@@ -379,7 +383,7 @@ def main(argv: Sequence[str]) -> int:
             rows.update(index_rows(done, args.quick, args.results))
             index.write_text(index_markdown(rows, args.quick))
             print(f"catalogue: {len(done)} experiments, {sum(len(r.points) for *_, r in done)} points in "
-                  f"{sum(r.wall_s for *_, r in done):.0f} s -> {runner.display_path(index)}")
+                  f"{sum(r.wall_s for *_, r in done):.0f} s -> {display_path(index)}")
             return 0
         if args.tolerance < 0:
             raise ReproError(f"--tolerance {args.tolerance}: must be >= 0")

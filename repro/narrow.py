@@ -2,15 +2,17 @@
 
 The rule (README, "Changing one knob"):
 
-- ``system=NAME`` runs only that system: the experiment's entries for config ``NAME`` (or labelled ``NAME``), or
-  ``NAME`` alone when the experiment does not compare it. Without an experiment, it is the system that runs.
+- ``system=NAME`` runs only that system: the experiment's entries for config ``NAME`` (or labelled ``NAME``), in
+  ``exp.systems`` and in the cases' own systems lists, or ``NAME`` alone when the experiment does not compare it.
+  Without an experiment, it is the system that runs.
 - ``seed=S`` runs only that seed.
 - a key the experiment sweeps (``rps=3``) narrows that axis to the value, in every case, whether or not the value
   was on the grid.
 - a key the experiment's cases set (``model=llama2-70b`` in AdaServe Fig. 4) keeps the cases that set that value; if
   none does, the value replaces what every case sets (an error when the cases are labelled by that key).
 - ``case=LABEL`` (or ``<case_key>=LABEL``, e.g. ``panel=PLD-Sonnet``) keeps the case with that label.
-- a key the experiment's system entries set (``system.proposer``) is the command line's for every entry.
+- a key the experiment's system entries set (``system.proposer``) is the command line's for every entry (those of
+  the cases' own systems too).
 - any other key (``hardware=h100-80g``, ``num_requests=50``) applies to every point, as Hydra composes it.
 
 Each narrowing is announced on one line (:attr:`Narrowed.lines`).
@@ -27,6 +29,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from repro.errors import ConfigError
+from repro.expspec import ExpSpec, system_entries
 
 #: Command-line keys that say how to run, not what: never narrow anything.
 RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "resume", "out_dir", "save_requests", "hydra"})
@@ -90,28 +93,20 @@ def _show(values: Sequence[Any]) -> str:
 
 def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
     """Apply the module's rule to ``exp`` (after ``quick``); returns the narrowed experiment and its lines."""
-    from repro.runner import system_entries
-
     out = Narrowed({k: (list(v) if isinstance(v, list) else v) for k, v in exp.items()})
     e = out.exp
+    if e.get("cases"):  # copies: narrowing never changes the caller's experiment
+        e["cases"] = [dict(c) if isinstance(c, Mapping) else c for c in e["cases"]]
     values = {u.key: u for u in user if u.key not in RUN_KEYS}
     default_exp = e.get("name") == "default"
     if "system" in values:
-        name = str(values["system"].value)
-        raw = list(e.get("systems") or [])
-        entries = system_entries(raw)
-        keep = [r for r, en in zip(raw, entries, strict=True) if name in (en.name, en.label)]
-        e["systems"] = keep or [name]
-        if not default_exp and [en.label for en in entries] != [en.label for en in system_entries(e["systems"])]:
-            labels = ", ".join(en.label for en in system_entries(e["systems"]))
-            out.lines.append(f"system={name}: runs {labels} only (the experiment compares "
-                             f"{', '.join(en.label for en in entries)})")
+        _narrow_systems(e, list(e.get("cases") or []), str(values["system"].value), default_exp, out.lines)
     if "seed" in values and list(e.get("seeds") or [0]) != [values["seed"].value]:
         before = list(e.get("seeds") or [0])
         e["seeds"] = [int(values["seed"].value)]
         if not default_exp:
             out.lines.append(f"seed={values['seed'].value}: runs that seed only (the experiment runs {_show(before)})")
-    cases = [dict(c) for c in e.get("cases") or []]
+    cases = list(e.get("cases") or [])
     case_key = str(e.get("case_key") or "case")
     if "case" in values and values["case"].value is not None:
         label = str(values["case"].value)
@@ -128,7 +123,7 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
             continue
         _narrow_grid(e, cases, key, uv, out.lines)
         cases = _narrow_cases(cases, case_key, key, uv, out.lines)
-        _free_entries(e, key, uv, out.lines)
+        _free_entries(e, cases, key, uv, out.lines)
     if e.get("cases"):
         e["cases"] = cases
     return out
@@ -171,13 +166,35 @@ def _narrow_cases(cases: list[dict[str, Any]], case_key: str, key: str, uv: User
     return cases
 
 
-def _free_entries(e: dict[str, Any], key: str, uv: UserValue, lines: list[str]) -> None:
-    raw = list(e.get("systems") or [])
+def _system_lists(e: dict[str, Any], cases: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """The systems lists that run, each with the map holding it: each case's own, and ``exp.systems`` unless every
+    case has its own."""
+    own = [(c, list(c["systems"])) for c in cases if c.get("systems") is not None]
+    return own if cases and len(own) == len(cases) else [(e, list(e.get("systems") or [])), *own]
+
+
+def _narrow_systems(e: dict[str, Any], cases: list[dict[str, Any]], name: str, default_exp: bool,
+                    lines: list[str]) -> None:
+    """``system=NAME``: every systems list keeps its entries for config or label ``NAME``; when no list has one,
+    ``NAME`` alone replaces them all."""
+    before = ExpSpec.parse(e).system_labels()
+    lists = _system_lists(e, cases)
+    kept = [[r for r, en in zip(raw, system_entries(raw), strict=True) if name in (en.name, en.label)]
+            for _, raw in lists]
+    for (holder, _), keep in zip(lists, kept, strict=True):
+        holder["systems"] = keep if any(kept) else [name]
+    after = ExpSpec.parse(e).system_labels()
+    if not default_exp and before != after:
+        lines.append(f"system={name}: runs {', '.join(after)} only (the experiment compares {', '.join(before)})")
+
+
+def _free_entries(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: UserValue, lines: list[str]) -> None:
     changed = False
-    for i, entry in enumerate(raw):
-        if isinstance(entry, Mapping) and key in (entry.get("overrides") or {}):
-            raw[i] = {**entry, "overrides": {k: v for k, v in entry["overrides"].items() if k != key}}
-            changed = True
+    for holder, raw in _system_lists(e, cases):
+        for i, entry in enumerate(raw):
+            if isinstance(entry, Mapping) and key in (entry.get("overrides") or {}):
+                raw[i] = {**entry, "overrides": {k: v for k, v in entry["overrides"].items() if k != key}}
+                changed = True
+                holder["systems"] = raw
     if changed:
-        e["systems"] = raw
         lines.append(f"{key}={uv.value}: applies to every system (the experiment's entries set it per system)")

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from repro.errors import ConfigError
+
+if TYPE_CHECKING:
+    from repro.expspec import ExpSpec
 
 GiB = 2**30
 
@@ -130,7 +133,7 @@ def infer_knob(key: str, values: Sequence[Any]) -> Knob | None:
     return None  # strings: names are checked where they are used (config groups, dataset names, ...)
 
 
-def grid_values(exp: Mapping[str, Any]) -> dict[str, list[Any]]:
+def grid_values(exp: ExpSpec) -> dict[str, list[Any]]:
     """Every value an experiment gives each key: its grid axes and its cases' grids and overrides."""
     out: dict[str, list[Any]] = {}
 
@@ -138,22 +141,21 @@ def grid_values(exp: Mapping[str, Any]) -> dict[str, list[Any]]:
         vals = value if isinstance(value, list | tuple) else [value]
         out.setdefault(key, []).extend(vals)
 
-    for key, value in (exp.get("grid") or {}).items():
+    for key, value in exp.grid.items():
         add(key, value)
-    for case in exp.get("cases") or []:
-        if isinstance(case, Mapping):
-            for key, value in (case.get("grid") or {}).items():
-                add(key, value)
-            for key, value in (case.get("overrides") or {}).items():
-                add(key, value)
+    for case in exp.cases:
+        for key, value in case.grid.items():
+            add(key, value)
+        for key, value in case.overrides.items():
+            add(key, value)
     return out
 
 
-def check_values(cfg: DictConfig, exp: Mapping[str, Any] | None = None, first: Sequence[str] = ()) -> None:
+def check_values(cfg: DictConfig, exp: ExpSpec | None = None, first: Sequence[str] = ()) -> None:
     """Type and range of the top-level knobs (:data:`KNOBS`) and of the experiment's own scalar keys; the keys in
     ``first`` (what the user typed) are checked first, so an error names the key typed rather than one that
     interpolates it."""
-    swept = grid_values(exp or {})
+    swept = grid_values(exp) if exp is not None else {}
     keys = [*KNOBS, *(str(k) for k in cfg)]
     for key in dict.fromkeys([*(k for k in first if k in keys), *keys]):
         value = OmegaConf.select(cfg, key, default="__missing__")

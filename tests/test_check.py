@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import check, runner
+from repro import check
+from repro.results import reference_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,7 +70,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    shutil.copytree(runner.reference_dir("smoke", quick=True), results / "quick" / "smoke")
+    shutil.copytree(reference_dir("smoke", quick=True), results / "quick" / "smoke")
     res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "smoke: ok" in res.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import plots
+from repro.derived import with_derived
 from repro.simulate import compose
 from tests.conftest import DATA_MODES, QuickRuns
 
@@ -27,7 +27,7 @@ def fig15(request: pytest.FixtureRequest, quick_runs: QuickRuns) -> Path:
 
 
 def _decode_steps(out: Path, scenario: str) -> pd.DataFrame:
-    steps = plots.with_derived_columns(pd.read_parquet(out / "steps.parquet"))
+    steps = with_derived(pd.read_parquet(out / "steps.parquet"))
     assert steps is not None
     return steps[(steps["system"] == "turbospec") & (steps["scenario"] == scenario) & (steps["num_decode"] > 0)]
 

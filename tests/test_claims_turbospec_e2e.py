@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from repro import plots, runner
+from repro import runner
+from repro.derived import with_derived
 from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow
@@ -126,7 +127,7 @@ def test_fig14_each_fixed_k_loses_on_one_side_of_the_eagle_switch(fig14: runner.
     # least 3 % above TurboSpec's, while TurboSpec stays within 3 % of the best fixed k on both. k = 3 is not
     # asserted: in the quick run (5 s per dataset, little queueing) it ties TurboSpec on both sides; the full run
     # has it 8 % slower after the switch (results/turbospec_fig14, per-dataset figure).
-    req = plots.with_derived_columns(pd.read_parquet(fig14.out_dir / "requests.parquet"))
+    req = with_derived(pd.read_parquet(fig14.out_dir / "requests.parquet"))
     assert req is not None
     req = req[req["panel"] == "EAGLE IC->ShareGPT"]
     by_dataset = req.pivot_table(index="dataset", columns="system", values="latency_s", aggfunc="mean")

@@ -1,4 +1,5 @@
-"""The command line: ``python -m repro list``, one-line config errors (exit 2), ``python -m repro.plot``."""
+"""The command line: ``python -m repro list``, one-line config errors (exit 2), ``python -m repro.render`` (and its
+older name ``python -m repro.plot``)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def test_list_names_every_group() -> None:
     [
         (["bogus=1"], "bogus"),  # unknown top-level key
         (["exp.nonexistent_key=1"], "exp.nonexistent_key"),  # unknown key inside exp
+        (["+exp.sytems=[vllm]"], "exp.sytems (did you mean 'systems'?)"),  # added, then refused by the exp schema
         (["+exp=no_such_exp"], "no_such_exp"),  # unknown experiment
         (["system=no_such_system"], "no_such_system"),  # unknown system config
         (["draft=vicuna-160m"], "model@draft=vicuna-160m"),  # a group key set like a plain value
@@ -60,7 +62,7 @@ def test_calibration_and_redraw(tmp_path: Path) -> None:
         assert (out / f).exists(), f
     (out / "calibration_anchors.png").unlink()
     (out / "summary.md").unlink()
-    res = cli("-m", "repro.plot", str(out))
+    res = cli("-m", "repro.render", str(out))
     assert res.returncode == 0, res.stderr
     assert (out / "calibration_anchors.png").exists() and (out / "summary.md").exists()
 

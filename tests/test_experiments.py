@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import check, runner
+from repro import check, results
 from tests.conftest import QuickRuns, env_data_mode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_experiment_quick_matches_its_reference(exp: str, quick_runs: QuickRuns)
     assert list(res.out_dir.glob("*.png")) and list(res.out_dir.glob("*.pdf"))
     assert len(res.points) > 0
     assert res.summary_line().startswith(f"{exp}: {len(res.points)} points")  # the closing line
-    ref, problem, changes = check.against_reference(res, runner.reference_dir(exp, quick=True))
+    ref, problem, changes = check.against_reference(res, results.reference_dir(exp, quick=True))
     assert ref is not None, problem
     outcome = check.Outcome(exp, ref, changes)
     assert not changes, (f"{exp} moved from {ref} (if on purpose: python -m repro check {exp} --quick --update)\n"

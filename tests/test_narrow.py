@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from repro.errors import ConfigError
+from repro.grid import group_overrides
 from repro.narrow import UserValue, narrow, parse
-from repro.runner import group_overrides
 from repro.simulate import CONF_DIR, compose
 
 EXP: dict[str, Any] = {
@@ -92,3 +92,30 @@ def test_parse_reads_typed_values_and_groups() -> None:
     assert got["rps"] == (3, False)
     assert got["draft"] == ("vicuna-160m", True) and got["system"] == ("static_sd_k5", True)
     assert got["exp"] == ("smoke", True) and got["quick"] == (True, False)
+
+
+CASE_SYSTEMS: dict[str, Any] = {
+    "name": "toy",
+    "systems": ["vllm", {"system": "static_sd", "label": "k5", "overrides": {"system.k": 5, "system.proposer": "x"}}],
+    "cases": [
+        {"label": "a", "grid": {"rps": [1.0]}},
+        {"label": "b", "grid": {"rps": [1.0]}, "systems": [
+            {"system": "static_sd", "label": "k5", "overrides": {"system.k": 5, "system.proposer": "y"}}, "turbospec"]},
+    ],
+}
+
+
+def test_system_narrows_the_cases_own_systems_too() -> None:
+    out = narrow(CASE_SYSTEMS, [uv("system", "turbospec", True)])
+    assert out.exp["systems"] == [] and [c.get("systems") for c in out.exp["cases"]] == [None, ["turbospec"]]
+    assert out.lines == ["system=turbospec: runs turbospec only (the experiment compares vllm, k5, turbospec)"]
+    assert CASE_SYSTEMS["cases"][1]["systems"][1] == "turbospec" and len(CASE_SYSTEMS["systems"]) == 2  # unchanged
+    out = narrow(CASE_SYSTEMS, [uv("system", "sarathi", True)])  # compared nowhere: it alone, in every case
+    assert out.exp["systems"] == ["sarathi"] and out.exp["cases"][1]["systems"] == ["sarathi"]
+
+
+def test_a_key_the_entries_set_is_freed_in_the_cases_systems_too() -> None:
+    out = narrow(CASE_SYSTEMS, [uv("system.proposer", "eagle")])
+    k5_top, k5_b = out.exp["systems"][1], out.exp["cases"][1]["systems"][0]
+    assert k5_top["overrides"] == k5_b["overrides"] == {"system.k": 5}
+    assert CASE_SYSTEMS["cases"][1]["systems"][0]["overrides"]["system.proposer"] == "y"  # the experiment is intact

@@ -1,4 +1,5 @@
-"""repro.runner: grid expansion, overrides, resume, determinism, calibration (with a fake ``run_point``)."""
+"""repro.runner: sweeps with a fake ``run_point`` (files, quick mode, resume, determinism, cases with their own
+systems, exp typos), paper claims, the calibration kind."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from omegaconf import DictConfig
 
 from repro import claims, runner, simulate
+from repro.compose import compose_config, hydra_context
 from repro.errors import ConfigError
 from repro.metrics import POINT_METRICS, summarize
+from repro.results import CONF_DIR
 
 TEST_EXP = """\
 # @package _global_
@@ -48,7 +51,7 @@ exp:
 def conf_dir(tmp_path: Path) -> Path:
     """A copy of the repo's conf/ with the test experiment added."""
     dst = tmp_path / "conf"
-    shutil.copytree(runner.CONF_DIR, dst)
+    shutil.copytree(CONF_DIR, dst)
     (dst / "exp" / "grid_test.yaml").write_text(TEST_EXP)
     return dst
 
@@ -88,8 +91,8 @@ class FakeRunPoint:
 
 def run(conf_dir: Path, out_dir: Path, *extra: str) -> runner.ExperimentResult:
     overrides = ["+exp=grid_test", f"out_dir={out_dir}", "n_jobs=1", *extra]
-    with runner.hydra_context(conf_dir):
-        cfg = runner.compose_config(overrides)
+    with hydra_context(conf_dir):
+        cfg = compose_config(overrides)
     return runner.run_experiment(cfg, overrides, conf_dir=conf_dir)
 
 
@@ -100,78 +103,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunPoint:
     return f
 
 
-# --------------------------------------------------------------------------------------- expansion
-
-
-def test_expand_points_order_and_overrides(conf_dir: Path) -> None:
-    groups = runner.group_overrides(conf_dir)
-    assert (
-        groups["draft"] == "model@draft" and groups["model"] == "model" and groups["hardware"] == "hardware"
-    )
-    exp = {"systems": ["vllm", {"system": "static_sd", "label": "k2", "overrides": {"system.k": 2}}],
-           "grid": {"rps": [1.0, 2.0], "draft": ["llama-68m"]}, "seeds": [3]}  # fmt: skip
-    pts = runner.expand_points(exp, groups)
-    assert [(p.system, p.seed, dict(p.values)["rps"]) for p in pts] == [
-        ("vllm", 3, 1.0), ("vllm", 3, 2.0), ("k2", 3, 1.0), ("k2", 3, 2.0),
-    ]  # fmt: skip
-    assert pts[2].overrides == (
-        "system=static_sd",
-        "seed=3",
-        "rps=1.0",
-        "model@draft=llama-68m",
-        "system.k=2",
-    )
-
-
-def test_cases_bundle_overrides_with_their_own_grid(conf_dir: Path) -> None:
-    groups = runner.group_overrides(conf_dir)
-    exp = {"systems": ["vllm"], "case_key": "model", "cases": [
-        {"label": "7b", "overrides": {"model": "llama2-7b"}, "grid": {"rps": [1.0, 2.0]}},
-        {"label": "70b", "overrides": {"model": "llama2-70b", "tp": 4}, "grid": {"rps": [0.5]}},
-    ]}  # fmt: skip
-    pts = runner.expand_points(exp, groups)
-    assert [dict(p.values) for p in pts] == [
-        {"model": "7b", "rps": 1.0}, {"model": "7b", "rps": 2.0}, {"model": "70b", "rps": 0.5},
-    ]  # fmt: skip
-    assert pts[2].overrides == ("system=vllm", "seed=0", "model=llama2-70b", "tp=4", "rps=0.5")
-    assert runner.grid_columns(exp) == ["model", "rps"]
-    with pytest.raises(ConfigError, match="label"):
-        runner.expand_points({"systems": ["vllm"], "cases": [{"grid": {}}]}, groups)
-
-
-def test_quick_replaces_grid_and_adds_overrides() -> None:
-    exp = {"grid": {"rps": [1, 2, 3]}, "seeds": [0, 1], "quick": {"grid": {"rps": [2]}, "num_requests": 7}}
-    q, extra = runner.apply_quick(exp, True)
-    assert q["grid"] == {"rps": [2]} and q["seeds"] == [0, 1] and extra == {"num_requests": 7}
-    assert runner.apply_quick(exp, False) == (exp, {})
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(2.0, "2.0"), (3, "3"), (True, "true"), (None, "null"), ("llama-68m", "llama-68m"), ("a b", "'a b'"),
-     ("1.5", "'1.5'"), ([1, 2], "[1,2]"), ({"a": 1}, "{a:1}"), (float("inf"), "inf")],
-)  # fmt: skip
-def test_format_value(value: Any, text: str) -> None:
-    assert runner.format_value(value) == text
-
-
-def test_bad_grid_key_and_system_entry() -> None:
-    with pytest.raises(ConfigError, match="seed"):
-        runner.expand_points({"systems": ["vllm"], "grid": {"seed": [1]}}, {})
-    with pytest.raises(ConfigError, match="bogus"):
-        runner.system_entries([{"system": "vllm", "bogus": 1}])
-
-
 def test_unknown_grid_key_names_it(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
     with pytest.raises(ConfigError, match="not_a_key"):
         run(conf_dir, tmp_path / "out", "+exp.grid.not_a_key=[1]")
-
-
-def test_fmt_is_stable() -> None:
-    for v in (0.1, 1 / 3, 12345.6789, 2.0, float("nan"), 1e-9):
-        once = runner.fmt(v)
-        assert runner.fmt(float(once)) == once
-    assert runner.fmt(2.0) == "2" and runner.fmt(1 / 3) == "0.333333"
 
 
 # ---------------------------------------------------------------------------------------- running
@@ -267,14 +201,14 @@ def test_config_error_in_point_is_one_line(
 
 
 def test_redraw_from_csv(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
-    from repro import plot
+    from repro import render
 
     out = tmp_path / "out"
     run(conf_dir, out)
     for f in ("attain.png", "summary.md"):
         (out / f).unlink()
     fake.calls = 0
-    plot.redraw(out)
+    render.redraw(out)
     assert fake.calls == 0 and (out / "attain.png").exists() and (out / "summary.md").exists()
 
 
@@ -313,8 +247,8 @@ def test_claim_kinds() -> None:
 def test_calibration_experiment(tmp_path: Path) -> None:
     out = tmp_path / "cal"
     overrides = ["+exp=calibration", f"out_dir={out}"]
-    with runner.hydra_context(runner.CONF_DIR):
-        cfg = runner.compose_config(overrides)
+    with hydra_context(CONF_DIR):
+        cfg = compose_config(overrides)
     runner.run_experiment(cfg, overrides)
     pts = pd.read_csv(out / "points.csv")
     assert {"table", "kind", "measured_ms", "modelled_ms", "rel_err", "tolerance"} <= set(pts.columns)
@@ -324,34 +258,6 @@ def test_calibration_experiment(tmp_path: Path) -> None:
         == (pts["kind"] == "linear").groupby(pts["table"]).any().sum()
     )
     assert "within tolerance" in (out / "summary.md").read_text()
-
-
-def test_derived_speedup_against_a_baseline_system() -> None:
-    rows = [
-        {"system": "vllm", "seed": "0", "b": "1", "lat": "2"},
-        {"system": "sd", "seed": "0", "b": "1", "lat": "1"},
-        {"system": "sd", "seed": "0", "b": "2", "lat": "1"},  # no baseline at b=2: nan
-    ]
-    out = runner.derive(rows, [{"name": "speedup", "metric": "lat", "baseline": "vllm", "invert": True}], ["seed", "b"])
-    assert [r["speedup"] for r in out] == ["1", "2", "nan"]
-    with pytest.raises(ConfigError, match="needs name"):
-        runner.derive(rows, [{"name": "x", "metric": "lat"}], ["seed"])
-
-
-def test_derived_normalize_over_a_grid_column() -> None:
-    rows = [
-        {"system": "sd", "seed": "0", "b": "1", "k": "1", "g": "2"},
-        {"system": "sd", "seed": "0", "b": "1", "k": "2", "g": "4"},
-        {"system": "sd", "seed": "0", "b": "2", "k": "1", "g": "3"},
-        {"system": "sd", "seed": "0", "b": "2", "k": "2", "g": "1.5"},
-        {"system": "other", "seed": "0", "b": "1", "k": "1", "g": "8"},  # its own group
-    ]
-    out = runner.derive(rows, [{"name": "norm", "metric": "g", "normalize": "k"}], ["seed", "b", "k"])
-    assert [r["norm"] for r in out] == ["0.5", "1", "1", "0.5", "1"]
-    with pytest.raises(ConfigError, match="not a grid column"):
-        runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "zz"}], ["seed", "b", "k"])
-    with pytest.raises(ConfigError, match="either baseline"):
-        runner.derive(rows, [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}], ["seed", "k"])
 
 
 def test_identical_points_from_two_cases_keep_their_own_labels(
@@ -370,10 +276,60 @@ exp:
 """
     (conf_dir / "exp" / "dup_test.yaml").write_text(exp)
     overrides = ["+exp=dup_test", f"out_dir={tmp_path / 'o'}", "n_jobs=1"]
-    with runner.hydra_context(conf_dir):
-        cfg = runner.compose_config(overrides)
+    with hydra_context(conf_dir):
+        cfg = compose_config(overrides)
     pts = runner.run_experiment(cfg, overrides, conf_dir=conf_dir).points
     assert list(pts["panel"]) == ["a", "a", "b", "c"]
     assert [str(v) for v in pts["rps"]] == ["1.0", "2.0", "2.0", "nan"]
     assert pts["config_hash"].iloc[1] == pts["config_hash"].iloc[2] == pts["config_hash"].iloc[3]
     assert pts["throughput_tok_s"].iloc[1] == pts["throughput_tok_s"].iloc[2]
+
+
+def run_yaml(conf_dir: Path, out_dir: Path, name: str, text: str, *extra: str) -> runner.ExperimentResult:
+    """Run the experiment file ``text`` (saved as conf/exp/NAME.yaml) with the fake ``run_point``."""
+    (conf_dir / "exp" / f"{name}.yaml").write_text(text)
+    overrides = [f"+exp={name}", f"out_dir={out_dir}", "n_jobs=1", *extra]
+    with hydra_context(conf_dir):
+        cfg = compose_config(overrides)
+    return runner.run_experiment(cfg, overrides, conf_dir=conf_dir, log=lambda _: None)
+
+
+CASE_SYSTEMS = """# @package _global_
+num_requests: 20
+exp:
+  name: case_systems
+  systems: [vllm, {system: static_sd, label: sd, overrides: {system.k: 2}}]
+  case_key: panel
+  cases:
+    - {label: a, grid: {rps: [1.0, 2.0]}}
+    - {label: b, grid: {rps: [2.0]}, systems: [{system: static_sd, label: sd, overrides: {system.k: 4}}, turbospec]}
+  derived:
+    - {name: speedup, metric: mean_latency_s, baseline: vllm, invert: true}
+"""
+
+
+def test_a_case_with_its_own_systems(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
+    res = run_yaml(conf_dir, tmp_path / "o", "case_systems", CASE_SYSTEMS)
+    pts = res.points
+    # seeds x systems (labels in order of first appearance) x cases that run them x grid
+    assert list(zip(pts["system"], pts["panel"], pts["rps"], strict=True)) == [
+        ("vllm", "a", 1.0), ("vllm", "a", 2.0), ("sd", "a", 1.0), ("sd", "a", 2.0), ("sd", "b", 2.0),
+        ("turbospec", "b", 2.0),
+    ]  # fmt: skip
+    assert fake.calls == 6 and pts["config_hash"].nunique() == 6  # case b's sd is k = 4, not the experiment's k = 2
+    assert res.manifest["systems"] == ["vllm", "sd", "turbospec"]
+    lat = pts.set_index(["system", "panel", "rps"])["mean_latency_s"]
+    speedup = pts.set_index(["system", "panel", "rps"])["speedup"]
+    assert speedup["sd", "a", 2.0] == pytest.approx(lat["vllm", "a", 2.0] / lat["sd", "a", 2.0], rel=1e-5)
+    assert math.isnan(speedup["sd", "b", 2.0])  # case b runs no vllm: no baseline
+    narrowed = run_yaml(conf_dir, tmp_path / "n", "case_systems", CASE_SYSTEMS, "system=turbospec")
+    assert list(zip(narrowed.points["system"], narrowed.points["panel"], strict=True)) == [("turbospec", "b")]
+    assert narrowed.manifest["narrowed"] == ["system=turbospec: runs turbospec only (the experiment compares vllm, "
+                                             "sd, turbospec)"]
+
+
+def test_a_typo_in_the_exp_block_is_named(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
+    typo = "# @package _global_\nexp:\n  name: typo\n  sytems: [vllm]\n"
+    with pytest.raises(ConfigError, match=r"exp\.sytems \(did you mean 'systems'\?\) \(known: name, title") as err:
+        run_yaml(conf_dir, tmp_path / "o", "typo", typo)
+    assert "\n" not in str(err.value) and fake.calls == 0

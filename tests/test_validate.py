@@ -9,6 +9,7 @@ import pytest
 
 from repro.cost.spec import load_model
 from repro.errors import ConfigError
+from repro.expspec import ExpSpec
 from repro.simulate import compose
 from repro.validate import KNOBS, Knob, check_keys, check_point, check_tp, check_value, check_values, infer_knob
 
@@ -59,7 +60,7 @@ def test_experiment_keys_take_the_type_of_their_values(key: str, values: list[An
 def test_the_typed_key_is_named_not_the_one_interpolating_it() -> None:
     cfg = compose(["+exp=turbospec_fig5", "batch_size=abc"])  # num_requests: ${batch_size}
     with pytest.raises(ConfigError, match=r"^batch_size=abc"):
-        check_values(cfg, {"grid": {"batch_size": [1, 4]}}, first=["batch_size"])
+        check_values(cfg, ExpSpec.parse({"grid": {"batch_size": [1, 4]}}), first=["batch_size"])
 
 
 @pytest.mark.parametrize(

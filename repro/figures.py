@@ -3,7 +3,8 @@
 Every function takes a DataFrame and column names and returns a matplotlib Figure in one shared paper-like style
 (white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are averaged, with
 the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an experiment's
-``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``.
+``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``; the per-request and per-step
+tables first get the columns that follow from stored ones (``latency_s``, ``accept_rate``, ..., :mod:`repro.derived`).
 
 Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
 column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
@@ -28,6 +29,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from repro.derived import with_derived
 from repro.errors import ConfigError
 
 PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
@@ -375,24 +377,6 @@ def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | Non
     return fn(filter_rows(df, spec.get("where")), **args)
 
 
-def with_derived_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
-    """Columns figures may plot that the saved tables do not store because they follow from others:
-    ``latency_s`` = finish_at − arrival_s of a request (NaN while unfinished); for a step, ``accept_rate`` =
-    accepted / proposed tokens (the emitted fraction) and ``draft_acceptance_rate`` = matched / proposed (vLLM
-    v0's draft_acceptance_rate, an estimate of the per-token α); NaN when nothing was proposed."""
-    if df is None:
-        return None
-    extra: dict[str, Any] = {}
-    if {"finish_at", "arrival_s"} <= set(df.columns) and "latency_s" not in df.columns:
-        extra["latency_s"] = df["finish_at"] - df["arrival_s"]  # as repro.metrics.with_latencies
-    if {"num_accepted", "num_proposed"} <= set(df.columns) and "accept_rate" not in df.columns:
-        proposed = df["num_proposed"].where(df["num_proposed"] > 0)
-        extra["accept_rate"] = df["num_accepted"] / proposed
-        if "num_matched" in df.columns and "draft_acceptance_rate" not in df.columns:
-            extra["draft_acceptance_rate"] = df["num_matched"] / proposed
-    return df.assign(**extra) if extra else df
-
-
 def draw_figures(
     figures: Sequence[Mapping[str, Any]],
     points: pd.DataFrame,
@@ -404,7 +388,7 @@ def draw_figures(
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
     figures. ``banner`` (the run's overrides, a data fallback) is added under every figure's title."""
     use_style()
-    tables = {"points": points, "requests": with_derived_columns(requests), "steps": with_derived_columns(steps)}
+    tables = {"points": points, "requests": with_derived(requests), "steps": with_derived(steps)}
     paths: list[Path] = []
     skipped: list[str] = []
     for spec in figures:

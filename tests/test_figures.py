@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro import plots
+from repro import figures
 from repro.errors import ConfigError
 
 
@@ -26,7 +26,7 @@ def _steps(n: int = 40) -> pd.DataFrame:
 
 
 def test_timeline_several_series_on_two_axes(tmp_path: Path) -> None:
-    fig = plots.timeline(_steps(), y=["num_seqs", "num_batched_tokens"], y2=["mean_k", "accept_rate"],
+    fig = figures.timeline(_steps(), y=["num_seqs", "num_batched_tokens"], y2=["mean_k", "accept_rate"],
                          y2label="tokens / rate", bin_s=2.0, col="case",
                          labels=["batch", "parallel tokens", "proposed", "acceptance"])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
@@ -35,21 +35,21 @@ def test_timeline_several_series_on_two_axes(tmp_path: Path) -> None:
     assert fig.axes[-1].get_ylabel() == "tokens / rate"
     left = fig.axes[0].get_lines()[0]
     assert len(left.get_xdata()) == 5  # 0-10 s in 2 s bins (panel a)
-    assert plots.save(fig, tmp_path, "t")[0].is_file()
+    assert figures.save(fig, tmp_path, "t")[0].is_file()
 
 
 def test_timeline_one_series_per_system() -> None:
     df = pd.concat([_steps(), _steps().assign(system="vllm")])
-    fig = plots.timeline(df, y="num_seqs")
+    fig = figures.timeline(df, y="num_seqs")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["turbospec", "vllm"]
 
 
 def test_cdf_and_stacked_bar_draw() -> None:
     req = pd.DataFrame({"system": ["a"] * 5 + ["b"] * 5, "latency_s": np.arange(10.0)})
-    fig = plots.cdf(req, "latency_s")
+    fig = figures.cdf(req, "latency_s")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a", "b"]
     pts = pd.DataFrame({"system": ["k1", "k3"], "d": [0.2, 0.3], "t": [0.8, 0.7]})
-    fig = plots.stacked_bar(pts, x="system", y=["d", "t"], labels=["draft", "target"])
+    fig = figures.stacked_bar(pts, x="system", y=["d", "t"], labels=["draft", "target"])
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["draft", "target"]
 
 
@@ -63,13 +63,4 @@ def test_cdf_and_stacked_bar_draw() -> None:
 )
 def test_spec_errors_name_the_key(spec: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        plots.check_spec(spec, list(_steps().columns))
-
-
-def test_derived_columns_follow_from_stored_ones() -> None:
-    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "finish_at": [2.5, np.nan]})
-    steps = pd.DataFrame({"num_proposed": [4, 0], "num_accepted": [3, 0]})
-    assert plots.with_derived_columns(req)["latency_s"].tolist()[0] == 2.5
-    rate = plots.with_derived_columns(steps)["accept_rate"]
-    assert rate.iloc[0] == 0.75 and np.isnan(rate.iloc[1])
-    assert plots.with_derived_columns(None) is None
+        figures.check_spec(spec, list(_steps().columns))

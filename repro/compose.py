@@ -1,0 +1,147 @@
+"""Composing configs with Hydra's compose API, with configuration mistakes as one-line errors.
+
+:func:`compose_config` composes conf/config.yaml with a list of overrides inside :func:`hydra_context` (which
+restores any enclosing Hydra state, e.g. @hydra.main's) and turns Hydra's and OmegaConf's multi-line errors into a
+:class:`~repro.errors.ConfigError` on one line (:func:`explain`): a key no config has is named with the nearest
+known key, a knob of other systems with the systems that have it, and a config group set like a plain value
+(``draft=vicuna-160m``) with the override that selects it (``model@draft=vicuna-160m``). :func:`known_top_keys` and
+:func:`check_data_root` are the runner's other checks of a composed config.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from repro.errors import ConfigError
+from repro.grid import group_overrides
+from repro.results import CONF_DIR
+
+
+def to_dict(node: Any) -> dict[str, Any]:
+    """A config node as a plain, resolved dict with string keys."""
+    data = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping, got {data!r}")
+    return {str(k): v for k, v in data.items()}
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message squeezed onto one line (Hydra's messages span several)."""
+    lines = []
+    for ln in str(exc).splitlines():
+        if ln.strip().startswith(("Config search path", "Set the environment variable HYDRA_FULL_ERROR")):
+            break
+        if ln.strip():
+            lines.append(ln.strip())
+    return " ".join(lines) if lines else type(exc).__name__
+
+
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+
+
+def explain(exc: BaseException, conf_dir: Path = CONF_DIR) -> str:
+    """A Hydra composition error on one line; for a key no config has, say so and suggest the nearest key (Hydra's
+    own hint, ``+key=value``, would add the typo as a new key that nothing reads)."""
+    m = _NOT_IN_STRUCT.search(str(exc))
+    if m:
+        key = m.group(1)
+        owners = _systems_with(key, conf_dir)
+        if owners:  # a knob of some systems, not of the one composed (the default, or an experiment's base)
+            shown = ", ".join(owners[:6]) + (f" and {len(owners) - 6} more" if len(owners) > 6 else "")
+            return (f"{key}: a key of {shown}, not of the system this run composes; name the system too "
+                    f"(system={owners[0]} {key}=...)")
+        known = _dotted_keys(conf_dir)
+        from repro.validate import suggest
+
+        return f"{key}: not a config key{suggest(key, known)} (python -m repro list shows the config groups)"
+    return one_line(exc)
+
+
+def _systems_with(key: str, conf_dir: Path) -> list[str]:
+    """The system configs (conf/system/*.yaml) that have ``key`` (``system.w_max``), by name."""
+    if not key.startswith("system.") or not (conf_dir / "system").is_dir():
+        return []
+    out = []
+    for path in sorted((conf_dir / "system").glob("*.yaml")):
+        try:
+            node = OmegaConf.load(path)
+        except Exception:  # a broken file is reported when it is composed
+            continue
+        if OmegaConf.select(node, key.removeprefix("system."), default=None) is not None:
+            out.append(path.stem)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _dotted_keys(conf_dir: Path) -> tuple[str, ...]:
+    """Every dotted key of conf/config.yaml plus the config group names."""
+    node = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml"))
+    out: list[str] = list(group_overrides(conf_dir))
+
+    def walk(prefix: str, d: Any) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k not in ("defaults", "hydra"):
+                    out.append(prefix + str(k))
+                    walk(prefix + str(k) + ".", v)
+
+    walk("", node)
+    return tuple(out)
+
+
+@contextmanager
+def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
+    """A Hydra compose context on ``conf_dir`` that restores any enclosing Hydra state (e.g.
+    @hydra.main's)."""
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base=None):
+            yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
+    """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`; config mistakes →
+    ConfigError."""
+    try:
+        cfg = compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{where}{explain(exc)}") from None
+    for key, name in group_overrides(CONF_DIR).items():
+        node = cfg.get(key) if key in cfg else None
+        if isinstance(node, str):  # e.g. draft=vicuna-160m replaced the group's config by a string
+            raise ConfigError(f"{where}{key}={node}: '{key}' is a config group; select it with {name}={node}")
+    return cfg
+
+
+def known_top_keys(conf_dir: Path, exp_name: str | None) -> set[str]:
+    """Top-level keys some config defines: conf/config.yaml's, the config groups, and the experiment file's."""
+    known = set(group_overrides(conf_dir)) | {"exp", "hydra"}
+    for path in [conf_dir / "config.yaml", *([conf_dir / "exp" / f"{exp_name}.yaml"] if exp_name else [])]:
+        if path.is_file():
+            node = OmegaConf.load(path)
+            if isinstance(node, DictConfig):
+                known |= {str(k) for k in node if k != "defaults"}
+    return known
+
+
+def check_data_root(cfg: DictConfig) -> None:
+    """``$REPRO_DATA`` (or ``workload.data_dir``) must name an existing folder when set (a typo is an error, not a
+    silent switch to the embedded statistics)."""
+    from workloads import check_data_root as check
+
+    check(OmegaConf.select(cfg, "workload.data_dir", default=None))

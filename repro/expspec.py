@@ -1,0 +1,252 @@
+"""The ``exp`` block of an experiment as a typed value: :class:`ExpSpec`, checked once before anything runs.
+
+An experiment (``conf/exp/NAME.yaml``, the ``exp.*`` keys of conf/config.yaml) describes itself under ``exp``:
+``name``, ``title``, ``description``, ``kind`` (sweep | calibration), ``systems``, ``grid``, ``cases`` and
+``case_key``, ``seeds``, ``quick``, ``figures``, ``claims`` and ``derived`` (:data:`EXP_KEYS`). :meth:`ExpSpec.parse`
+reads the block into typed fields and refuses a key it does not know (``exp.sytems``) or a value of the wrong shape
+with one :class:`~repro.errors.ConfigError` line naming the key; the runner, the grid expansion (:mod:`repro.grid`)
+and the summary read the fields, never the raw mapping.
+
+Systems
+    An ``exp.systems`` entry is a system config name (``vllm``) or a map ``{system: NAME, label: ..., overrides:
+    {...}}``; the label (default: the name) is the points.csv ``system`` column, so labels differ within a list.
+Cases
+    An ``exp.cases`` entry ``{label, overrides, grid, systems}`` bundles settings that change together (a model with
+    its tensor parallelism, its SLOs and its own request rates). Its label fills the ``exp.case_key`` column (default
+    ``case``; several cases may share a label), its ``grid`` replaces ``exp.grid`` and its ``systems`` (the format of
+    ``exp.systems``) replace the experiment's systems for that case.
+Quick mode
+    With ``quick=true``, each ``exp.quick`` entry named in :data:`QUICK_EXP_KEYS` replaces the ``exp`` key of that
+    name; any other ``exp.quick`` key is a config override every point gets (``num_requests: 100``), see
+    :func:`apply_quick`.
+Figures, claims, derived columns
+    ``exp.figures`` and ``exp.claims`` are lists of maps, checked where they are drawn (:mod:`repro.figures`) and
+    evaluated (:mod:`repro.claims`); ``exp.derived`` entries are :class:`repro.derived.Derived`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from repro.derived import Derived, check
+from repro.errors import ConfigError
+from repro.validate import suggest
+
+#: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
+QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
+SEED_KEY = "seed"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemEntry:
+    """An ``exp.systems`` entry: config name, the label shown in results, extra overrides."""
+
+    name: str
+    label: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """An ``exp.cases`` entry with the systems it runs (its own, else the experiment's); ``label`` None is the one
+    unlabelled case of an experiment without cases."""
+
+    label: str | None
+    overrides: Mapping[str, Any]
+    grid: Mapping[str, Any]
+    systems: tuple[SystemEntry, ...]
+
+    def entry(self, label: str) -> SystemEntry | None:
+        """This case's system entry labelled ``label`` (None when the case does not run it)."""
+        return next((e for e in self.systems if e.label == label), None)
+
+
+@dataclass(frozen=True)
+class ExpSpec:
+    """An experiment's ``exp`` block, typed (see the module docstring); ``source`` is the mapping it was read from
+    (manifest.json records it as it was)."""
+
+    name: str = ""
+    title: str = ""
+    description: str = ""
+    kind: str = "sweep"
+    systems: tuple[SystemEntry, ...] = ()
+    grid: Mapping[str, Any] = field(default_factory=dict)
+    cases: tuple[Case, ...] = ()
+    case_key: str = "case"
+    seeds: tuple[int, ...] = ()
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    figures: tuple[Mapping[str, Any], ...] = ()
+    claims: tuple[Mapping[str, Any], ...] = ()
+    derived: tuple[Derived, ...] = ()
+    source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ExpSpec:
+        """Read and check an ``exp`` block (ConfigError naming the first bad key)."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"exp: expected a mapping of {', '.join(EXP_KEYS)}, got {raw!r}")
+        unknown = sorted(str(k) for k in raw if k not in EXP_KEYS)
+        if unknown:
+            hint = suggest(unknown[0], EXP_KEYS) if len(unknown) == 1 else ""
+            raise ConfigError(
+                f"exp: unknown key(s) {', '.join('exp.' + k for k in unknown)}{hint} (known: {', '.join(EXP_KEYS)})"
+            )
+        case_key = _text(raw, "case_key") or "case"
+        systems = system_entries(_list(raw, "systems", "system names or {system, label, overrides} maps"))
+        grid = _grid(raw.get("grid"), "exp.grid", case_key if raw.get("cases") else None)
+        cases = tuple(_case(c, grid, systems, case_key) for c in _list(raw, "cases", "{label, ...} maps"))
+        spec = cls(
+            name=_text(raw, "name"),
+            title=_text(raw, "title"),
+            description=_text(raw, "description"),
+            kind=_text(raw, "kind") or "sweep",
+            systems=systems,
+            grid=grid,
+            cases=cases,
+            case_key=case_key,
+            seeds=_seeds(raw.get("seeds")),
+            quick=_map(raw.get("quick"), "exp.quick"),
+            figures=tuple(_maps(raw, "figures")),
+            claims=tuple(_maps(raw, "claims")),
+            derived=tuple(Derived.parse(d) for d in _list(raw, "derived", "{name, metric, ...} maps")),
+            source=raw,
+        )
+        check(spec.derived, [SEED_KEY, *spec.grid_columns()])
+        return spec
+
+    def case_list(self) -> tuple[Case, ...]:
+        """The cases, or one unlabelled case with ``exp.grid`` and ``exp.systems`` when the experiment has none."""
+        return self.cases or (Case(None, {}, self.grid, self.systems),)
+
+    def grid_columns(self) -> list[str]:
+        """The swept columns of points.csv: the case key (if there are cases), then every grid key in order."""
+        cols: list[str] = [self.case_key] if self.cases else []
+        for case in self.case_list():
+            cols.extend(k for k in case.grid if k not in cols)
+        return cols
+
+    def system_labels(self) -> list[str]:
+        """The labels of every system the experiment runs, in order of first appearance over its cases."""
+        return list(dict.fromkeys(e.label for c in self.case_list() for e in c.systems))
+
+    def run_seeds(self) -> tuple[int, ...]:
+        """The seeds the points run (``exp.seeds``, else seed 0)."""
+        return self.seeds or (0,)
+
+
+EXP_KEYS = tuple(f.name for f in fields(ExpSpec) if f.name != "source")
+
+
+def apply_quick(exp: Mapping[str, Any], quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``exp`` mapping after ``quick`` (its ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the
+    experiment's) and the config overrides ``exp.quick`` adds to every point (e.g. ``num_requests: 100``)."""
+    exp = dict(exp)
+    extra: dict[str, Any] = {}
+    if quick:
+        for key, value in (exp.get("quick") or {}).items():
+            if key in QUICK_EXP_KEYS:
+                exp[key] = value
+            else:
+                extra[key] = value
+    return exp, extra
+
+
+def system_entries(systems: Sequence[Any], where: str = "exp.systems") -> tuple[SystemEntry, ...]:
+    """A systems list (strings or ``{system, label, overrides}`` maps) as entries with distinct labels."""
+    out = []
+    for entry in systems:
+        if isinstance(entry, str):
+            out.append(SystemEntry(entry, entry))
+            continue
+        if not isinstance(entry, Mapping) or "system" not in entry:
+            raise ConfigError(f"{where}: entry {entry!r} is neither a name nor a map with a 'system' key")
+        unknown = set(entry) - {"system", "label", "overrides"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in entry for {entry['system']!r}")
+        ov = _map(entry.get("overrides"), f"{where}[{entry['system']}].overrides")
+        out.append(SystemEntry(str(entry["system"]), str(entry.get("label") or entry["system"]), tuple(ov.items())))
+    labels = [e.label for e in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{where}: duplicate labels {labels} (give each entry a distinct 'label')")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+
+def _case(case: Any, grid: Mapping[str, Any], systems: tuple[SystemEntry, ...], case_key: str) -> Case:
+    """An ``exp.cases`` entry; without a grid (or systems) of its own it takes the experiment's."""
+    if not isinstance(case, Mapping) or "label" not in case:
+        raise ConfigError(f"exp.cases: entry {case!r} needs a 'label'")
+    label = str(case["label"])
+    unknown = set(case) - {"label", "overrides", "grid", "systems"}
+    if unknown:
+        raise ConfigError(f"exp.cases: unknown key(s) {sorted(unknown)} in case {label!r}")
+    where = f"exp.cases[{label}]"
+    own = case.get("systems")
+    if own is not None and not isinstance(own, list | tuple):
+        raise ConfigError(f"{where}.systems: expected a list like exp.systems, got {own!r}")
+    return Case(
+        label,
+        _map(case.get("overrides"), f"{where}.overrides"),
+        _grid(case.get("grid"), f"{where}.grid", case_key) or grid,
+        systems if own is None else system_entries(own, f"{where}.systems"),
+    )
+
+
+def _grid(value: Any, where: str, case_key: str | None) -> dict[str, Any]:
+    """A grid map; ``system``, ``seed``, ``exp`` and the case key are not grid keys."""
+    grid = _map(value, where)
+    for key in grid:
+        if key in ("system", "seed", "exp", case_key or "exp"):
+            raise ConfigError(f"exp.grid: '{key}' cannot be a grid key (use exp.systems / exp.seeds)")
+    return grid
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, Mapping | list | tuple | bool):
+        raise ConfigError(f"exp.{key}: expected a string, got {value!r}")
+    return str(value)
+
+
+def _map(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a map, got {value!r}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _list(raw: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    value = raw.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"exp.{key}: expected a list of {what}, got {value!r}")
+    return list(value)
+
+
+def _maps(raw: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    items = _list(raw, key, "maps")
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"exp.{key}: entry {item!r} is not a map")
+    return items
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    bad = ConfigError(f"exp.seeds: expected a list of integers, got {value!r}")
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise bad
+    for s in value:
+        if isinstance(s, bool) or not isinstance(s, int | float) or not float(s).is_integer():
+            raise bad
+    return tuple(int(s) for s in value)

@@ -1,0 +1,315 @@
+"""Result files: what an experiment writes to its folder, and where its folders are.
+
+Files in the output directory:
+
+``points.csv``
+    One row per point: ``exp, system, seed``, the swept keys by name, the metrics of
+    :data:`repro.metrics.POINT_METRICS` (minus ``sim_time_s``), extra metrics and derived columns (sorted by name),
+    then ``sim_time_s, wall_s, config_hash, code_version``. :class:`PointsFile` appends each finished point at once
+    (one write of a full line, under a file lock), so a killed sweep loses only the points in flight, and rewrites
+    the file in grid order at the end. Floats are written with :func:`fmt` (integral values as integers, others with 6
+    significant digits), so a seed gives a byte-identical file apart from ``wall_s``.
+``manifest.json``
+    The experiment's resolved config, overrides, git commit, code version, package versions, seeds, grid keys,
+    n_jobs, quick, wall time, timestamps and the data-source notes the points reported (:func:`build_manifest`).
+``requests.parquet`` / ``steps.parquet``
+    With ``save_requests=true``: every point's per-request table (and step trace, when recorded) with the point's
+    keys and ``config_hash`` as extra columns, without the columns that follow from others
+    (:data:`repro.derived.TABLE_COLUMNS`, added again on load) (:func:`save_tables`).
+
+``config_hash`` identifies a point's resolved config (without the run-control keys, :data:`RUN_CONTROL_KEYS`) and
+``code_version`` the source files that produced it (not the git commit); resume keeps a row when both match. Every
+file is written through a temporary file and ``os.replace`` (:func:`atomic_write_text`), so a reader never sees half
+of one. A user's run goes to ``runs/NAME`` (:func:`default_out_dir`); the committed references live in
+``results/NAME`` (:func:`reference_dir`).
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from repro import datasources
+from repro.derived import TABLE_COLUMNS
+from repro.expspec import ExpSpec
+from repro.metrics import POINT_METRICS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+RESULTS_DIR = REPO_ROOT / "results"
+
+#: Keys that control how a run is executed, not what it computes: left out of ``config_hash``.
+RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "case", "exp", "hydra")
+KEY_COLS = ("exp", "system", "seed")
+TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
+CODE_DIRS = ("repro", "systems", "workloads")
+CODE_SUFFIXES = (".py", ".yaml", ".yml", ".csv", ".json")
+HASH_LEN = 16
+
+
+# ------------------------------------------------------------------------------------------- folders
+
+
+def default_out_dir(name: str, quick: bool, root: Path = REPO_ROOT) -> Path:
+    """Where a user's run writes when ``out_dir`` is not given: ``runs/NAME`` (``runs/quick/NAME``), an untracked
+    folder. Only the regeneration commands (``repro all``, ``repro check --update``) write ``results/``."""
+    return root / "runs" / ("quick" if quick else "") / name
+
+
+def reference_dir(name: str, quick: bool, results: Path = RESULTS_DIR) -> Path:
+    """The committed reference of an experiment: ``results/NAME`` (``results/quick/NAME`` for quick mode)."""
+    return results / ("quick" if quick else "") / name
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it (what a user can paste), else as is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# -------------------------------------------------------------------------------------------- hashes
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Hash of a point's resolved config without the run-control keys (:data:`RUN_CONTROL_KEYS`)."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(data, dict)
+    for key in RUN_CONTROL_KEYS:
+        data.pop(key, None)
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LEN]
+
+
+def code_version(conf_dir: Path = CONF_DIR, root: Path = REPO_ROOT) -> str:
+    """Hash of the source files of repro/, systems/, workloads/ and the conf dir (not the git commit)."""
+    h = hashlib.sha256()
+    trees = [(root / d, d) for d in CODE_DIRS] + [(conf_dir, "conf")]
+    for base, name in trees:
+        if not base.is_dir():
+            continue
+        for path in sorted(
+            p for p in base.rglob("*") if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts
+        ):
+            h.update(f"{name}/{path.relative_to(base).as_posix()}\0".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:HASH_LEN]
+
+
+# ---------------------------------------------------------------------------------------- points.csv
+
+
+def fmt(value: Any) -> str:
+    """Deterministic CSV text of a value: integral floats as integers, other floats with 6 significant
+    digits."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float):
+        v = float(value)
+        if v != v:
+            return "nan"
+        if v in (float("inf"), float("-inf")):
+            return "inf" if v > 0 else "-inf"
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.6g}"
+    return str(value)
+
+
+def csv_line(values: Sequence[str]) -> str:
+    """One CSV line (quoted where needed, ending in a newline)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and os.replace (readers never see half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class PointsFile:
+    """points.csv while a sweep runs: a header, then one full line appended per finished point.
+
+    Only the main process writes; each append is one ``write`` of a whole line under an exclusive file lock.
+    A point reporting a metric missing from the header makes the file be rewritten with the wider header.
+    """
+
+    def __init__(self, path: Path, key_cols: Sequence[str]) -> None:
+        self.path = path
+        self.key_cols = list(key_cols)
+        self.extras: list[str] = []
+        self.rows: list[dict[str, str]] = []
+
+    @property
+    def columns(self) -> list[str]:
+        metrics = [m for m in POINT_METRICS if m not in TAIL_COLS]
+        return [*self.key_cols, *metrics, *self.extras, *TAIL_COLS]
+
+    def read_existing(self) -> list[dict[str, str]]:
+        """Complete rows of an existing file (a line cut by a kill is dropped)."""
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        return [r for r in rows if len(r.get("code_version") or "") == HASH_LEN and None not in r]
+
+    def start(self, kept: list[dict[str, str]]) -> None:
+        """Begin the file with the rows kept from a previous run (none for a plain run)."""
+        self.rows = list(kept)
+        self._widen({k for r in kept for k in r})
+        self._rewrite(self.rows)
+
+    def append(self, row: Mapping[str, Any]) -> dict[str, str]:
+        """Record one finished point (formatted with :func:`fmt`) and return its text row."""
+        text = {k: fmt(v) for k, v in row.items()}
+        self.rows.append(text)
+        if self._widen(set(text)):
+            self._rewrite(self.rows)
+        else:
+            line = csv_line([text.get(c, "") for c in self.columns])
+            with self.path.open("a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.write(line)
+                f.flush()
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return text
+
+    def finish(self, ordered: list[dict[str, str]]) -> None:
+        """Rewrite the file with exactly ``ordered`` rows (grid order)."""
+        self.extras = []
+        self._widen({k for r in ordered for k in r})
+        self._rewrite(ordered)
+
+    def _widen(self, keys: set[str]) -> bool:
+        new = keys - set(self.columns)
+        if new:
+            self.extras = sorted(set(self.extras) | new)
+        return bool(new)
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        cols = self.columns
+        text = csv_line(cols) + "".join(csv_line([r.get(c, "") for c in cols]) for r in rows)
+        atomic_write_text(self.path, text)
+
+
+def write_table(path: Path, table: pd.DataFrame) -> None:
+    """A whole table as points.csv (every cell through :func:`fmt`), e.g. the calibration table."""
+    text = csv_line(list(table.columns)) + "".join(
+        csv_line([fmt(v) for v in row]) for row in table.itertuples(index=False)
+    )
+    atomic_write_text(path, text)
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+
+def save_tables(
+    out_dir: Path,
+    tables: Sequence[tuple[Mapping[str, Any], pd.DataFrame | None, pd.DataFrame | None]],
+    kept_hashes: set[str],
+) -> None:
+    """requests.parquet (and steps.parquet if traces exist): the rows an earlier run saved for the points resumed
+    (``kept_hashes``), then per point just run, in point order, its table with its key columns (and
+    ``config_hash``) in front; ``tables`` holds (keys, requests, steps or None) per point."""
+    for fname in ("requests.parquet", "steps.parquet"):
+        parts = []
+        for keys, requests, steps in tables:
+            df = requests if fname == "requests.parquet" else steps
+            if df is not None:
+                df = df.drop(columns=[c for c in TABLE_COLUMNS if c in df.columns])  # derived on load
+                parts.append(df.assign(**keys)[[*keys, *df.columns]])
+        path = out_dir / fname
+        if kept_hashes and path.exists():
+            old = pd.read_parquet(path)
+            parts.insert(0, old[old["config_hash"].isin(kept_hashes)])
+        if parts:
+            tmp = path.with_name(f".{fname}.tmp")
+            pd.concat(parts, ignore_index=True).to_parquet(tmp, index=False, compression="zstd")
+            os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------- manifest
+
+
+def git_commit(root: Path = REPO_ROOT) -> str | None:
+    """The repository's HEAD commit, or None outside a git checkout."""
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of python and the packages that shape results."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for dist in ("numpy", "pandas", "hydra-core", "omegaconf", "specrepro"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def build_manifest(
+    spec: ExpSpec,
+    config: Mapping[str, Any],
+    *,
+    quick: bool,
+    n_jobs: int,
+    overrides: Sequence[str],
+    conf_dir: Path,
+    notes: Sequence[str],
+    sources: Sequence[Mapping[str, Any]],
+    command_line: Sequence[str],
+    narrowed: Sequence[str],
+    started: datetime,
+    wall_s: float,
+) -> dict[str, Any]:
+    """manifest.json's content (see the module docstring): ``config`` is the run's resolved config, whose ``exp`` is
+    replaced by the experiment as run (after quick mode and the command line's narrowing)."""
+    return {
+        "exp": spec.name,
+        "kind": spec.kind,
+        "title": spec.title,
+        "grid_keys": spec.grid_columns(),
+        "systems": spec.system_labels(),
+        "seeds": list(spec.seeds),
+        "quick": quick,
+        "n_jobs": n_jobs,
+        "overrides": list(overrides),
+        "git_commit": git_commit(),
+        "code_version": code_version(conf_dir),
+        "versions": package_versions(),
+        "notes": list(dict.fromkeys(notes)),
+        "data": datasources.collect(list(sources)),
+        "command_line": list(command_line),
+        "narrowed": list(narrowed),
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(wall_s, 3),
+        "config": {**config, "exp": spec.source},
+    }

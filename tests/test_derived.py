@@ -1,0 +1,73 @@
+"""repro.derived: every derived column from one function, on hand-computed tables."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repro.derived import Derived, with_derived
+from repro.errors import ConfigError
+from repro.runner import derived_rows
+
+SPEEDUP = Derived("speedup", "lat", baseline="vllm", invert=True)
+
+
+def test_points_columns_by_hand() -> None:
+    pts = pd.DataFrame({
+        "system": ["vllm", "sd", "sd", "vllm", "sd", "sd"],
+        "seed": 0,
+        "b": [1, 1, 1, 2, 2, 2],
+        "k": [0, 1, 2, 0, 1, 2],
+        "lat": [2.0, 1.0, 0.5, 3.0, 2.0, 6.0],
+        "g": [1.0, 4.0, 8.0, 1.0, 3.0, 1.5],
+    })  # fmt: skip
+    specs = [
+        SPEEDUP,  # vllm latency / row latency at the same seed and b (k differs, so it is not a key here)
+        Derived("norm", "g", normalize="k"),  # g / the system's best g over k at the same seed and b
+        Derived("kept", "speedup", normalize="k"),  # an entry reading an earlier one's column
+    ]
+    out = with_derived(pts, specs, ["seed", "b", "k"])
+    # speedup matches on (seed, b, k): vllm runs k = 0 only, so sd rows have no baseline
+    assert out["speedup"].tolist()[0] == 1.0 and out["speedup"].isna().tolist() == [False, True, True] * 2
+    assert out["norm"].tolist() == [1.0, 0.5, 1.0, 1.0, 1.0, 0.5]  # sd b=1: 4/8, 8/8; sd b=2: 3/3, 1.5/3
+    assert out["kept"].tolist()[0] == 1.0 and out["kept"].isna().sum() == 4
+    by_b = with_derived(pts, [SPEEDUP], ["seed", "b"])["speedup"].tolist()
+    assert by_b == [1.0, 2.0, 4.0, 1.0, 1.5, 0.5]  # 2/2, 2/1, 2/0.5; 3/3, 3/2, 3/6
+
+
+def test_request_and_step_columns_by_hand() -> None:
+    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "first_token_at": [0.5, 1.2], "finish_at": [2.5, np.nan],
+                        "output_len": [5, 1], "num_proposed": [4, 0], "num_accepted": [3, 0]})
+    out = with_derived(req)
+    assert out["latency_s"].tolist()[0] == 2.5 and math.isnan(out["latency_s"].tolist()[1])
+    assert out["ttft_ms"].tolist() == pytest.approx([500.0, 200.0])
+    assert out["tpot_ms"].tolist()[0] == pytest.approx(500.0)  # (2.5 - 0.5) s / (5 - 1) tokens
+    assert out["accept_rate"].tolist()[0] == 0.75 and math.isnan(out["accept_rate"].tolist()[1])
+    steps = pd.DataFrame({"latency_s": [0.02], "num_proposed": [4], "num_accepted": [2], "num_matched": [3]})
+    out = with_derived(steps)
+    assert out["latency_s"].tolist() == [0.02]  # a step's own latency is kept
+    assert out["accept_rate"].tolist() == [0.5] and out["draft_acceptance_rate"].tolist() == [0.75]
+    assert with_derived(None) is None
+
+
+def test_points_csv_text_rows() -> None:
+    rows = [
+        {"system": "vllm", "seed": "0", "b": "1", "lat": "2"},
+        {"system": "sd", "seed": "0", "b": "1", "lat": "3"},
+        {"system": "sd", "seed": "0", "b": "2", "lat": "1"},  # no baseline at b=2: nan
+    ]
+    out = derived_rows(rows, [SPEEDUP, Derived("s2", "speedup", baseline="vllm")], ["seed", "b"])
+    # written with 6 significant digits, and the next entry reads that text
+    assert [r["speedup"] for r in out] == ["1", "0.666667", "nan"]
+    assert [r["s2"] for r in out] == ["1", "0.666667", "nan"]
+    assert out[0]["lat"] == "2" and derived_rows(rows, [], ["seed"]) is rows
+
+
+def test_an_entry_must_be_well_formed() -> None:
+    with pytest.raises(ConfigError, match="needs name"):
+        Derived.parse({"name": "x", "metric": "lat"})
+    with pytest.raises(ConfigError, match="not a grid column"):
+        with_derived(pd.DataFrame({"system": ["a"]}), [Derived("x", "g", normalize="zz")], ["seed"])

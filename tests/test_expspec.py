@@ -1,0 +1,77 @@
+"""repro.expspec: the ``exp`` block's schema refuses an unknown key or a value of the wrong shape on one line naming
+it; quick mode replaces keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from repro.errors import ConfigError
+from repro.expspec import EXP_KEYS, QUICK_EXP_KEYS, ExpSpec, SystemEntry, apply_quick, system_entries
+
+
+def test_an_unknown_key_is_named_with_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as err:
+        ExpSpec.parse({"name": "x", "sytems": ["vllm"]})
+    msg = str(err.value)
+    assert msg.startswith("exp: unknown key(s) exp.sytems (did you mean 'systems'?)")
+    assert f"(known: {', '.join(EXP_KEYS)})" in msg and "\n" not in msg
+    assert {"name", "systems", "grid", "cases", "case_key", "seeds", "quick", "derived"} <= set(EXP_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("exp", "named"),
+    [
+        ({"seeds": 3}, "exp.seeds: expected a list of integers"),
+        ({"seeds": [0, 1.5]}, "exp.seeds"),
+        ({"grid": [1, 2]}, "exp.grid: expected a map"),
+        ({"grid": {"seed": [1]}}, "exp.grid: 'seed' cannot be a grid key"),
+        ({"systems": "vllm"}, "exp.systems: expected a list"),
+        ({"systems": [{"system": "vllm", "bogus": 1}]}, r"unknown key\(s\) \['bogus'\] in entry for 'vllm'"),
+        ({"systems": ["vllm", "vllm"]}, "duplicate labels"),
+        ({"title": ["a"]}, "exp.title: expected a string"),
+        ({"cases": [{"grid": {}}]}, "needs a 'label'"),
+        ({"cases": [{"label": "a", "sytems": []}]}, r"unknown key\(s\) \['sytems'\] in case 'a'"),
+        ({"cases": [{"label": "a", "systems": "vllm"}]}, r"exp.cases\[a\].systems: expected a list"),
+        ({"cases": [{"label": "a", "systems": [{"label": "x"}]}]}, r"exp.cases\[a\].systems: entry"),
+        ({"figures": ["tpot"]}, "exp.figures: entry 'tpot' is not a map"),
+        ({"derived": [{"name": "x", "metric": "lat"}]}, "needs name, metric and either baseline"),
+        ({"derived": [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}]}, "either baseline"),
+        ({"grid": {"k": [1]}, "derived": [{"name": "x", "metric": "g", "normalize": "zz"}]},
+         r"exp.derived\[x\].normalize: 'zz' is not a grid column \(\['seed', 'k'\]\)"),
+    ],
+)
+def test_a_bad_value_names_its_key(exp: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        ExpSpec.parse({"name": "x", **exp})
+
+
+def test_typed_fields_and_defaults() -> None:
+    spec = ExpSpec.parse({"name": "x", "systems": ["vllm", {"system": "static_sd", "overrides": {"system.k": 2}}],
+                          "case_key": None, "seeds": [1, 2], "derived": None})
+    assert spec.systems == (SystemEntry("vllm", "vllm"), SystemEntry("static_sd", "static_sd", (("system.k", 2),)))
+    assert spec.case_key == "case" and spec.seeds == (1, 2) and spec.derived == () and spec.kind == "sweep"
+    assert ExpSpec.parse({}).run_seeds() == (0,) and ExpSpec.parse({}).system_labels() == []
+
+
+def test_cases_take_the_experiments_grid_and_systems_unless_they_have_their_own() -> None:
+    spec = ExpSpec.parse({"systems": ["vllm"], "grid": {"rps": [1]}, "cases": [
+        {"label": "a"}, {"label": "b", "grid": {"rps": [2], "tp": [1, 2]}, "systems": ["turbospec", "vllm"]}]})
+    a, b = spec.cases
+    assert a.grid == {"rps": [1]} and [e.label for e in a.systems] == ["vllm"]
+    assert b.grid == {"rps": [2], "tp": [1, 2]} and [e.label for e in b.systems] == ["turbospec", "vllm"]
+    assert spec.system_labels() == ["vllm", "turbospec"] and spec.grid_columns() == ["case", "rps", "tp"]
+
+
+def test_quick_replaces_keys_and_adds_overrides() -> None:
+    exp = {"grid": {"rps": [1, 2, 3]}, "seeds": [0, 1], "quick": {"grid": {"rps": [2]}, "num_requests": 7}}
+    q, extra = apply_quick(exp, True)
+    assert q["grid"] == {"rps": [2]} and q["seeds"] == [0, 1] and extra == {"num_requests": 7}
+    assert apply_quick(exp, False) == (exp, {})
+    assert set(QUICK_EXP_KEYS) <= set(EXP_KEYS)
+
+
+def test_system_entries_say_where() -> None:
+    with pytest.raises(ConfigError, match=r"exp.cases\[a\].systems: duplicate labels"):
+        system_entries(["vllm", {"system": "static_sd", "label": "vllm"}], "exp.cases[a].systems")
