@@ -1,10 +1,14 @@
 """Discrete-event simulation of one or more serving replicas.
 
 The loop is a heap of ``(time, priority, seq, kind, index)`` events: request arrivals (routed to a replica) and
-replica steps. A replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, charges its time
-with :mod:`repro.cost.step` under the run's engine profile (memory actions + drafting + one target forward + the
-host's speculation work), asks the token oracle how much speculation is accepted, applies the result and tells the
-policy. Simulated time never moves backwards.
+replica steps. The replicas are built from the run's :class:`~repro.deployment.Deployment`: each gets its policy, its
+cost model (its tensor parallelism) and its proposers (:mod:`repro.proposers`), and its policy is bound with that
+context. A replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, resolves the plan's
+proposer to the replica's object, charges the step's time with :mod:`repro.cost.step` under the run's engine profile
+(memory actions + drafting + one target forward + the host's speculation work), asks the token oracle how much
+speculation is accepted (each request scored on the stream of the proposer that drafted it), applies the result and
+tells the policy. Observers (:mod:`repro.trace`, e.g. the step trace) are called after each step only when there
+are any. Simulated time never moves backwards.
 """
 
 from __future__ import annotations
@@ -12,20 +16,27 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, verify_pass
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
 from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
+from repro.policy import PolicyContext
+from repro.proposers import colocated
 from repro.state import RequestState, Status, View
+from repro.trace import StepEvent, StepRecord, StepTracer
 
 if TYPE_CHECKING:
-    from repro.cost.model import CostModel
+    from repro.cost.model import CostModel, ForwardCost
+    from repro.deployment import Deployment
     from repro.oracle import Drafter, TokenOracle
     from repro.policy import Policy
+    from repro.proposers import Proposer, Proposers
+    from repro.trace import StepObserver
 
 _ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
 _RUNNING, _WAITING, _SWAPPED, _FINISHED = int(Status.RUNNING), int(Status.WAITING), int(Status.SWAPPED), int(
@@ -36,60 +47,40 @@ class SimulationError(RuntimeError):
     """The simulation cannot continue (e.g. the policy idles while requests wait and nothing else will happen)."""
 
 
-@dataclass(slots=True)
-class StepRecord:
-    start_at: float
-    latency_s: float
-    num_seqs: int
-    num_decode: int
-    num_prefill: int
-    num_batched_tokens: int
-    num_emitted: int
-    num_proposed: int
-    num_accepted: int
-    num_matched: int  # proposed tokens that are the target's, counted past the first rejection (vLLM v0's metric)
-    draft_s: float
-    verify_s: float
-    overhead_s: float  # fixed costs inside verify_s (per step, layer, request)
-    memory_s: float  # swaps and draft offload/reload before the step
-    mean_k: float
-    replica: int
-    schedule_wall_s: float  # wall-clock CPU time the policy took to plan the step (not simulated time)
-
-
 @dataclass
 class SimOutput:
-    """Everything a run produced: final per-request state, the simulated span and the optional step trace."""
+    """Everything a run produced: final per-request state, the simulated span and the optional step trace (its
+    records, and each step's plan telemetry beside them: :class:`~repro.trace.StepTracer`)."""
 
     state: RequestState
     replica_of: np.ndarray
     sim_time_s: float
     num_steps: int
     steps: list[StepRecord] = field(default_factory=list)
+    step_telemetry: list[Mapping[str, float] | None] = field(default_factory=list)
 
 
 class Replica:
-    """One serving instance: a policy, its request state and its GPU memory."""
+    """One serving instance: a policy, its request state, its GPU memory, its cost model and its proposers."""
 
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
-                 *, block_size: int, max_model_len: int, drafter: Drafter | None = None,
-                 draft_servers: tuple[DraftServer, ...] = (), record_steps: bool = False) -> None:
+                 *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
+                 drafter: Drafter | None = None, observers: Sequence[StepObserver] = ()) -> None:
         self.index = index
         self.policy = policy
         self.s = state
         self.cost = cost
         self.oracle = oracle
-        self.draft_servers = draft_servers
-        self.coster = StepCoster(state, cost, draft_servers)
-        self.record_steps = record_steps
-        self.steps: list[StepRecord] = []
+        self.proposers = proposers if proposers is not None else colocated(cost)
+        self._resolve = self.proposers.resolve
+        self.coster = StepCoster(state, cost, self.proposers.remote)
+        self.observers = tuple(observers)
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
         self.kv = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout,
                          draft_resident=self.draft_resident)
         if self.kv.total <= 0:
             raise SimulationError(
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
-        self._schedule_wall_s = 0.0
         self._mark = np.zeros(state.n, dtype=np.int64)
         self._arange = np.arange(1024)
         self.busy = False
@@ -131,58 +122,63 @@ class Replica:
         v = self.view
         v.now = now
         v.step_index = self.num_steps
-        if self.record_steps:  # the policy's own CPU time (AdaServe Fig. 9's "scheduling"), measured not modelled
+        observers = self.observers
+        wall_s = 0.0
+        if observers:  # the policy's own CPU time (AdaServe Fig. 9's "scheduling"), measured not modelled
             t0 = time.perf_counter()
             plan = self.policy.schedule(v)
-            self._schedule_wall_s = time.perf_counter() - t0
+            wall_s = time.perf_counter() - t0
         else:
             plan = self.policy.schedule(v)
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
-        result = self._execute(plan, now)
+        result, pre, dec, matched, fwd, host_s = self._execute(plan, now)
         self.num_steps += 1
         self._sync_view()
+        if observers:
+            event = StepEvent(self.index, plan, result, pre, dec, matched,
+                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s)
+            for obs in observers:
+                obs.on_step(event)
         self.policy.observe(result)
         return result.end_at
 
     # ---------------------------------------------------------------------------------------------------------
-    def _execute(self, plan: StepPlan, now: float) -> StepResult:
-        """Check and charge ``plan``, apply its outcome, and return what the policy observes."""
+    def _execute(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
+                                                            ForwardCost | None, float]:
+        """Check and charge ``plan``, apply its outcome; return what the policy observes, and for observers the
+        batches charged, the matched tokens, the target's pass and the host seconds of speculation."""
         self._check_unique(plan.prefill_ids, plan.decode_ids)
+        prop = self._resolve(plan.proposer)
+        servers = self._placement(plan)
         memory_s = self._memory_actions(plan) + self._preempt(plan) + self._swap_in(plan)
         pre = self._begin_prefill(plan)
-        dec = self._begin_decode(plan)
+        dec = self._begin_decode(plan, prop)
         if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and dec.k.any():
             raise PlanError(f"engine {self.cost.engine.name}: a step cannot both prefill and speculate (the engine "
                             "runs speculation without chunked prefill)")
         # time: drafting, then one target forward over every scheduled token
         drafting = bool(dec.drafted.any()) or plan.draft_sync
-        draft_s = self.coster.draft_s(plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids, pre.tokens,
-                                      draft_resident=self.draft_resident) if drafting else 0.0
+        draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
+                                      pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
         shape, host_s = verify_pass(self.cost.engine, pre, dec)
         fwd = self.cost.forward(shape) if shape.num_seqs else None
         verify_s = fwd.total_s + host_s if fwd is not None else 0.0
         end_at = now + memory_s + draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
-        proposed, accepted, matched = self._accept(plan, dec)
-        emitted, done_dec = self._apply_decode(plan, dec, proposed, accepted, matched, now, end_at)
-        done_pre = self._apply_prefill(plan, pre, end_at)
+        proposed, accepted, matched = self._accept(prop, servers, dec)
+        emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
+        done_pre = self._apply_prefill(plan, prop, pre, end_at)
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
             self._finish(fin, end_at)
         self.kv.check()
-        if self.record_steps:
-            overhead_s = fwd.overhead_s + host_s if fwd is not None else 0.0
-            self.steps.append(StepRecord(
-                now, end_at - now, pre.ids.size + dec.ids.size, dec.ids.size, pre.ids.size, shape.num_tokens,
-                int(emitted.sum()) + int(pre.completes.sum()), int(proposed.sum()), int(accepted.sum()),
-                int(matched.sum()), draft_s, verify_s, overhead_s, memory_s,
-                float(dec.k.mean()) if dec.ids.size else 0.0, self.index, self._schedule_wall_s))
-        return StepResult(
+        result = StepResult(
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=shape.num_tokens)
+        return result, pre, dec, matched, fwd, host_s
 
     def _begin_prefill(self, plan: StepPlan) -> PrefillBatch:
         """Admit and check the prefill chunks; allocate their KV."""
@@ -207,7 +203,7 @@ class Replica:
         return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok,
                             float(pc.sum()))
 
-    def _begin_decode(self, plan: StepPlan) -> DecodeBatch:
+    def _begin_decode(self, plan: StepPlan, prop: Proposer) -> DecodeBatch:
         """Check the decoding requests and their speculation; allocate KV for 1 + speculated tokens each."""
         s, dids = self.s, plan.decode_ids
         trees = plan.trees or {}
@@ -225,15 +221,18 @@ class Replica:
             if k.shape != dids.shape or k.min() < 0:
                 raise PlanError("k must be a non-negative int per decode id")
         drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
-        pld: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if plan.proposer == "pld" and drafted.any() and not trees:
+        first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if prop.proposes_first and drafted.any() and not trees:
             # prompt lookup runs before verification: only the tokens a match proposed are verified (and need KV)
+            if plan.draft_server is not None:
+                raise PlanError(f"proposer {prop.name!r} proposes before verification and cannot share a step "
+                                "with remote draft servers")
             proposed = np.zeros(n, dtype=np.int64)
             accepted = np.zeros(n, dtype=np.int64)
             matched = np.zeros(n, dtype=np.int64)
             proposed[drafted], accepted[drafted], matched[drafted] = self.oracle.score_chain(
-                dids[drafted], gen[drafted], k[drafted], "pld")
-            pld = (proposed, accepted, matched)
+                dids[drafted], gen[drafted], k[drafted], prop)
+            first = (proposed, accepted, matched)
             k = proposed
         if trees:
             k = k.copy()
@@ -244,13 +243,16 @@ class Replica:
                     k[i] = t.num_nodes
                     drafted[i] = t.cand.draft_depth > 0
         self.kv.allocate(dids, dc + k + 1)
-        return DecodeBatch(dids, gen, dc, k, drafted, trees, pld)
+        return DecodeBatch(dids, gen, dc, k, drafted, trees, first)
 
-    def _accept(self, plan: StepPlan, dec: DecodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _accept(self, prop: Proposer, servers: np.ndarray | None,
+                dec: DecodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draft tokens scored, accepted (the leading ones) and matched (every position whose token is the
-        target's; for a tree, the accepted path) per decoding request, from the oracle (chains batched)."""
-        if dec.pld is not None:  # decided before the step (see _begin_decode)
-            return dec.pld
+        target's; for a tree, the accepted path) per decoding request, from the oracle (chains batched), each request
+        on the stream of the proposer that drafted it: the plan's ``prop``, or the remote draft server ``servers``
+        placed it on."""
+        if dec.first is not None:  # decided before the step (see _begin_decode)
+            return dec.first
         n = dec.ids.size
         proposed = np.zeros(n, dtype=np.int64)
         accepted = np.zeros(n, dtype=np.int64)
@@ -264,16 +266,35 @@ class Replica:
                 if t is not None:
                     chain[i] = False
                     proposed[i] = t.num_nodes
-                    accepted[i] = matched[i] = self.oracle.accept_tree(t, proposer=plan.proposer)
+                    by = prop if servers is None or servers[i] < 0 else self.proposers.remote[servers[i]]
+                    accepted[i] = matched[i] = self.oracle.accept_tree(t, proposer=by)
         if chain.any():
-            proposed[chain], accepted[chain], matched[chain] = self.oracle.score_chain(
-                dec.ids[chain], dec.gen[chain], dec.k[chain], plan.proposer)
+            if servers is None:
+                proposed[chain], accepted[chain], matched[chain] = self.oracle.score_chain(
+                    dec.ids[chain], dec.gen[chain], dec.k[chain], prop)
+            else:
+                for srv in np.unique(servers[chain]).tolist():
+                    m = chain & (servers == srv)
+                    proposed[m], accepted[m], matched[m] = self.oracle.score_chain(
+                        dec.ids[m], dec.gen[m], dec.k[m], prop if srv < 0 else self.proposers.remote[srv])
         if (accepted > proposed).any() or (matched > proposed).any():
             raise PlanError("oracle accepted more tokens than proposed")
         return proposed, accepted, matched
 
-    def _apply_decode(self, plan: StepPlan, dec: DecodeBatch, proposed: np.ndarray, accepted: np.ndarray,
-                      matched: np.ndarray, start_at: float, end_at: float) -> tuple[np.ndarray, np.ndarray]:
+    def _placement(self, plan: StepPlan) -> np.ndarray | None:
+        """The remote draft server each decoding request drafts on (-1: the plan's proposer, locally), or ``None``
+        when the plan places none (or the deployment has no servers: everything drafts locally)."""
+        if plan.draft_server is None or not self.proposers.remote:
+            return None
+        servers = np.asarray(plan.draft_server, dtype=np.int64)
+        if servers.shape != plan.decode_ids.shape or (servers.size and servers.max() >= len(self.proposers.remote)):
+            raise PlanError(f"draft_server must give a server index below {len(self.proposers.remote)} (or -1) per "
+                            "decode id")
+        return servers
+
+    def _apply_decode(self, plan: StepPlan, prop: Proposer, dec: DecodeBatch, proposed: np.ndarray,
+                      accepted: np.ndarray, matched: np.ndarray, start_at: float,
+                      end_at: float) -> tuple[np.ndarray, np.ndarray]:
         """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
         emitted and the requests that finished."""
         s, dids = self.s, dec.ids
@@ -286,7 +307,7 @@ class Replica:
         new_computed = dec.ctx + emitted
         s.num_computed[dids] = new_computed
         self.kv.shrink_to(dids, new_computed)  # rejected speculation frees its KV slots
-        if plan.proposer == "draft":
+        if prop.keeps_kv:  # the draft's cache now holds what the target's does
             sync = dec.drafted | plan.draft_sync
             s.num_draft_computed[dids[sync]] = new_computed[sync]
         if proposed.any():
@@ -303,14 +324,14 @@ class Replica:
             s.first_token_at[dids[fresh]] = end_at
         return emitted, dids[emitted == remaining]
 
-    def _apply_prefill(self, plan: StepPlan, pre: PrefillBatch, end_at: float) -> np.ndarray:
+    def _apply_prefill(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, end_at: float) -> np.ndarray:
         """Advance the prefill chunks; a chunk that completes its request's tokens samples one token. Returns the
         requests that finished."""
         s, pids = self.s, pre.ids
         if pids.size == 0:
             return _NO_INT
         s.num_computed[pids] += pre.tokens
-        if plan.draft_sync and plan.proposer == "draft":
+        if plan.draft_sync and prop.keeps_kv:
             s.num_draft_computed[pids] = s.num_computed[pids]
         cids = pids[pre.completes]
         if cids.size == 0:
@@ -422,29 +443,42 @@ def _check_tree(t: TreeSpec, rid: int, pos: int) -> None:
 
 
 class Engine:
-    """Runs a workload through one policy (or the replicas it declares) and returns the final state."""
+    """Runs a workload through a deployment (one policy, or the replicas it declares) and returns the final state.
+
+    The engine builds each replica of ``deployment`` (its policy, its cost model at its tensor parallelism, its
+    proposers around that cost model and the deployment's remote draft servers) and binds each policy with its
+    replica's context and the run's ``rng``; a routing policy (one that declared replicas) is bound first, with the
+    deployment's cost model at its ``tp``. ``record_steps`` adds a :class:`~repro.trace.StepTracer` to
+    ``observers``; the run's :class:`SimOutput` then holds its records and telemetry.
+    """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
-                 tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray, policy: Policy,
-                 make_cost: Any, oracle: TokenOracle, tp: int, drafter: Drafter | None = None,
-                 block_size: int = 16, max_model_len: int = 4096,
-                 draft_servers: tuple[DraftServer, ...] = (), record_steps: bool = False,
-                 max_sim_time_s: float | None = None) -> None:
+                 tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray, deployment: Deployment,
+                 oracle: TokenOracle, rng: np.random.Generator, drafter: Drafter | None = None,
+                 block_size: int = 16, max_model_len: int = 4096, record_steps: bool = False,
+                 observers: Sequence[StepObserver] = (), max_sim_time_s: float | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
-        self.policy = policy
+        self.deployment = deployment
+        self.policy = deployment.policy
         self.max_sim_time_s = max_sim_time_s
-        specs = policy.replicas()
-        pairs = [(policy, tp)] if specs is None else [(r.policy, r.tp) for r in specs]
+        self.tracer = StepTracer() if record_steps else None
+        watchers = (*observers, self.tracer) if self.tracer is not None else tuple(observers)
+        servers = deployment.draft_servers
         self.replicas: list[Replica] = []
         cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
-        for i, (pol, rtp) in enumerate(pairs):
-            state = RequestState(*cols)
-            self.replicas.append(Replica(i, pol, state, make_cost(rtp), oracle, block_size=block_size,
-                                         max_model_len=max_model_len, drafter=drafter, draft_servers=draft_servers,
-                                         record_steps=record_steps))
-        self.multi = specs is not None
+        for i, spec in enumerate(deployment.replicas):
+            cost = deployment.cost_model(spec.tp)
+            self.replicas.append(Replica(i, spec.policy, RequestState(*cols), cost, oracle, block_size=block_size,
+                                         max_model_len=max_model_len, proposers=colocated(cost, servers),
+                                         drafter=drafter, observers=watchers))
+        self.multi = deployment.routed
+        if self.multi:
+            cost = deployment.cost_model()
+            self.policy.bind(PolicyContext(cost=cost, rng=rng, proposers=colocated(cost, servers)))
+        for rep in self.replicas:
+            rep.policy.bind(PolicyContext(cost=rep.cost, rng=rng, proposers=rep.proposers, replica=rep.index))
         self.replica_of = np.zeros(self.arrival_s.size, dtype=np.int64)
 
     def run(self) -> SimOutput:
@@ -494,9 +528,11 @@ class Engine:
                 raise SimulationError(
                     f"{type(r.policy).__name__} idled with {len(r.s.waiting)} waiting, {len(r.s.running)} running and "
                     f"{len(r.s.swapped)} swapped requests and nothing left to happen")
+        tracer = self.tracer
         return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
                          num_steps=sum(r.num_steps for r in reps),
-                         steps=[rec for r in reps for rec in r.steps])
+                         steps=tracer.records if tracer is not None else [],
+                         step_telemetry=tracer.telemetry if tracer is not None else [])
 
     def _merged(self) -> RequestState:
         if len(self.replicas) == 1:

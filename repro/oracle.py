@@ -26,14 +26,17 @@ its top-``W`` tokens and the target's choice among them (DESIGN.md, "Token oracl
   position, ranks after the divergence), i.e. of its absolute context, so the same context always gets the
   same distribution.
 - **common random numbers.** Everything at (r, t) depends only on (seed, r, t): values are generated lazily
-  in chunks of ``CHUNK`` positions, each chunk from its own generator seeded by (seed, proposer, r, chunk
+  in chunks of ``CHUNK`` positions, each chunk from its own generator seeded by (seed, stream key, r, chunk
   index), so neither the order nor the number of queries, nor the request's length, changes them.
-- **proposers.** ``"draft"`` (the draft model; the pair's table), ``"eagle"`` (same mechanics, the EAGLE
-  table) and ``"pld"`` (prompt lookup: at each position a match exists with probability ``match``; it
-  proposes ``min(k, match length)`` tokens accepted as a chain with per-token acceptance ``a_r ~
-  Beta(accept, spread)``; no match → nothing proposed).
+- **streams.** Each proposer draws from a named stream (its ``stream``, :mod:`repro.proposers`): the oracle
+  knows streams, not proposer kinds. Built in: ``"draft"`` (the draft model; the pair's table), ``"eagle"`` (same
+  mechanics, the EAGLE table) and ``"pld"`` (prompt lookup: at each position a match exists with probability
+  ``match``; it proposes ``min(k, match length)`` tokens accepted as a chain with per-token acceptance ``a_r ~
+  Beta(accept, spread)``; no match → nothing proposed). :meth:`TokenOracle.add_stream` adds a draft-model stream
+  with its own table and seed key (a remote draft server running another draft model, GoodSpeed). Every method
+  that scores or drafts takes a stream name or a proposer object (its ``stream`` is used).
 
-Storage is a flat pool per proposer: chunk slots addressed through a (request × chunk) table, so a batch
+Storage is a flat pool per stream: chunk slots addressed through a (request × chunk) table, so a batch
 query is a handful of fancy-indexing operations with no per-request Python. Off-path distributions live in a
 second store, generated (from their own seeds) only for chunks a beam search reaches, so chain-only runs
 never pay for them. ``release(rid)`` frees a finished request's chunks.
@@ -49,11 +52,15 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repro.plan import CandidateTree, TreeSpec
+from repro.proposers import DRAFT, EAGLE, PLD
+
+if TYPE_CHECKING:
+    from repro.proposers import Proposer
 
 CHUNK = 512  # positions generated per (request, chunk); a power of two
 ALT_CHUNK = 256  # positions per chunk of off-path distributions (NUM_ALT draws per position)
@@ -62,7 +69,9 @@ P_FLOOR = 1e-6  # numerical floor on a drawn top-1 probability (keeps every repo
 MAX_WIDTH = 127  # ranks are stored as int8
 
 _ALT_MASK = np.uint64(NUM_ALT - 1)
-_STREAM_IDS = {"draft": 0, "eagle": 1, "pld": 2}
+#: Seed keys of the built-in streams (draft model, EAGLE head, prompt lookup): every value of a stream is drawn from
+#: generators seeded by (seed, its key, ...), so these keys are part of every result.
+DRAFT_KEY, EAGLE_KEY, PLD_KEY = 0, 1, 2
 _LEVEL, _CHUNK_KEY, _ALT_KEY = 0, 1, 2
 _INIT_SLOTS = 64
 _AR = np.arange(4096, dtype=np.int64)
@@ -225,12 +234,12 @@ class _Beam:
 
 
 class _TokenStream:
-    """The draft-distribution model of one proposer (draft model or EAGLE head) over all requests."""
+    """The draft-distribution model of one stream (a draft model or an EAGLE head) over all requests."""
 
-    def __init__(self, name: str, base: np.random.SeedSequence, means: np.ndarray, *, spread: float,
+    def __init__(self, name: str, key: int, base: np.random.SeedSequence, means: np.ndarray, *, spread: float,
                  pos_concentration: float, drift: Mapping[str, float] | None, width: int, decay: float,
                  confidence: float) -> None:
-        self.name, self._base, self._sid = name, base, _STREAM_IDS[name]
+        self.name, self._base, self._sid = name, base, key
         self._means, self._spread = means, spread
         self._kappa, self.width, self._decay, self._gamma = pos_concentration, width, decay, confidence
         self._drift = dict(drift) if drift else None
@@ -282,6 +291,18 @@ class _TokenStream:
     def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         idx = self.store.locate(rids, positions)  # may grow the pools: index them afterwards
         return self.store.pools["rank"][idx]
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray,
+                    k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposed = k, accepted = leading positions whose true rank is 0, matched = all of them."""
+        kmax = int(k.max()) if k.size else 0
+        if kmax == 0:
+            return k.copy(), np.zeros_like(k), np.zeros_like(k)
+        if kmax >= _AR.size:
+            raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
+        ranks = self.true_ranks(rids[:, None], pos[:, None] + _AR[:kmax + 1])
+        hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
+        return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
 
     def reported(self, p0: np.ndarray) -> np.ndarray:
         return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
@@ -379,9 +400,9 @@ class _PldStream:
     """Prompt lookup decoding: per position, whether the context matches the prompt, the length of the
     continuation it offers and whether the target accepts the copied token."""
 
-    def __init__(self, base: np.random.SeedSequence, match: np.ndarray, accept: np.ndarray,
+    def __init__(self, name: str, key: int, base: np.random.SeedSequence, match: np.ndarray, accept: np.ndarray,
                  match_len: np.ndarray, spread: float) -> None:
-        self._base, self._sid = base, _STREAM_IDS["pld"]
+        self.name, self._base, self._sid = name, base, key
         self._match, self._accept, self._match_len, self._spread = match, accept, match_len, spread
         self.store = _ChunkStore(match.shape[0], {"match": ((), np.int16), "ok": ((), np.bool_)}, self._fill)
 
@@ -395,6 +416,8 @@ class _PldStream:
 
     def score_chain(self, rids: np.ndarray, pos: np.ndarray,
                     k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposed = ``min(k, match length)``, accepted = leading copied tokens the target accepts, matched = every
+        copied token it accepts."""
         store = self.store
         idx = store.locate(rids, pos)  # may grow the pools: index them afterwards
         proposed = np.minimum(k, store.pools["match"][idx]).astype(np.int64)
@@ -437,22 +460,22 @@ class TokenOracle:
         if pos_concentration <= 0.0 or confidence <= 0.0 or spread < 0.0:
             raise ValueError("pos_concentration and confidence must be > 0, spread >= 0")
         base = _as_seed_seq(seed)
+        self._base = base
         self._dataset = np.asarray(dataset, dtype=object).reshape(-1)
         self.width = width
-        self._missing: dict[str, str] = {}  # proposer -> why its table is missing (raised on use)
-        self._streams: dict[str, _TokenStream] = {}
-        tables = {"draft": (accept_mean, default_accept, f"acceptance mean for pair {pair}"),
-                  "eagle": (eagle_accept_mean, None, "EAGLE acceptance mean")}
-        for name, (table, default, what) in tables.items():
+        self._spread, self._kappa, self._decay, self._gamma = spread, pos_concentration, decay, confidence
+        self._drift = drift
+        self._missing: dict[str, str] = {}  # stream -> why its table is missing (raised on use)
+        self._streams: dict[str, _TokenStream | _PldStream] = {}
+        self._keys: set[int] = set()
+        tables = ((DRAFT, DRAFT_KEY, accept_mean, default_accept, f"acceptance mean for pair {pair}"),
+                  (EAGLE, EAGLE_KEY, eagle_accept_mean, None, "EAGLE acceptance mean"))
+        for name, key, table, default, what in tables:
+            self._keys.add(key)
             if table is None or (not table and default is None):
                 continue
-            means = _per_request(self._dataset, table, default, what,
-                                 functools.partial(_check_mean_of, what, spread))
-            self._streams[name] = _TokenStream(
-                name, base, np.asarray(means, dtype=np.float64), spread=spread,
-                pos_concentration=pos_concentration, drift=drift, width=width, decay=decay,
-                confidence=confidence)
-        self._pld: _PldStream | None = None
+            self._add_token_stream(name, key, table, default, what)
+        self._keys.add(PLD_KEY)
         if pld is not None:
             merged = _per_request(self._dataset, pld, None, "prompt-lookup entry",
                                   lambda ds, e: {**pld.get("default", {}), **e})
@@ -463,7 +486,29 @@ class TokenOracle:
             mlen = np.array([float(e.get("match_len", 32.0)) for e in merged])
             if (mlen < 1).any():
                 raise ValueError("pld match_len must be >= 1")
-            self._pld = _PldStream(base, match, acc, mlen, spread)
+            self._streams[PLD] = _PldStream(PLD, PLD_KEY, base, match, acc, mlen, spread)
+
+    def _add_token_stream(self, name: str, key: int, table: Mapping[str, float], default: float | None,
+                          what: str) -> None:
+        means = _per_request(self._dataset, table, default, what,
+                             functools.partial(_check_mean_of, what, self._spread))
+        self._streams[name] = _TokenStream(
+            name, key, self._base, np.asarray(means, dtype=np.float64), spread=self._spread,
+            pos_concentration=self._kappa, drift=self._drift, width=self.width, decay=self._decay,
+            confidence=self._gamma)
+
+    def add_stream(self, name: str, accept_mean: Mapping[str, float], *, key: int,
+                   default_accept: float | None = None) -> None:
+        """Add a draft-model stream ``name`` whose per-dataset mean acceptance is ``accept_mean`` (a ``"default"``
+        key or ``default_accept`` covering other datasets), drawn from its own seed ``key`` (not a built-in one's:
+        0, 1, 2). A proposer whose ``stream`` is ``name`` (e.g. a remote draft server running another draft model)
+        is then scored on it; the other streams' values do not change."""
+        if name in self._streams or name in (DRAFT, EAGLE, PLD):
+            raise ValueError(f"oracle stream {name!r} exists already")
+        if key in self._keys:
+            raise ValueError(f"oracle stream key {key} is taken (built-in keys: {DRAFT_KEY}, {EAGLE_KEY}, {PLD_KEY})")
+        self._add_token_stream(name, key, accept_mean, default_accept, f"acceptance mean of stream {name!r}")
+        self._keys.add(key)
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any], *, seed: np.random.SeedSequence | int, dataset: np.ndarray,
@@ -491,10 +536,10 @@ class TokenOracle:
                 accept = dict(table[draft][target])
             else:
                 pairs = sorted(f"{d}/{t}" for d in table for t in table[d])
-                missing["draft"] = (f"no acceptance table for draft {draft!r} with target {target!r} in "
-                                    f"oracle.accept (known pairs: {pairs})")
+                missing[DRAFT] = (f"no acceptance table for draft {draft!r} with target {target!r} in "
+                                  f"oracle.accept (known pairs: {pairs})")
         if eagle is None:
-            missing["eagle"] = f"no EAGLE acceptance table for target {target!r} in oracle.eagle_accept"
+            missing[EAGLE] = f"no EAGLE acceptance table for target {target!r} in oracle.eagle_accept"
         drift = cfg.get("drift")
         oracle = cls(seed, dataset, accept, default_accept=default,
                    eagle_accept_mean=dict(eagle) if eagle is not None else None,
@@ -506,17 +551,27 @@ class TokenOracle:
         oracle._missing.update(missing)
         return oracle
 
-    def _stream(self, proposer: str) -> _TokenStream:
-        stream = self._streams.get(proposer)
+    def _any_stream(self, proposer: str | Proposer) -> _TokenStream | _PldStream:
+        """The stream a stream name or a proposer (its ``stream``) is scored on."""
+        name = proposer if isinstance(proposer, str) else proposer.stream
+        stream = self._streams.get(name)
         if stream is None:
-            if proposer in self._missing:
-                raise KeyError(self._missing[proposer])
-            raise ValueError(f"proposer {proposer!r} is not configured in this oracle "
-                             f"(available: {sorted(self._streams) + (['pld'] if self._pld else [])})")
+            if name in self._missing:
+                raise KeyError(self._missing[name])
+            raise ValueError(f"proposer stream {name!r} is not configured in this oracle "
+                             f"(available: {sorted(self._streams)})")
+        return stream
+
+    def _stream(self, proposer: str | Proposer) -> _TokenStream:
+        """The draft distribution a stream name or a proposer drafts from (trees, beams, reported probabilities)."""
+        stream = self._any_stream(proposer)
+        if not isinstance(stream, _TokenStream):
+            raise ValueError(f"proposer stream {stream.name!r} has no draft distribution (prompt lookup proposes "
+                             "chains only)")
         return stream
 
     def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
-                     proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+                     proposer: str | Proposer = DRAFT) -> tuple[np.ndarray, np.ndarray]:
         """(num_proposed, num_accepted) per request for a chain of ``k[i]`` tokens starting at ``pos[i]``.
 
         Draft/EAGLE: proposed = k, accepted = leading positions whose true rank is 0. PLD: proposed =
@@ -526,7 +581,7 @@ class TokenOracle:
         return proposed, accepted
 
     def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
-                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    proposer: str | Proposer = DRAFT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`accept_chain` plus ``num_matched``: the proposed positions whose token is the target's, whether
         or not an earlier position was rejected (what vLLM v0's ``draft_acceptance_rate`` counts: matched /
         proposed estimates the per-token acceptance α; accepted / proposed is lower, the chain stopping at the
@@ -536,21 +591,9 @@ class TokenOracle:
         k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
         if pos.size and int(pos.min()) < 0:
             raise ValueError("positions must be >= 0")
-        if proposer == "pld":
-            if self._pld is None:
-                raise ValueError("prompt lookup (pld) is not configured in this oracle")
-            return self._pld.score_chain(rids, pos, k)
-        stream = self._stream(proposer)
-        kmax = int(k.max()) if k.size else 0
-        if kmax == 0:
-            return k.copy(), np.zeros_like(k), np.zeros_like(k)
-        if kmax >= _AR.size:
-            raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        ranks = stream.true_ranks(rids[:, None], pos[:, None] + _AR[:kmax + 1])
-        hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
-        return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
+        return self._any_stream(proposer).score_chain(rids, pos, k)
 
-    def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
+    def accept_tree(self, tree: TreeSpec, proposer: str | Proposer = DRAFT) -> int:
         """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""
         cand = tree.cand
         nodes = np.sort(np.asarray(tree.nodes, dtype=np.int64))
@@ -567,12 +610,12 @@ class TokenOracle:
         return best
 
     def candidates(self, rid: int, pos: int, depth: int, width: int,
-                   proposer: str = "draft") -> CandidateTree:
+                   proposer: str | Proposer = DRAFT) -> CandidateTree:
         """Beam-search candidate tree of ``depth`` × ``width`` (AdaServe §4.3 Step 1) for one request."""
         return self.candidates_batch(np.array([rid]), np.array([pos]), depth, width, proposer)[0]
 
     def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
-                         proposer: str = "draft") -> list[CandidateTree]:
+                         proposer: str | Proposer = DRAFT) -> list[CandidateTree]:
         """:meth:`candidates` for a batch, vectorized over requests."""
         rids = np.asarray(rids, dtype=np.int64).reshape(-1)
         pos = _positions(pos, depth)
@@ -585,7 +628,7 @@ class TokenOracle:
                 for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
 
     def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
-                        proposer: str = "draft") -> list[CandidateTree]:
+                        proposer: str | Proposer = DRAFT) -> list[CandidateTree]:
         """SpecInfer's fixed tree expansion ⟨k_1, …, k_D⟩ for a batch: every node of depth i − 1 keeps its own
         ``k_i`` most probable children (⟨1,1,3,1,1,1,1,1⟩: 1 + 1 + 3·6 = 20 nodes). The drafting cost is that of
         a beam of the widest layer (``draft_width``) over ``D`` passes."""
@@ -600,12 +643,12 @@ class TokenOracle:
                               beam.path_prob[i], len(expansion), widest)
                 for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
 
-    def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str | Proposer = DRAFT) -> np.ndarray:
         """The draft's reported top-1 probability at each of the ``k`` steps of its greedy chain."""
         return self.chain_probs_batch(np.array([rid]), np.array([pos]), k, proposer)[0]
 
     def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
-                          proposer: str = "draft") -> np.ndarray:
+                          proposer: str | Proposer = DRAFT) -> np.ndarray:
         """:meth:`chain_probs` for a batch: an (n, k) array."""
         rids = np.asarray(rids, dtype=np.int64).reshape(-1)
         if k <= 0:
@@ -616,14 +659,11 @@ class TokenOracle:
         """Free a finished request's generated chunks (values are regenerated identically if asked again)."""
         for stream in self._streams.values():
             stream.store.release(rid)
-        if self._pld is not None:
-            self._pld.store.release(rid)
 
     @property
     def num_live_chunks(self) -> int:
-        """Chunks currently held across proposers (for leak checks)."""
-        held = sum(s.store.num_chunks for s in self._streams.values())
-        return held + (self._pld.store.num_chunks if self._pld is not None else 0)
+        """Chunks currently held across streams (for leak checks)."""
+        return sum(s.store.num_chunks for s in self._streams.values())
 
 
 class Drafter:
@@ -640,23 +680,23 @@ class Drafter:
         return self._oracle.width
 
     def candidates(self, rid: int, pos: int, depth: int, width: int,
-                   proposer: str = "draft") -> CandidateTree:
+                   proposer: str | Proposer = DRAFT) -> CandidateTree:
         return self._oracle.candidates(rid, pos, depth, width, proposer)
 
     def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
-                         proposer: str = "draft") -> list[CandidateTree]:
+                         proposer: str | Proposer = DRAFT) -> list[CandidateTree]:
         return self._oracle.candidates_batch(rids, pos, depth, width, proposer)
 
     def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
-                        proposer: str = "draft") -> list[CandidateTree]:
+                        proposer: str | Proposer = DRAFT) -> list[CandidateTree]:
         """Per-parent top-k expansion trees (SpecInfer), see :meth:`TokenOracle.expansion_batch`."""
         return self._oracle.expansion_batch(rids, pos, expansion, proposer)
 
-    def chain_probs(self, rid: int, pos: int, k: int, proposer: str = "draft") -> np.ndarray:
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str | Proposer = DRAFT) -> np.ndarray:
         return self._oracle.chain_probs(rid, pos, k, proposer)
 
     def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
-                          proposer: str = "draft") -> np.ndarray:
+                          proposer: str | Proposer = DRAFT) -> np.ndarray:
         return self._oracle.chain_probs_batch(rids, pos, k, proposer)
 
 

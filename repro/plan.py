@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-Proposer = Literal["draft", "eagle", "pld"]
+if TYPE_CHECKING:
+    from repro.proposers import Proposer
+
+#: The names of a replica's co-located proposers (:mod:`repro.proposers`), as systems' configs give them.
+ProposerName = Literal["draft", "eagle", "pld"]
 PreemptMode = Literal["recompute", "swap"]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -100,15 +104,19 @@ class StepPlan:
     """What to run in one iteration. Id arrays are int64 request ids (indices into the workload).
 
     ``k`` gives each decoding request its chain length (aligned with ``decode_ids``; ``None`` = no speculation);
-    ``trees`` maps a decoding request to a token tree to verify instead of a chain. ``proposer`` names what produces
-    the chain: the draft model, an EAGLE head, or prompt lookup. ``draft_server`` (aligned with ``decode_ids``)
-    places each request's drafting on one of the backend's remote draft servers (GoodSpeed); ``None`` = local.
+    ``trees`` maps a decoding request to a token tree to verify instead of a chain. ``proposer`` says what produces
+    the chain: a name of the replica's proposers (``"draft"``, ``"eagle"``, ``"pld"``: its draft model, EAGLE head or
+    prompt lookup) or one of the proposer objects the policy's context holds (:mod:`repro.proposers`).
+    ``draft_server`` (aligned with ``decode_ids``) places each request's drafting on one of the deployment's remote
+    draft servers (GoodSpeed), which then drafts and is scored for it; -1 (or ``None`` for all) = the plan's proposer.
     ``draft_sync`` runs the draft model over the step's prefill chunks and non-speculating decodes too, keeping its KV
     cache in sync as vLLM does; otherwise a request whose draft cache fell behind pays a draft catch-up (a draft
     prefill of the missing tokens, Nightjar's switching cost) the next time it speculates.
     ``swap_in_ids`` brings swapped-out requests back (their KV is copied host → GPU before the step; they may decode
     in the same step). ``preempt_ids`` are evicted before the step, by recompute (KV freed, the request goes back to
     the front of the waiting queue) or swap (KV copied GPU → host).
+    ``telemetry`` holds named values the policy wants in the step trace (the arm a bandit chose, a server's token
+    allocation): with ``engine.record_steps`` each name becomes a column of the steps table; the engine ignores them.
     """
 
     prefill_ids: np.ndarray = field(default_factory=_empty)
@@ -116,13 +124,14 @@ class StepPlan:
     decode_ids: np.ndarray = field(default_factory=_empty)
     k: np.ndarray | None = None
     trees: Mapping[int, TreeSpec] | None = None
-    proposer: Proposer = "draft"
+    proposer: str | Proposer = "draft"
     draft_sync: bool = False
     draft_server: np.ndarray | None = None
     preempt_ids: np.ndarray = field(default_factory=_empty)
     preempt_mode: PreemptMode = "recompute"
     swap_in_ids: np.ndarray = field(default_factory=_empty)
     memory: MemoryAction | None = None
+    telemetry: Mapping[str, float] | None = None
 
     @property
     def is_idle(self) -> bool:

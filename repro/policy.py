@@ -1,10 +1,10 @@
 """Base class of every system: ``schedule(view) -> StepPlan`` then ``observe(result)``.
 
 A system is built by Hydra from ``conf/system/<name>.yaml`` (its keys are the constructor's keyword arguments) and
-bound to a run with :meth:`Policy.bind`, which hands it the run's static context (hardware, models, cost model, its
-own random generator). Systems that split requests over separate replicas (AdaServe's SepPipe) override
-:meth:`Policy.replicas`; the engine then runs one policy per replica and routes each request with
-:meth:`Policy.route`.
+bound to a run with :meth:`Policy.bind`, which hands it its replica's static context (hardware, models, cost model,
+proposers, the run's random generator). Systems that split requests over separate replicas (AdaServe's SepPipe)
+override :meth:`Policy.replicas`; the run's deployment (:mod:`repro.deployment`) then has one replica per spec, the
+engine runs one policy per replica and routes each request with :meth:`Policy.route`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from repro.plan import StepPlan, StepResult
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel
+    from repro.proposers import Proposers
     from repro.state import View
 
 
@@ -25,16 +26,19 @@ if TYPE_CHECKING:
 class PolicyContext:
     """Static facts about the run a policy may use (no ground truth): the cost model of its replica's GPUs (its
     hardware, target, draft, tp and serving engine are ``cost.hardware``, ``cost.model``, ``cost.draft``, ``cost.tp``
-    and ``cost.engine``), and the
-    run's seeded random stream, for policies that randomize (the same seed gives the same run)."""
+    and ``cost.engine``), the run's seeded random stream, for policies that randomize (the same seed gives the same
+    run), its replica's proposers (by name, and the remote draft servers as ``proposers.remote``; ``None`` where the
+    policy was bound outside an engine) and its replica's index."""
 
     cost: CostModel
     rng: np.random.Generator
+    proposers: Proposers | None = None
+    replica: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
-    """One serving replica of a multi-replica system: its policy and its GPUs (tensor parallelism)."""
+    """One serving replica of a deployment: its policy and its GPUs (tensor parallelism)."""
 
     policy: Policy
     tp: int

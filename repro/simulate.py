@@ -1,4 +1,5 @@
-"""Run one point: build the cost model, workload, oracle and system from a composed config, simulate, summarize.
+"""Run one point: build the system, its deployment (:mod:`repro.deployment`: replicas, cost models, proposers,
+remote draft servers), the workload and the token oracle from a composed config, simulate, summarize.
 
 ``run_point(cfg)`` is what the experiment runner calls in each worker process; it is also the shortest way to use
 the simulator from Python::
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
-from operator import attrgetter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,13 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
+from repro import trace
 from repro.cost.model import CostModel
-from repro.cost.serving import EngineProfile
-from repro.cost.spec import HardwareSpec, ModelSpec
-from repro.cost.step import DraftServer, decode_pass_s
-from repro.engine import Engine, SimOutput, StepRecord
+from repro.cost.step import decode_pass_s
+from repro.deployment import Deployment
+from repro.engine import Engine, SimOutput
 from repro.errors import ConfigError
-from repro.policy import Policy, PolicyContext
+from repro.policy import Policy
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -76,38 +76,6 @@ def instantiate_system(node: Any, where: str = "") -> Policy:
     return policy
 
 
-def engine_profile(cfg: DictConfig) -> EngineProfile:
-    """The run's engine profile from its ``engine`` block (a bad key or value becomes a one-line ConfigError)."""
-    try:
-        return EngineProfile.from_cfg(cfg.engine)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"engine config: {exc}") from None
-
-
-def build_cost(cfg: DictConfig, tp: int | None = None) -> CostModel:
-    hw = HardwareSpec.from_cfg(cfg.hardware)
-    return CostModel(hw, ModelSpec.from_cfg(cfg.model), tp=int(cfg.tp if tp is None else tp),
-                     draft=ModelSpec.from_cfg(cfg.draft), draft_tp=int(cfg.draft_tp),
-                     gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg))
-
-
-def _draft_servers(cfg: DictConfig) -> tuple[DraftServer, ...]:
-    from repro.cost.spec import load_hardware, load_model
-
-    out = []
-    target = ModelSpec.from_cfg(cfg.model)
-    for i, srv in enumerate(cfg.engine.get("draft_servers") or []):
-        unknown = set(srv) - {"hardware", "model", "rtt_ms", "tp"}
-        if unknown:
-            raise ConfigError(f"engine.draft_servers[{i}]: unknown key(s) {sorted(unknown)}")
-        hw = load_hardware(str(srv["hardware"]))
-        draft = load_model(str(srv.get("model", cfg.draft.name)))
-        cost = CostModel(hw, target, tp=1, draft=draft, draft_hardware=hw, draft_tp=int(srv.get("tp", 1)),
-                         engine=engine_profile(cfg))
-        out.append(DraftServer(cost=cost, rtt_s=float(srv.get("rtt_ms", 0.0)) / 1e3))
-    return tuple(out)
-
-
 @dataclass
 class Built:
     """A point ready to simulate: the engine and what it was built from."""
@@ -116,15 +84,18 @@ class Built:
     table: Any
     cost: CostModel
     baseline_tpot_s: float
+    deployment: Deployment | None = None
 
 
 def build(cfg: DictConfig) -> Built:
-    """Build the cost model, workload, oracle, system and engine of one composed point."""
+    """Build the system, its deployment, the workload, the oracle and the engine of one composed point."""
     from repro.oracle import Drafter, TokenOracle
     from workloads import build_workload
 
     ss_workload, ss_oracle, ss_policy = np.random.SeedSequence(int(cfg.seed)).spawn(3)
-    cost = build_cost(cfg)
+    policy = instantiate_system(cfg.system)
+    deployment = Deployment.from_cfg(cfg, policy)
+    cost = deployment.cost_model()
     model = cost.model
     baseline = baseline_tpot_s(cost)
     try:
@@ -134,20 +105,12 @@ def build(cfg: DictConfig) -> Built:
         raise ConfigError(f"workload config: {exc}") from None
     oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
                                   draft=str(cfg.draft.name), target=model.name)
-    policy = instantiate_system(cfg.system)
-    block_size = int(cfg.engine.block_size)
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
-                    policy=policy, make_cost=lambda tp: build_cost(cfg, tp), oracle=oracle, tp=int(cfg.tp),
-                    drafter=Drafter(oracle), block_size=block_size, max_model_len=model.max_context,
-                    draft_servers=_draft_servers(cfg), record_steps=bool(cfg.engine.record_steps),
-                    max_sim_time_s=cfg.get("max_sim_time_s"))
-    rng = np.random.default_rng(ss_policy)
-    bound = [(policy, cost)] if policy.replicas() is None else [(policy, cost)] + [
-        (r.policy, r.cost) for r in engine.replicas]
-    for pol, pcost in bound:
-        pol.bind(PolicyContext(cost=pcost, rng=rng))
-    return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline)
+                    deployment=deployment, oracle=oracle, rng=np.random.default_rng(ss_policy),
+                    drafter=Drafter(oracle), block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
+                    record_steps=bool(cfg.engine.record_steps), max_sim_time_s=cfg.get("max_sim_time_s"))
+    return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment)
 
 
 def run_point(cfg: DictConfig) -> PointResult:
@@ -194,6 +157,6 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
 
 
 def steps_frame(out: SimOutput) -> pd.DataFrame:
-    """One row per step (:class:`repro.engine.StepRecord`)."""
-    names = [f.name for f in fields(StepRecord)]
-    return pd.DataFrame.from_records(list(map(attrgetter(*names), out.steps)), columns=names)
+    """One row per step (:class:`repro.trace.StepRecord`), plus a column per plan telemetry name where plans carried
+    any (:func:`repro.trace.steps_frame`)."""
+    return trace.steps_frame(out.steps, out.step_telemetry)

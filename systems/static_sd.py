@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import IDLE, Proposer, StepPlan
+from repro.plan import IDLE, ProposerName, StepPlan
 from repro.policy import Policy
 from repro.state import View
 from systems.lib import prefill_prioritized
@@ -28,7 +28,7 @@ from systems.lib import prefill_prioritized
 
 class StaticSD(Policy):
 
-    def __init__(self, k: int = 3, proposer: Proposer = "draft", max_num_seqs: int = 256,
+    def __init__(self, k: int = 3, proposer: ProposerName = "draft", max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01,
                  disable_by_batch_size: int | None = None) -> None:
         if k < 0:

@@ -71,7 +71,7 @@ import numpy as np
 
 from repro.cost.model import CostModel, Which
 from repro.cost.step import decode_pass_s
-from repro.plan import IDLE, Proposer, StepPlan, StepResult
+from repro.plan import IDLE, ProposerName, StepPlan, StepResult
 from repro.policy import Policy, PolicyContext
 from repro.state import View
 from systems.lib import expected_accepted, prefill_prioritized
@@ -152,7 +152,7 @@ class StepLatencyModel:
     T_draft = pld_fixed_s + pld_per_seq_s·num_spec (directly profiled, independent of k).
     """
 
-    proposer: Proposer
+    proposer: ProposerName
     target: LatencyFit
     drafter: LatencyFit | None
     round_s: float
@@ -175,7 +175,7 @@ class StepLatencyModel:
         return t + draft
 
 
-def profile(cost: CostModel, proposer: Proposer, max_len: int, max_batch: int) -> StepLatencyModel:
+def profile(cost: CostModel, proposer: ProposerName, max_len: int, max_batch: int) -> StepLatencyModel:
     """The offline profiler (§5.2): fit the target and the proposer, time the per-round and PLD costs."""
     drafter = None if proposer == "pld" else profile_forward(cost, proposer, max_len, max_batch)
     p0, p1 = cost.pld_s(0), cost.pld_s(1)
@@ -270,7 +270,7 @@ class AcceptanceTracker:
 
 class TurboSpec(Policy):
 
-    def __init__(self, proposer: Proposer = "draft", max_len: int = 7, window: int = 256,
+    def __init__(self, proposer: ProposerName = "draft", max_len: int = 7, window: int = 256,
                  init_acceptance: float = 0.7, pld_proposed_len: int = 10, prefill_disabling: bool = True,
                  reset_steps: int = 20, probe_steps: int = 50, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
@@ -278,7 +278,7 @@ class TurboSpec(Policy):
             raise ValueError(f"proposer must be draft | eagle | pld, got {proposer!r}")
         if max_len < 1 or pld_proposed_len < 1 or reset_steps < 1 or probe_steps < 0:
             raise ValueError("max_len, pld_proposed_len and reset_steps must be >= 1, probe_steps >= 0")
-        self.proposer: Proposer = proposer
+        self.proposer: ProposerName = proposer
         self.max_len = max_len
         self.pld_proposed_len = pld_proposed_len
         self.prefill_disabling = prefill_disabling

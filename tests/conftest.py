@@ -1,9 +1,9 @@
-"""Shared factories: requests, a deterministic oracle double, engines around any policy."""
+"""Shared factories: requests, a deterministic oracle double, deployments and engines around any policy."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,9 +15,10 @@ from repro import runner
 from repro.cost.model import CostModel
 from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
+from repro.deployment import Deployment, DraftServerSpec
 from repro.engine import Engine, SimOutput
 from repro.plan import CandidateTree, TreeSpec
-from repro.policy import Policy, PolicyContext
+from repro.policy import Policy
 
 
 class FixedOracle:
@@ -76,16 +77,25 @@ def make_cost(hardware: str = "a100-80g", model: str = "llama2-7b", draft: str |
                      engine=load_engine(engine) if engine else None)
 
 
+def make_deployment(policy: Policy, *, hardware: str = "a100-80g", model: str = "llama2-7b",
+                    draft: str | None = "llama-160m", tp: int = 1, engine: str | None = None,
+                    draft_servers: Sequence[DraftServerSpec] = ()) -> Deployment:
+    """The deployment of ``policy`` on ``tp`` GPUs of ``hardware`` (replicas as the policy declares them)."""
+    return Deployment.of(policy, hardware=load_hardware(hardware), model=load_model(model),
+                         draft=load_model(draft) if draft else None, tp=tp,
+                         engine=load_engine(engine) if engine else None, draft_servers=draft_servers)
+
+
 def make_engine(policy: Policy, requests: dict[str, np.ndarray] | None = None, *, oracle: Any = None,
                 hardware: str = "a100-80g", model: str = "llama2-7b", draft: str | None = "llama-160m",
-                tp: int = 1, kv_blocks: int | None = None, engine: str | None = None, **kw: Any) -> Engine:
-    """An engine around ``policy`` (bound to a context) with real cost model and a FixedOracle by default."""
+                tp: int = 1, kv_blocks: int | None = None, engine: str | None = None,
+                draft_servers: Sequence[DraftServerSpec] = (), **kw: Any) -> Engine:
+    """An engine around ``policy`` (bound to its replica's context) with real cost models and a FixedOracle by
+    default."""
     reqs = requests if requests is not None else make_requests()
-    cost_of: Callable[[int], CostModel] = lambda t: make_cost(hardware, model, draft, t, engine)  # noqa: E731
-    cost = cost_of(tp)
-    for pol in [policy] + [r.policy for r in policy.replicas() or []]:
-        pol.bind(PolicyContext(cost=cost, rng=np.random.default_rng(0)))
-    eng = Engine(policy=policy, make_cost=cost_of, oracle=oracle or FixedOracle(), tp=tp, **reqs, **kw)
+    dep = make_deployment(policy, hardware=hardware, model=model, draft=draft, tp=tp, engine=engine,
+                          draft_servers=draft_servers)
+    eng = Engine(deployment=dep, oracle=oracle or FixedOracle(), rng=np.random.default_rng(0), **reqs, **kw)
     if kv_blocks is not None:
         for r in eng.replicas:
             r.total_blocks = kv_blocks

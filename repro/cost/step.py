@@ -1,4 +1,4 @@
-"""Step costing: a planned step's shape in seconds, under one replica's cost model, engine profile and deployment
+"""Step costing: a planned step's shape in seconds, under one replica's cost model, engine profile and proposers
 (DESIGN.md, "Cost model" and "Engine").
 
 The engine checks a plan and turns it into the batches below (:class:`PrefillBatch`, :class:`DecodeBatch`); this
@@ -6,32 +6,30 @@ module charges them. :func:`verify_pass` is the target's one forward pass over e
 request's 1 + speculated tokens as the engine profile (:class:`~repro.cost.serving.EngineProfile`) runs it: the
 multi-query scorer reads each sequence's KV once, batch expansion once per expanded query (k + 1 times) with every
 per-sequence cost repeated; which passes replay CUDA graphs; the host-side costs of speculation. A prefill chunk on
-a cached prefix reads that prefix. :meth:`StepCoster.draft_s` is the drafting before it (prompt lookup on the host; a
-draft model's or EAGLE head's passes, which first catch up on the tokens the draft's cache misses; remote draft
-servers with their round trip). :func:`decode_pass_s` charges a uniform batch the same way, for policies that
-predict step times and for the command line. The engine only sequences events and applies outcomes.
+a cached prefix reads that prefix. :meth:`StepCoster.draft_s` is the drafting before it, priced as the plan's
+proposer object (:mod:`repro.proposers`) says: its host time (prompt lookup's matching, or a model-based proposer's
+per-round bookkeeping), then the passes of a draft model or EAGLE head on the proposer's cost model, which first
+catch up on the tokens the proposer's own cache misses; requests placed on remote draft servers draft there, each
+server on its own cost model plus its round trip, and the step waits for the slowest. :func:`decode_pass_s` charges
+a uniform batch the same way, for policies that predict step times and for the command line. The engine only
+sequences events and applies outcomes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.cost.model import CostModel, ForwardShape, Which
+from repro.cost.model import CostModel, ForwardShape
 from repro.cost.serving import EngineProfile
 from repro.plan import PlanError, StepPlan, TreeSpec
 from repro.state import RequestState
 
-
-@dataclass(frozen=True, slots=True)
-class DraftServer:
-    """A remote draft server (GoodSpeed): the draft model on its own GPU, reached over a network."""
-
-    cost: CostModel  # cost model whose ``draft`` runs on the server's hardware
-    rtt_s: float
+if TYPE_CHECKING:
+    from repro.proposers import Proposer, RemoteDraftServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +55,8 @@ class DecodeBatch:
     k: np.ndarray
     drafted: np.ndarray
     trees: Mapping[int, TreeSpec]
-    pld: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # prompt lookup's (proposed, accepted, matched), known
-    # before verification
+    first: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (proposed, accepted, matched) of a proposer that
+    # proposes before verification (prompt lookup), known before the target's pass
 
 
 def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_query: np.ndarray | None = None
@@ -134,45 +132,47 @@ def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *
 
 
 class StepCoster:
-    """Drafting time of a replica's steps: its request state (what each draft cache holds), its cost model and its
-    remote draft servers."""
+    """Drafting time of a replica's steps: its request state (what each draft cache holds), its cost model and the
+    remote draft servers its plans may place requests on."""
 
-    def __init__(self, state: RequestState, cost: CostModel, draft_servers: tuple[DraftServer, ...] = ()) -> None:
+    def __init__(self, state: RequestState, cost: CostModel, draft_servers: Sequence[RemoteDraftServer] = ()) -> None:
         self.s = state
         self.cost = cost
-        self.draft_servers = draft_servers
+        self.draft_servers = tuple(draft_servers)
 
-    def draft_s(self, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray, spec: np.ndarray,
-                trees: Any, pids: np.ndarray, ptok: np.ndarray, *, draft_resident: bool) -> float:
-        """Seconds of drafting before the target's pass: prompt lookup on the host, or the draft model's (or EAGLE
-        head's) passes for the requests in ``spec``, locally or on remote draft servers (the slowest server and
-        its round trip), plus the round's host-side overhead."""
-        if plan.proposer == "pld":
-            return self.cost.pld_s(int(spec.sum()))  # the lookup runs for every request asked, matched or not
-        which: Which = "eagle" if plan.proposer == "eagle" else "draft"
-        if which == "draft" and not draft_resident and plan.draft_server is None:
-            raise PlanError("speculating with a draft model that is not resident")
+    def draft_s(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
+                spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray, *, draft_resident: bool) -> float:
+        """Seconds of drafting before the target's pass with proposer ``prop``: its host time, then (a model-based
+        proposer) its passes for the requests in ``spec``, locally or on the remote draft servers ``plan`` places
+        them on (the slowest server and its round trip)."""
+        host_s = prop.host_s(int(np.count_nonzero(spec)))
+        if prop.which is None:  # runs on the host (prompt lookup), for every request asked, matched or not
+            return host_s
         servers = plan.draft_server
-        rounds = self.cost.spec_round_s() if spec.any() else 0.0  # proposer bookkeeping, once per step
+        if prop.resident and not draft_resident and servers is None:
+            raise PlanError(f"speculating with a {prop.name} model that is not resident")
         if servers is None or not self.draft_servers:
-            return rounds + self._draft_pass(self.cost, which, plan, dids, dc, k, spec, trees, pids, ptok)
+            return host_s + self._draft_pass(prop, plan, dids, dc, k, spec, trees, pids, ptok)
         servers = np.asarray(servers, dtype=np.int64)
         t = 0.0
         for srv in np.unique(servers[spec]).tolist():
             mask = spec & (servers == srv)
             if srv < 0:
-                t = max(t, self._draft_pass(self.cost, which, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
+                t = max(t, self._draft_pass(prop, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
             else:
                 ds = self.draft_servers[srv]
-                t = max(t, ds.rtt_s + self._draft_pass(ds.cost, which, plan, dids, dc, k, mask, trees, pids[:0],
-                                                      ptok[:0]))
-        return rounds + t
+                t = max(t, ds.rtt_s + self._draft_pass(ds, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
+        return host_s + t
 
-    def _draft_pass(self, cost: CostModel, which: Which, plan: StepPlan, dids: np.ndarray, dc: np.ndarray,
-                    k: np.ndarray, spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
-        """Draft steps for the speculating requests: step 1 processes each request's catch-up tokens (its last token,
-        plus whatever the draft's KV misses), steps 2..D one token per chain or ``w`` per beam."""
+    def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
+                    spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
+        """Draft steps of ``prop`` (on its cost model) for the speculating requests: step 1 processes each request's
+        catch-up tokens (its last token, plus whatever the proposer's own KV cache misses), steps 2..D one token per
+        chain or ``w`` per beam."""
         s = self.s
+        cost, which, keeps_kv = prop.cost, prop.which, prop.keeps_kv
+        if which is None:
+            raise PlanError(f"proposer {prop.name!r} runs no model passes")
         n = int(np.count_nonzero(spec))
         if n == dids.size:
             sid, c, depth = dids, dc, k
@@ -189,7 +189,7 @@ class StepCoster:
                     depth[i] = t.cand.draft_depth
                     width[i] = t.cand.draft_width
         tok1, pairs = n, 0.0
-        if which == "draft" and n:
+        if keeps_kv and n:
             have = s.num_draft_computed[sid]
             lag = c - have  # tokens the draft's cache misses besides the last one
             missing = int(lag.sum())
@@ -198,7 +198,7 @@ class StepCoster:
                 catch = lag + 1
                 pairs = float((catch * (have + (catch + 1) / 2.0)).sum())
         seq1, kv1 = n, csum + n
-        if plan.draft_sync and which == "draft":  # keep the draft's KV in sync over the rest of the step
+        if plan.draft_sync and keeps_kv:  # keep the draft's KV in sync over the rest of the step
             rest = ~spec
             n_rest = dids.size - n
             tok1 += n_rest + int(ptok.sum())

@@ -1,5 +1,5 @@
-"""Step costing (repro/cost/step.py), hand-computed: the target's verify pass and the drafting before it, locally
-and on remote draft servers."""
+"""Step costing (repro/cost/step.py), hand-computed: the target's verify pass and the drafting before it, priced
+through the proposer objects (repro/proposers.py): locally and on remote draft servers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from repro.cost.model import CostModel, ForwardShape
 from repro.cost.serving import EngineProfile, load_engine
-from repro.cost.step import DecodeBatch, DraftServer, PrefillBatch, StepCoster, decode_pass_s, verify_pass
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, decode_pass_s, verify_pass
 from repro.plan import PlanError, StepPlan, ids
+from repro.proposers import DraftModel, EagleHead, PromptLookup, RemoteDraftServer
 from repro.state import RequestState
 from tests.conftest import make_cost, make_requests
 
@@ -99,7 +100,7 @@ def test_chain_drafting_by_hand() -> None:
     s = _state([100, 200], [100, 200])
     coster = StepCoster(s, cost)
     dids, dc, k = ids([0, 1]), ids([100, 200]), ids([3, 3])
-    got = coster.draft_s(StepPlan(decode_ids=dids, k=k), dids, dc, k, k > 0, {}, NO_INT, NO_INT,
+    got = coster.draft_s(DraftModel(cost), StepPlan(decode_ids=dids, k=k), dids, dc, k, k > 0, {}, NO_INT, NO_INT,
                          draft_resident=True)
     passes = [cost.forward_s(2, 2, kv_read_tokens=302, lm_head_tokens=2, decode_only=True, which="draft")]
     passes += [cost.forward_s(2, 2, kv_read_tokens=300 + j * 2, decode_only=True, which="draft") for j in (2, 3)]
@@ -112,8 +113,8 @@ def test_a_lagging_draft_catches_up_in_its_first_pass() -> None:
     cost = make_cost()
     s = _state([100], [90])
     dids, dc, k = ids([0]), ids([100]), ids([1])
-    got = StepCoster(s, cost).draft_s(StepPlan(decode_ids=dids, k=k), dids, dc, k, k > 0, {}, NO_INT, NO_INT,
-                                      draft_resident=True)
+    got = StepCoster(s, cost).draft_s(DraftModel(cost), StepPlan(decode_ids=dids, k=k), dids, dc, k, k > 0, {},
+                                      NO_INT, NO_INT, draft_resident=True)
     first = cost.forward_s(11, 1, kv_read_tokens=101, prefill_attn_pairs=11 * (90 + 12 / 2), lm_head_tokens=1,
                            decode_only=False, which="draft")
     assert got == pytest.approx(cost.spec_round_s() + first, rel=1e-12)
@@ -123,12 +124,12 @@ def test_remote_draft_servers_pay_their_round_trip_and_the_slowest_sets_the_time
     # request 0 drafts on server 0 (an A100 5 ms away), request 1 on server 1 (an L4 1 ms away); the step waits for
     # the later of the two, each its own k = 2 chain on its server's cost model
     a100, l4 = make_cost(), make_cost(hardware="l4")
-    servers = (DraftServer(cost=a100, rtt_s=0.005), DraftServer(cost=l4, rtt_s=0.001))
+    servers = (RemoteDraftServer(a100, rtt_s=0.005), RemoteDraftServer(l4, rtt_s=0.001))
     s = _state([100, 100], [100, 100])
     coster = StepCoster(s, make_cost(), servers)
     dids, dc, k = ids([0, 1]), ids([100, 100]), ids([2, 2])
     plan = StepPlan(decode_ids=dids, k=k, draft_server=ids([0, 1]))
-    got = coster.draft_s(plan, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=False)
+    got = coster.draft_s(DraftModel(coster.cost), plan, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=False)
 
     def chain(c: CostModel) -> float:
         return (c.forward_s(1, 1, kv_read_tokens=101, lm_head_tokens=1, decode_only=True, which="draft")
@@ -143,14 +144,65 @@ def test_a_draft_that_is_not_resident_cannot_draft_locally() -> None:
     s = _state([100], [100])
     dids, dc, k = ids([0]), ids([100]), ids([2])
     with pytest.raises(PlanError, match="not resident"):
-        StepCoster(s, make_cost()).draft_s(StepPlan(decode_ids=dids, k=k), dids, dc, k, k > 0, {}, NO_INT, NO_INT,
-                                           draft_resident=False)
+        StepCoster(s, make_cost()).draft_s(DraftModel(make_cost()), StepPlan(decode_ids=dids, k=k), dids, dc, k,
+                                           k > 0, {}, NO_INT, NO_INT, draft_resident=False)
 
 
 def test_prompt_lookup_costs_host_time_per_request_asked() -> None:
     cost = make_cost(draft=None)
     s = _state([100, 100, 100], [0, 0, 0])
     dids, dc, k = ids([0, 1, 2]), ids([100, 100, 100]), ids([3, 0, 3])
-    got = StepCoster(s, cost).draft_s(StepPlan(decode_ids=dids, k=k, proposer="pld"), dids, dc, k, k > 0, {},
-                                      NO_INT, NO_INT, draft_resident=False)
+    got = StepCoster(s, cost).draft_s(PromptLookup(cost), StepPlan(decode_ids=dids, k=k, proposer="pld"), dids, dc,
+                                      k, k > 0, {}, NO_INT, NO_INT, draft_resident=False)
     assert got == pytest.approx(cost.hardware.pld_step_s + 2 * cost.hardware.pld_request_s)
+
+
+def test_an_eagle_head_drafts_on_the_targets_gpu_and_never_catches_up() -> None:
+    # an EAGLE head keeps no KV cache of its own: a request whose draft cache lags 10 tokens drafts k = 2 with plain
+    # single-token passes (reading 100 + 1 and 100 + 2 tokens) on the EAGLE coefficients, plus the round's overhead
+    cost = make_cost()
+    s = _state([100], [90])
+    dids, dc, k = ids([0]), ids([100]), ids([2])
+    head = EagleHead(cost)
+    got = StepCoster(s, cost).draft_s(head, StepPlan(decode_ids=dids, k=k, proposer="eagle"), dids, dc, k, k > 0, {},
+                                      NO_INT, NO_INT, draft_resident=False)
+    passes = (cost.forward_s(1, 1, kv_read_tokens=101, lm_head_tokens=1, decode_only=True, which="eagle")
+              + cost.forward_s(1, 1, kv_read_tokens=102, decode_only=True, which="eagle"))
+    assert got == pytest.approx(cost.spec_round_s() + passes, rel=1e-12)
+    assert (head.which, head.resident, head.keeps_kv, head.stream) == ("eagle", False, False, "eagle")
+
+
+def test_a_remote_server_drafts_on_its_own_hardware_plus_its_round_trip() -> None:
+    # every request placed on one L4 server 2 ms away, its draft model on two L4s: the drafting is the server's own
+    # passes (its cost model: draft on l4, draft_tp 2) + 2 ms + the replica's round overhead; the local draft model
+    # need not be resident, and a request left local (-1) drafts on the replica's GPU beside it (the slower wins)
+    target = make_cost()
+    server_cost = CostModel(target.hardware, target.model, draft=target.draft, draft_hardware=make_cost("l4").hardware,
+                            draft_tp=2)
+    server = RemoteDraftServer(server_cost, name="l4", rtt_s=0.002)
+    assert (server.which, server.remote, server.resident, server.keeps_kv) == ("draft", True, False, True)
+    s = _state([200, 300], [200, 300])
+    coster = StepCoster(s, target, (server,))
+    dids, dc, k = ids([0, 1]), ids([200, 300]), ids([1, 1])
+    local = DraftModel(target)
+    plan = StepPlan(decode_ids=dids, k=k, draft_server=ids([0, 0]))
+    got = coster.draft_s(local, plan, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=False)
+    on_server = server_cost.forward_s(2, 2, kv_read_tokens=502, lm_head_tokens=2, decode_only=True, which="draft")
+    assert got == pytest.approx(target.spec_round_s() + 0.002 + on_server, rel=1e-12)
+    assert on_server != target.forward_s(2, 2, kv_read_tokens=502, lm_head_tokens=2, decode_only=True,
+                                         which="draft")
+    mixed = StepPlan(decode_ids=dids, k=k, draft_server=ids([0, -1]))
+    got = coster.draft_s(local, mixed, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=True)
+    here = target.forward_s(1, 1, kv_read_tokens=301, lm_head_tokens=1, decode_only=True, which="draft")
+    there = 0.002 + server_cost.forward_s(1, 1, kv_read_tokens=201, lm_head_tokens=1, decode_only=True,
+                                          which="draft")
+    assert got == pytest.approx(target.spec_round_s() + max(here, there), rel=1e-12)
+
+
+def test_prompt_lookup_is_host_time_only_even_with_requests_that_do_not_speculate() -> None:
+    cost = make_cost(draft=None)
+    pld = PromptLookup(cost)
+    assert (pld.which, pld.proposes_first, pld.resident, pld.stream) == (None, True, False, "pld")
+    assert pld.host_s(3) == pytest.approx(cost.hardware.pld_step_s + 3 * cost.hardware.pld_request_s)
+    with pytest.raises(ValueError, match="rtt_s"):
+        RemoteDraftServer(cost, rtt_s=-1.0)

@@ -1,0 +1,118 @@
+"""Deployment: what runs where, declared in one value that the engine builds its replicas from.
+
+A :class:`Deployment` holds the system (the policy that schedules the one replica, or routes requests among several),
+its replicas (each with its own policy and tensor parallelism), the hardware and models every replica's cost model is
+built from (target ``tp``, a co-located draft model with ``draft_tp``, the serving engine's profile, the GPU memory
+utilization) and the remote draft servers (GoodSpeed: a draft model on its own hardware, ``rtt_s`` away). The engine
+(:class:`repro.engine.Engine`) builds from it, per replica, the cost model (:meth:`Deployment.cost_model`) and the
+proposers (:func:`repro.proposers.colocated` around that cost model, sharing the deployment's remote draft servers,
+which are proposers too: :class:`~repro.proposers.RemoteDraftServer`), and binds each replica's policy with its
+replica's context.
+
+It is built once per point from the composed config (:meth:`Deployment.from_cfg`), with the users' keys as they are:
+``hardware``, ``model``, ``draft``, ``tp``, ``draft_tp``, ``engine`` (the profile plus ``gpu_memory_utilization``
+and ``draft_servers: [{hardware, model, rtt_ms, tp}]``), and what the system asks for: a policy whose
+:meth:`~repro.policy.Policy.replicas` returns replica specs (SepPipe's ``num_replicas`` and ``tp_per_replica``) gets
+one replica per spec and routes each arriving request; any other policy is the deployment's one replica at ``tp``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from repro.cost.model import CostModel
+from repro.cost.serving import EngineProfile
+from repro.cost.spec import HardwareSpec, ModelSpec
+from repro.errors import ConfigError
+from repro.policy import Policy, ReplicaSpec
+from repro.proposers import DRAFT, RemoteDraftServer
+
+#: Keys of one entry of ``engine.draft_servers``.
+DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp")
+
+
+@dataclass(frozen=True, slots=True)
+class DraftServerSpec:
+    """A remote draft server: ``model`` (a draft model) on ``tp`` GPUs of ``hardware``, ``rtt_s`` away; its
+    acceptance is drawn from the token-oracle stream ``stream`` (default: the run's draft model's)."""
+
+    hardware: HardwareSpec
+    model: ModelSpec
+    rtt_s: float = 0.0
+    tp: int = 1
+    stream: str = DRAFT
+
+
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    """The system, its replicas and the hardware and models they run on (module docstring). Build it with
+    :meth:`of` (or :meth:`from_cfg`), which asks the policy for its replicas."""
+
+    policy: Policy
+    replicas: tuple[ReplicaSpec, ...]
+    routed: bool  # requests are routed among the replicas by ``policy.route`` (the policy declared replicas)
+    hardware: HardwareSpec
+    model: ModelSpec
+    draft: ModelSpec | None = None
+    tp: int = 1
+    draft_tp: int = 1
+    gpu_memory_utilization: float = 0.9
+    engine: EngineProfile = field(default_factory=EngineProfile)
+    draft_servers: tuple[RemoteDraftServer, ...] = ()  # shared by every replica (``StepPlan.draft_server`` indexes)
+
+    @classmethod
+    def of(cls, policy: Policy, *, hardware: HardwareSpec, model: ModelSpec, draft: ModelSpec | None = None,
+           tp: int = 1, draft_tp: int = 1, gpu_memory_utilization: float = 0.9, engine: EngineProfile | None = None,
+           draft_servers: Sequence[DraftServerSpec] = ()) -> Deployment:
+        """The deployment of ``policy``: one replica per spec its :meth:`~repro.policy.Policy.replicas` declares
+        (each with its own policy and tensor parallelism), else one replica at ``tp`` run by ``policy`` itself."""
+        specs = policy.replicas()
+        replicas = (ReplicaSpec(policy=policy, tp=tp),) if specs is None else tuple(specs)
+        profile = engine if engine is not None else EngineProfile()
+        servers = tuple(  # each server's cost model runs its draft model on its own hardware (``draft_hardware``)
+            RemoteDraftServer(CostModel(s.hardware, model, tp=1, draft=s.model, draft_hardware=s.hardware,
+                                        draft_tp=s.tp, engine=profile), name=f"server{i}", stream=s.stream,
+                              rtt_s=s.rtt_s)
+            for i, s in enumerate(draft_servers))
+        return cls(policy, replicas, specs is not None, hardware, model, draft, tp, draft_tp, gpu_memory_utilization,
+                   profile, servers)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any, policy: Policy) -> Deployment:
+        """The deployment of ``policy`` under a composed config (module docstring for the keys read)."""
+        return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
+                      draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
+                      gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg),
+                      draft_servers=draft_server_specs(cfg))
+
+    def cost_model(self, tp: int | None = None) -> CostModel:
+        """The cost model of a replica of ``tp`` GPUs (default: the deployment's ``tp``), with the co-located draft."""
+        return CostModel(self.hardware, self.model, tp=self.tp if tp is None else tp, draft=self.draft,
+                         draft_tp=self.draft_tp, gpu_memory_utilization=self.gpu_memory_utilization,
+                         engine=self.engine)
+
+
+def engine_profile(cfg: Any) -> EngineProfile:
+    """The run's engine profile from its ``engine`` block (a bad key or value becomes a one-line ConfigError)."""
+    try:
+        return EngineProfile.from_cfg(cfg.engine)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"engine config: {exc}") from None
+
+
+def draft_server_specs(cfg: Any) -> tuple[DraftServerSpec, ...]:
+    """``engine.draft_servers`` of a composed config: each entry's ``hardware`` (a conf/hardware name), ``model``
+    (a conf/model name; default: the run's draft), ``rtt_ms`` (default 0) and ``tp`` (default 1)."""
+    from repro.cost.spec import load_hardware, load_model
+
+    out = []
+    for i, srv in enumerate(cfg.engine.get("draft_servers") or []):
+        unknown = set(srv) - set(DRAFT_SERVER_KEYS)
+        if unknown:
+            raise ConfigError(f"engine.draft_servers[{i}]: unknown key(s) {sorted(unknown)}")
+        out.append(DraftServerSpec(hardware=load_hardware(str(srv["hardware"])),
+                                   model=load_model(str(srv.get("model", cfg.draft.name))),
+                                   rtt_s=float(srv.get("rtt_ms", 0.0)) / 1e3, tp=int(srv.get("tp", 1))))
+    return tuple(out)

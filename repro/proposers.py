@@ -1,0 +1,159 @@
+"""Proposers: what drafts the tokens a step speculates, as objects that the engine, the step costing and the token
+oracle ask instead of comparing names.
+
+A proposer says how its drafting is costed: the cost model its passes run on and the coefficient set they use
+(``which``: the draft model's or the EAGLE head's), or, for prompt lookup, host time only; for a remote draft server
+also the round trip to it. It names the token-oracle stream its acceptance is drawn from (``stream``), says whether
+it needs its weights resident in the replica's GPU memory (``resident``), whether it keeps a KV cache of its own that
+must catch up on the tokens it missed (``keeps_kv``) and whether it proposes before verification (``proposes_first``:
+what prompt lookup proposes is decided before the target's pass, so only matched tokens are verified and need KV).
+Four kinds:
+
+- :class:`DraftModel`: a small model co-located with the target (its ``cost.draft`` coefficients), with its own KV
+  cache; its weights take the replica's memory while resident.
+- :class:`EagleHead`: one decoder layer plus an fc layer on the target's features (``cost``'s EAGLE coefficients), on
+  the target's GPUs; it reads the target's KV and keeps no cache of its own to catch up.
+- :class:`PromptLookup`: n-gram matching against the prompt on the host (:meth:`CostModel.pld_s`); it proposes a
+  request's continuation only where a match exists.
+- :class:`RemoteDraftServer`: a draft model on its own hardware (GoodSpeed), reached over the network: its passes
+  are priced by its own cost model (the server's GPU and draft model) plus ``rtt_s`` per step; it takes nothing from
+  the replica's memory. Each server names its own oracle stream, so heterogeneous servers can accept differently
+  (the default is the run's draft model's stream).
+
+A replica's proposers (:class:`Proposers`) are built by its deployment (:mod:`repro.deployment`) around the replica's
+cost model: the co-located ones by name (``draft``, ``eagle``, ``pld``, the names systems' configs use) and the
+deployment's remote draft servers by index. A policy names a proposer in its plan (``StepPlan.proposer="draft"``) or
+passes one of the objects its context holds (``PolicyContext.proposers``); ``StepPlan.draft_server`` places
+requests on remote servers, which then draft (and are scored) for those requests instead of the plan's proposer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from repro.plan import PlanError
+
+if TYPE_CHECKING:
+    from repro.cost.model import CostModel, Which
+    from repro.cost.spec import HardwareSpec
+
+#: The names policies use for the co-located proposers; each is also the token oracle's built-in stream of the same
+#: name (the draft model's pair table, the EAGLE head's table, prompt lookup's matches).
+DRAFT, EAGLE, PLD = "draft", "eagle", "pld"
+
+
+@dataclass(frozen=True, eq=False)
+class Proposer:
+    """Base of the proposer kinds. ``cost`` is the cost model its drafting is priced on, ``name`` what plans call it,
+    ``stream`` the token-oracle stream its acceptance is drawn from; the class attributes describe the kind (module
+    docstring)."""
+
+    cost: CostModel
+    name: str
+    stream: str
+
+    which: ClassVar[Which | None] = None  # coefficient set of its passes on ``cost``; None: it runs on the host
+    resident: ClassVar[bool] = False  # needs its weights (and KV) in the replica's GPU memory to draft there
+    keeps_kv: ClassVar[bool] = False  # keeps its own KV cache per request (catch-up, ``draft_sync``)
+    proposes_first: ClassVar[bool] = False  # what it proposes is known before verification
+    remote: ClassVar[bool] = False  # runs on its own hardware, reached over the network
+
+    def host_s(self, num_seqs: int) -> float:
+        """Host seconds of one step's proposing for ``num_seqs`` requests: a model-based proposer's per-round
+        bookkeeping (once per step that speculates; :meth:`CostModel.spec_round_s`)."""
+        return self.cost.spec_round_s() if num_seqs else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class DraftModel(Proposer):
+    """A draft model co-located with the target (``cost.draft`` on the replica's GPUs)."""
+
+    name: str = DRAFT
+    stream: str = DRAFT
+
+    which: ClassVar[Which] = "draft"
+    resident: ClassVar[bool] = True
+    keeps_kv: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, eq=False)
+class EagleHead(Proposer):
+    """An EAGLE head on the target's GPUs (``cost``'s EAGLE coefficients)."""
+
+    name: str = EAGLE
+    stream: str = EAGLE
+
+    which: ClassVar[Which] = "eagle"
+
+
+@dataclass(frozen=True, eq=False)
+class PromptLookup(Proposer):
+    """Prompt lookup decoding: CPU n-gram matching, priced per step and per request asked, matched or not."""
+
+    name: str = PLD
+    stream: str = PLD
+
+    proposes_first: ClassVar[bool] = True
+
+    def host_s(self, num_seqs: int) -> float:
+        return self.cost.pld_s(num_seqs)
+
+
+@dataclass(frozen=True, eq=False)
+class RemoteDraftServer(Proposer):
+    """A draft model on its own GPU(s), ``rtt_s`` away (GoodSpeed). ``cost`` is the server's cost model: its
+    ``draft`` coefficients run on ``cost.draft_hardware`` with ``cost.draft_tp`` GPUs."""
+
+    name: str = "remote"
+    stream: str = DRAFT
+    rtt_s: float = 0.0
+
+    which: ClassVar[Which] = "draft"
+    keeps_kv: ClassVar[bool] = True
+    remote: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.rtt_s < 0.0:
+            raise ValueError(f"draft server {self.name!r}: rtt_s must be >= 0, not {self.rtt_s}")
+
+    @property
+    def hardware(self) -> HardwareSpec:
+        """The server's GPU (its draft model's hardware; the target's where the cost model gives none)."""
+        return self.cost.draft_hardware or self.cost.hardware
+
+
+class Proposers(Mapping[str, Proposer]):
+    """One replica's proposers: the co-located ones by name, and the deployment's remote draft servers by index
+    (``remote[i]`` is what ``StepPlan.draft_server == i`` places a request on)."""
+
+    __slots__ = ("_by_name", "remote")
+
+    def __init__(self, local: Iterable[Proposer], remote: Sequence[RemoteDraftServer] = ()) -> None:
+        self._by_name = {p.name: p for p in local}
+        self.remote: tuple[RemoteDraftServer, ...] = tuple(remote)
+
+    def __getitem__(self, name: str) -> Proposer:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def resolve(self, proposer: str | Proposer) -> Proposer:
+        """The object a plan's ``proposer`` means: a name of this replica's, or an object passed as is."""
+        if isinstance(proposer, Proposer):
+            return proposer
+        found = self._by_name.get(proposer)
+        if found is None:
+            raise PlanError(f"unknown proposer {proposer!r} (this replica has {sorted(self._by_name)})")
+        return found
+
+
+def colocated(cost: CostModel, remote: Sequence[RemoteDraftServer] = ()) -> Proposers:
+    """The proposers of a replica whose target runs on ``cost``: its draft model, EAGLE head and prompt lookup, plus
+    the given remote draft servers."""
+    return Proposers((DraftModel(cost), EagleHead(cost), PromptLookup(cost)), remote)

@@ -1,0 +1,122 @@
+"""Step observers: what the engine tells an observer after each step, and the step trace built from it.
+
+The engine's replicas run without observers unless one is asked for; with observers, a replica times its policy's
+``schedule`` call (wall clock, not simulated time) and, after each step, hands every observer a :class:`StepEvent`:
+the plan, what the policy observes (:class:`~repro.plan.StepResult`) and what only the engine knows (the batches it
+charged, the tokens matched past the first rejection, the fixed overheads inside the verify time). The step trace
+(``engine.record_steps=true``) is one such observer, :class:`StepTracer`: one :class:`StepRecord` per step per
+replica, plus the named values the plan carried (``StepPlan.telemetry``, e.g. the arm a bandit chose), which
+:func:`steps_frame` turns into extra columns of the steps table (``steps.parquet``) when some plan carries any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from repro.cost.step import DecodeBatch, PrefillBatch
+    from repro.plan import StepPlan, StepResult
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One row of the step trace."""
+
+    start_at: float
+    latency_s: float
+    num_seqs: int
+    num_decode: int
+    num_prefill: int
+    num_batched_tokens: int
+    num_emitted: int
+    num_proposed: int
+    num_accepted: int
+    num_matched: int  # proposed tokens that are the target's, counted past the first rejection (vLLM v0's metric)
+    draft_s: float
+    verify_s: float
+    overhead_s: float  # fixed costs inside verify_s (per step, layer, request)
+    memory_s: float  # swaps and draft offload/reload before the step
+    mean_k: float
+    replica: int
+    schedule_wall_s: float  # wall-clock CPU time the policy took to plan the step (not simulated time)
+
+
+#: The step table's columns that come from :class:`StepRecord` (telemetry may not reuse them).
+RECORD_COLUMNS = tuple(f.name for f in fields(StepRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One executed step as an observer sees it: its replica, the plan, the policy's observation, the prefill and
+    decode batches the engine charged (the decode batch's ``k`` is what was verified: prompt lookup's matched
+    tokens, a tree's node count), the matched tokens per decoding request, the fixed costs inside ``verify_s`` and
+    the wall-clock seconds the policy took to plan it."""
+
+    replica: int
+    plan: StepPlan
+    result: StepResult
+    prefill: PrefillBatch
+    decode: DecodeBatch
+    num_matched: np.ndarray
+    overhead_s: float
+    schedule_wall_s: float
+
+
+class StepObserver(Protocol):
+    """Anything the engine calls after each step (``Engine(observers=...)``)."""
+
+    def on_step(self, event: StepEvent) -> None: ...
+
+
+class StepTracer:
+    """The step trace: a :class:`StepRecord` per step, kept per replica (``records`` lists replica 0's steps, then
+    replica 1's, ...), and each step's plan telemetry beside it."""
+
+    def __init__(self) -> None:
+        self._records: dict[int, list[StepRecord]] = {}
+        self._telemetry: dict[int, list[Mapping[str, float] | None]] = {}
+
+    def on_step(self, event: StepEvent) -> None:
+        res, pre, dec = event.result, event.prefill, event.decode
+        n_pre, n_dec = pre.ids.size, dec.ids.size
+        rec = StepRecord(
+            res.start_at, res.end_at - res.start_at, n_pre + n_dec, n_dec, n_pre, res.num_batched_tokens,
+            int(res.num_emitted.sum()) + int(pre.completes.sum()), int(res.num_proposed.sum()),
+            int(res.num_accepted.sum()), int(event.num_matched.sum()), res.draft_s, res.verify_s, event.overhead_s,
+            res.memory_s, float(dec.k.mean()) if n_dec else 0.0, event.replica, event.schedule_wall_s)
+        self._records.setdefault(event.replica, []).append(rec)
+        tel = event.plan.telemetry
+        if tel:
+            clash = set(tel) & set(RECORD_COLUMNS)
+            if clash:
+                raise ValueError(f"plan telemetry {sorted(clash)} would overwrite step trace columns")
+            tel = dict(tel)
+        self._telemetry.setdefault(event.replica, []).append(tel or None)
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return [rec for i in sorted(self._records) for rec in self._records[i]]
+
+    @property
+    def telemetry(self) -> list[Mapping[str, float] | None]:
+        """Each record's plan telemetry (``None`` where the plan carried none), aligned with :attr:`records`."""
+        return [t for i in sorted(self._telemetry) for t in self._telemetry[i]]
+
+
+def steps_frame(records: list[StepRecord], telemetry: list[Mapping[str, float] | None] | None = None
+                ) -> pd.DataFrame:
+    """One row per step: the :class:`StepRecord` columns, then one column per telemetry name in the order the
+    names first appear (NaN in the steps whose plan did not carry it); no extra column when no plan carried any."""
+    frame = pd.DataFrame.from_records(list(map(attrgetter(*RECORD_COLUMNS), records)), columns=list(RECORD_COLUMNS))
+    if telemetry and any(telemetry):
+        names = list(dict.fromkeys(name for t in telemetry if t for name in t))
+        for name in names:
+            frame[name] = np.array([float(t.get(name, np.nan)) if t else np.nan for t in telemetry],
+                                   dtype=np.float64)
+    return frame

@@ -1,0 +1,66 @@
+"""Deployment (repro/deployment.py): one value, built from the config and what the system asks for, from which the
+engine builds its replicas, their cost models and proposers, and binds each policy with its replica's context."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.deployment import Deployment
+from repro.errors import ConfigError
+from repro.proposers import RemoteDraftServer
+from repro.simulate import build, compose, instantiate_system
+from systems.incr_dec import IncrDec
+from systems.seppipe import SepPipe
+from tests.conftest import make_deployment, make_engine, make_requests
+
+
+def test_a_single_replica_system_is_one_replica_at_the_runs_tp() -> None:
+    cfg = compose(["system=static_sd_k3", "tp=2", "draft_tp=1"])
+    policy = instantiate_system(cfg.system)
+    dep = Deployment.from_cfg(cfg, policy)
+    assert not dep.routed and len(dep.replicas) == 1
+    assert dep.replicas[0].policy is policy and dep.replicas[0].tp == 2
+    assert (dep.hardware.name, dep.model.name, dep.draft and dep.draft.name) == ("a100-80g", "llama2-7b",
+                                                                                  "llama-160m")
+    cost = dep.cost_model()
+    assert (cost.tp, cost.draft_tp, cost.engine.name, cost.gpu_memory_utilization) == (2, 1, "vllm_v0", 0.9)
+    assert dep.draft_servers == ()
+
+
+def test_seppipe_replicas_come_from_the_deployment_with_their_own_cost_models_and_contexts() -> None:
+    cfg = compose(["system=seppipe", "workload=adaserve_mix", "num_requests=10", "system.tp_per_replica=[2,1,1]"])
+    built = build(cfg)
+    dep = built.deployment
+    assert dep is not None and dep.routed and isinstance(dep.policy, SepPipe)
+    assert [r.tp for r in dep.replicas] == [2, 1, 1]
+    eng = built.engine
+    assert [r.cost.tp for r in eng.replicas] == [2, 1, 1]
+    for rep, spec in zip(eng.replicas, dep.replicas, strict=True):
+        assert rep.policy is spec.policy and isinstance(rep.policy, IncrDec)
+        ctx = rep.policy.ctx
+        assert ctx.cost is rep.cost and ctx.replica == rep.index and ctx.proposers is rep.proposers
+        assert all(p.cost is rep.cost for p in rep.proposers.values())  # co-located with the replica's target
+    assert dep.policy.ctx.cost.tp == 1  # the router: the run's tp
+
+
+def test_remote_draft_servers_are_declared_in_the_engine_block() -> None:
+    cfg = compose(["system=static_sd_k3", "engine.draft_servers=[{hardware:l4,rtt_ms:2.5,tp:2},{hardware:a40}]"])
+    dep = Deployment.from_cfg(cfg, instantiate_system(cfg.system))
+    s0, s1 = dep.draft_servers
+    assert isinstance(s0, RemoteDraftServer) and (s0.rtt_s, s1.rtt_s) == (0.0025, 0.0)
+    assert (s0.cost.draft_hardware and s0.cost.draft_hardware.name, s0.cost.draft_tp) == ("l4", 2)
+    assert s1.cost.draft is not None and s1.cost.draft.name == "llama-160m"  # default: the run's draft model
+    assert (s0.name, s1.name, s0.stream) == ("server0", "server1", "draft")
+    built = build(compose(["system=static_sd_k3", "num_requests=5", "engine.draft_servers=[{hardware:l4}]"]))
+    assert built.engine.replicas[0].proposers.remote == built.deployment.draft_servers  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="unknown key"):
+        Deployment.from_cfg(compose(["engine.draft_servers=[{hardware:l4,gpu:2}]"]), SepPipe())
+
+
+def test_a_deployment_from_values_runs_seppipe() -> None:
+    pol = SepPipe(num_replicas=2, tp_per_replica=[1, 2])
+    dep = make_deployment(pol)
+    assert dep.routed and [r.tp for r in dep.replicas] == [1, 2]
+    eng = make_engine(pol, make_requests(4, output_len=3))
+    assert [r.cost.tp for r in eng.replicas] == [1, 2]
+    assert (eng.run().state.num_generated == 3).all()

@@ -1,0 +1,158 @@
+"""Proposer objects (repro/proposers.py) through the engine and the token oracle: names resolve to the replica's
+objects, each kind is scored on its own oracle stream, prompt lookup verifies only what it matched, and remote draft
+servers draft and are scored for the requests placed on them (each on its own stream where it names one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repro.cost.spec import load_hardware, load_model
+from repro.deployment import DraftServerSpec
+from repro.oracle import TokenOracle
+from repro.plan import PlanError, StepPlan, ids
+from repro.policy import Policy
+from repro.proposers import DraftModel, EagleHead, PromptLookup, Proposer, RemoteDraftServer, colocated
+from repro.state import View
+from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, run
+
+
+class TwoSteps(Policy):
+    """Prefills every request, then decodes with ``plan(view)`` (a plan factory) until all finish."""
+
+    uses_draft_model = True
+
+    def __init__(self, plan: object) -> None:
+        self.plan = plan
+
+    def schedule(self, view: View) -> StepPlan:
+        if view.waiting.size:
+            return StepPlan(prefill_ids=view.waiting, prefill_tokens=view.num_tokens(view.waiting), draft_sync=True)
+        return self.plan(self, view) if view.running.size else StepPlan()  # type: ignore[operator]
+
+
+class StreamLog(FixedOracle):
+    """FixedOracle that records which stream scored which requests."""
+
+    def __init__(self, accept: int = 1) -> None:
+        super().__init__(accept)
+        self.streams: list[tuple[str, list[int]]] = []
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str | Proposer = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        name = proposer if isinstance(proposer, str) else proposer.stream
+        self.streams.append((name, sorted(rids.tolist())))
+        return super().score_chain(rids, pos, k, proposer)
+
+
+def test_a_replica_resolves_names_to_its_objects() -> None:
+    cost = make_cost()
+    props = colocated(cost)
+    assert sorted(props) == ["draft", "eagle", "pld"]
+    assert isinstance(props.resolve("draft"), DraftModel) and isinstance(props["eagle"], EagleHead)
+    assert isinstance(props.resolve("pld"), PromptLookup) and all(p.cost is cost for p in props.values())
+    mine = EagleHead(cost, name="eagle2", stream="draft")
+    assert props.resolve(mine) is mine
+    with pytest.raises(PlanError, match="unknown proposer 'medusa'"):
+        props.resolve("medusa")
+
+
+@pytest.mark.parametrize(("proposer", "stream"), [("draft", "draft"), ("eagle", "eagle")])
+def test_each_kind_is_scored_on_its_stream_and_an_object_equals_its_name(proposer: str, stream: str) -> None:
+    def by_name(pol: Policy, v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 2, dtype=np.int64), proposer=proposer)
+
+    def by_object(pol: Policy, v: View) -> StepPlan:
+        assert pol.ctx.proposers is not None
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 2, dtype=np.int64),
+                        proposer=pol.ctx.proposers[proposer])
+
+    outs = []
+    for plan in (by_name, by_object):
+        log = StreamLog()
+        outs.append(run(TwoSteps(plan), make_requests(2, output_len=5), oracle=log, record_steps=True))
+        assert {name for name, _ in log.streams} == {stream}
+    assert [r.latency_s for r in outs[0].steps] == [r.latency_s for r in outs[1].steps]
+
+
+def test_prompt_lookup_verifies_the_tokens_the_oracle_matched() -> None:
+    # 8 requests ask for k = 6 by prompt lookup on the real oracle: the first decode step verifies, per request, the
+    # min(6, match length) tokens the pld stream proposes at its position (1, the token after the prompt), no more
+    n = 8
+    reqs = make_requests(n, output_len=30)
+    dataset = np.full(n, "cnn_dailymail", dtype=object)
+    pld = {"default": {"match": 0.5, "accept": 0.6, "match_len": 4.0}}
+
+    def oracle() -> TokenOracle:
+        return TokenOracle(0, dataset, {"default": 0.6}, pld=pld)
+
+    def lookup(pol: Policy, v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 6, dtype=np.int64), proposer="pld")
+
+    out = run(TwoSteps(lookup), reqs, oracle=oracle(), record_steps=True)
+    proposed, accepted, matched = oracle().score_chain(np.arange(n), np.ones(n, dtype=np.int64), np.full(n, 6),
+                                                       "pld")
+    step = out.steps[1]
+    assert 0 < proposed.sum() < 6 * n  # some requests matched, not all fully
+    assert step.num_batched_tokens == n + int(proposed.sum())
+    assert (step.num_proposed, step.num_accepted, step.num_matched) == (
+        int(proposed.sum()), int(accepted.sum()), int(matched.sum()))
+
+
+def test_remote_servers_draft_and_are_scored_for_the_requests_placed_on_them() -> None:
+    # two servers: server 0 on the run's draft stream, server 1 on its own stream "qwen"; requests 0 and 1 are placed
+    # on them, requests 2 and 3 draft locally: each group is scored on its drafter's stream
+    l4, draft = load_hardware("l4"), load_model("llama-160m")
+    specs = (DraftServerSpec(l4, draft, rtt_s=0.001), DraftServerSpec(l4, draft, rtt_s=0.003, stream="qwen"))
+
+    def placed(pol: Policy, v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 2, dtype=np.int64),
+                        draft_server=np.where(v.running == 0, 0, np.where(v.running == 1, 1, -1)))
+
+    log = StreamLog()
+    eng = make_engine(TwoSteps(placed), make_requests(4, output_len=3), oracle=log, draft_servers=specs,
+                      record_steps=True)
+    out = eng.run()
+    rep = eng.replicas[0]
+    assert all(isinstance(s, RemoteDraftServer) for s in rep.proposers.remote)
+    assert [s.stream for s in rep.proposers.remote] == ["draft", "qwen"]
+    assert rep.proposers.remote[1].hardware == l4 and rep.proposers.remote[1].rtt_s == 0.003
+    assert sorted(log.streams[:3]) == [("draft", [0]), ("draft", [2, 3]), ("qwen", [1])]
+    assert out.steps[1].draft_s > 0.003  # the slowest server's round trip is inside the drafting time
+
+
+def test_a_remote_stream_has_its_own_acceptance_and_leaves_the_others_alone() -> None:
+    n = 400
+    ds = np.full(n, "sharegpt", dtype=object)
+    rids, pos, k = np.arange(n), np.zeros(n, dtype=np.int64), np.full(n, 4)
+    plain = TokenOracle(0, ds, {"default": 0.6})
+    before = plain.score_chain(rids, pos, k)
+    with_remote = TokenOracle(0, ds, {"default": 0.6})
+    with_remote.add_stream("weak", {"default": 0.2}, key=7)
+    server = RemoteDraftServer(make_cost("l4"), stream="weak")
+    weak = with_remote.score_chain(rids, pos, k, server)
+    for a, b in zip(before, with_remote.score_chain(rids, pos, k), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert weak[2].sum() < 0.6 * before[2].sum()  # matched tokens: the weak draft agrees far less often
+    with pytest.raises(ValueError, match="exists"):
+        with_remote.add_stream("draft", {"default": 0.5}, key=9)
+    with pytest.raises(ValueError, match="key 1 is taken"):
+        with_remote.add_stream("other", {"default": 0.5}, key=1)
+
+
+def test_prompt_lookup_cannot_share_a_step_with_remote_servers() -> None:
+    specs = (DraftServerSpec(load_hardware("l4"), load_model("llama-160m")),)
+
+    def bad(pol: Policy, v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 2, dtype=np.int64), proposer="pld",
+                        draft_server=ids(np.zeros(v.running.size)))
+
+    with pytest.raises(PlanError, match="before verification"):
+        run(TwoSteps(bad), make_requests(2, output_len=3), draft_servers=specs)
+
+    def out_of_range(pol: Policy, v: View) -> StepPlan:
+        return StepPlan(decode_ids=v.running, k=np.full(v.running.size, 2, dtype=np.int64),
+                        draft_server=ids(np.full(v.running.size, 3)))
+
+    with pytest.raises(PlanError, match="server index below 1"):
+        run(TwoSteps(out_of_range), make_requests(2, output_len=3), draft_servers=specs)
