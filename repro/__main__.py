@@ -32,7 +32,8 @@ from repro.grid import group_overrides
 from repro.results import CONF_DIR
 from repro.runner import run_experiment
 
-LIST_GROUPS = ("exp", "system", "workload", "hardware", "model", "oracle", "backend")
+LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "model", "oracle", "backend")
+COMMANDS = ("list", "check", "all")
 
 
 def _title(path: Path) -> str:
@@ -110,6 +111,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         from repro import check
 
         sys.exit(check.main(args))
+    # a flag's value (``--cfg job``, ``--info all``) aside
+    bare = [a for i, a in enumerate(args) if not a.startswith(("-", "~")) and "=" not in a
+            and not (i and args[i - 1].startswith("-"))]
+    if bare:  # ``python -m repro cost --help``: a word Hydra would reject with a traceback
+        fail(ReproError(f"unknown command or override '{bare[0]}': commands are {', '.join(COMMANDS)}; anything "
+                        "else is KEY=VALUE (e.g. +exp=smoke quick=true); the cost model's own command line is "
+                        "python -m repro.cost"))
     args = case_key_args(args)
     sys.argv = [sys.argv[0], *args]
     if not any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags

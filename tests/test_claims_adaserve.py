@@ -40,11 +40,25 @@ def test_fig4_adaserve_at_least_every_baseline_at_every_rate(fig4: pd.DataFrame)
 
 def test_fig4_ratio_to_best_baseline_at_highest_rate(fig4: pd.DataFrame) -> None:
     # Paper: up to 1.63x on Llama-2-7b. Band: AdaServe leads the best baseline by at least 5 % and by no more than
-    # 1.5x the paper's ratio (the reproduction gives about 1.2x: the paper's 1.63x is not reached, see summary.md).
+    # 1.5x the paper's ratio (the quick run gives 1.2-1.4x; the full run's maximum lead is 1.59x, see summary.md).
     wide = _wide(fig4[fig4["model"] == "Llama-2-7b"], ["rps"])
     top = wide.loc[wide.index.max()]
     ratio = top["adaserve"] / top[BASELINES].max()
     assert 1.05 <= ratio <= 1.63 * 1.5, wide
+
+
+def test_fig4_specinfer_falls_behind_as_the_rate_rises(fig4: pd.DataFrame) -> None:
+    # Paper: SpecInfer's fixed 20-node trees cost "higher verification latency" at large batches and its attainment
+    # collapses at high rates, while AdaServe sizes its trees to the load. Asserted on Llama-2-7b (quick rates 2 and
+    # 5): AdaServe's lead over SpecInfer grows by at least 5 % of SpecInfer's attainment from the lowest rate to the
+    # highest, and SpecInfer loses more attainment over that range than AdaServe does. A SpecInfer whose tree
+    # shrinks with the load, or verification that costs the same at any batch, fails here.
+    wide = _wide(fig4[fig4["model"] == "Llama-2-7b"], ["rps"])
+    lead = wide["adaserve"] / wide["specinfer"]
+    low, high = wide.index.min(), wide.index.max()
+    assert lead[high] >= lead[low] + 0.05, wide
+    drop = wide.loc[low] - wide.loc[high]
+    assert drop["specinfer"] > drop["adaserve"], wide
 
 
 def test_fig6_adaserve_near_full_attainment_across_stringent_proportions(quick_runs: QuickRuns, data: str) -> None:

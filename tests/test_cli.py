@@ -23,7 +23,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_list_names_every_group() -> None:
     res = cli("-m", "repro", "list")
     assert res.returncode == 0, res.stderr
-    for group in ("exp", "system", "workload", "hardware", "model", "oracle"):
+    for group in ("exp", "system", "workload", "hardware", "engine", "model", "oracle"):
         assert f"{group} (" in res.stdout
     assert "calibration" in res.stdout and "vllm" in res.stdout and "a100-80g" in res.stdout
 
@@ -44,6 +44,16 @@ def test_config_typo_is_one_line_exit_2(tmp_path: Path, args: list[str], named: 
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args", [["cost", "--help"], ["cost"], ["+exp=smoke", "quick"]])
+def test_unknown_command_is_one_line_exit_2(args: list[str]) -> None:
+    # a bare word is neither a command nor an override: one line naming it, not Hydra's parser traceback
+    res = cli("-m", "repro", *args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{args[-1] if args[-1] != '--help' else 'cost'}'" in lines[0], res.stderr
     assert "Traceback" not in res.stderr
 
 

@@ -359,6 +359,7 @@ def test_cli_and_engine_charge_the_same_pass() -> None:
     from repro.cost.serving import load_engine
     from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
     from repro.plan import StepPlan
+    from repro.proposers import DraftModel
     from repro.state import RequestState
     from tests.conftest import make_requests
 
@@ -370,8 +371,8 @@ def test_cli_and_engine_charge_the_same_pass() -> None:
     rid = np.arange(8)
     k = np.full(8, 4)
     none = np.zeros(0, dtype=np.int64)
-    draft = StepCoster(s, m).draft_s(StepPlan(decode_ids=rid, k=k), rid, np.full(8, 300), k, k > 0, {}, none, none,
-                                     draft_resident=True)
+    draft = StepCoster(s, m).draft_s(DraftModel(m), StepPlan(decode_ids=rid, k=k), rid, np.full(8, 300), k, k > 0,
+                                     {}, none, none, draft_resident=True)
     shape, host = verify_pass(m.engine, PrefillBatch(none, none, 0.0, np.zeros(0, dtype=bool)),
                               DecodeBatch(rid, np.ones(8, dtype=np.int64), np.full(8, 300), k, k > 0, {}, None))
     engine_ms = 1e3 * (draft + m.forward(shape).total_s + host)
