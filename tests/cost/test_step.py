@@ -4,6 +4,7 @@ through the proposer objects (repro/proposers.py): locally and on remote draft s
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,6 +92,12 @@ def test_engine_profiles_load_and_differ_where_the_papers_say() -> None:
         EngineProfile.from_cfg({"name": "x", "scorrer": "multi_query"})
     with pytest.raises(ValueError, match="scorer"):
         EngineProfile(scorer="tree")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "conf" / "engine").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_engine_config_loads_under_its_file_name(path: Path) -> None:
+    assert load_engine(path.stem).name == path.stem
 
 
 def test_chain_drafting_by_hand() -> None:
