@@ -187,9 +187,9 @@ def check_keys(added: Iterable[str], known: Iterable[str]) -> None:
 def check_point(cfg: DictConfig, where: str = "") -> None:
     """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses and the
     system's constructor accepts its keys."""
-    from repro.cost.model import CostModel
     from repro.cost.serving import EngineProfile
     from repro.cost.spec import HardwareSpec, ModelSpec
+    from repro.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
 
     def spec(group: str, build: Any) -> Any:
@@ -209,20 +209,24 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     check_system_counts(cfg.system, where)
     policy = instantiate_system(cfg.system, where)
     uses_draft = bool(policy.uses_draft_model) and draft.kind == "decoder"
-    remote = bool(cfg.engine.get("draft_servers"))
-    if uses_draft and not remote:
-        check_tp(draft, draft_tp, "draft_tp", where)
     try:
         parse_workload(cfg.workload)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}workload config: {exc}") from None
-    tps = [int(r.tp) for r in policy.replicas() or []]
-    for i, rep_tp in enumerate(tps or [tp]):
-        if tps:
-            check_tp(model, rep_tp, f"tp_per_replica[{i}]", where)
-        cost = CostModel(hw, model, tp=rep_tp, draft=draft,
-                         gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine)
-        resident = uses_draft and not remote
+    # the deployment the engine will build (replicas, their tp, remote draft servers), checked replica by replica
+    try:
+        deployment = Deployment.of(policy, hardware=hw, model=model, draft=draft, tp=tp, draft_tp=draft_tp,
+                                   gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine,
+                                   draft_servers=draft_server_specs(cfg))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+    resident = uses_draft and not deployment.draft_servers
+    if resident:
+        check_tp(draft, draft_tp, "draft_tp", where)
+    for i, rep in enumerate(deployment.replicas):
+        if deployment.routed:
+            check_tp(model, int(rep.tp), f"tp_per_replica[{i}]", where)
+        cost = deployment.cost_model(int(rep.tp))
         if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
 

@@ -94,6 +94,10 @@ def test_tensor_parallelism_must_split_the_heads(model: str, tp: int, ok: bool) 
         (["system=adaserve", "system.budget=0"], "system.budget=0"),
         (["hardware.bogus=1"], "hardware config"),  # HardwareSpec(**cfg) names the key
         (["workload.arrival.kind=weird"], "workload config"),
+        # the deployment's replicas, each checked (SepPipe: one replica per tp_per_replica entry)
+        (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,3,1]"], r"tp_per_replica\[1\]=3"),
+        (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,4,1]"], "leaves no KV memory on 1 x"),
+        (["system=static_sd_k3", "engine.draft_servers=[{hardware:l4,rtt:2}]"], r"draft_servers\[0\]: unknown"),
     ],
 )
 def test_impossible_points_are_refused(overrides: list[str], message: str) -> None:
@@ -105,6 +109,8 @@ def test_impossible_points_are_refused(overrides: list[str], message: str) -> No
 
 def test_a_possible_point_passes() -> None:
     check_point(compose(["model=llama2-70b", "tp=4", "system=adaserve"]))
+    # a draft on a remote server takes no memory on the target's GPUs (its tp is then not checked against draft_tp)
+    check_point(compose(["system=static_sd_k3", "draft_tp=3", "engine.draft_servers=[{hardware:l4}]"]))
 
 
 def test_added_keys_must_exist() -> None:
