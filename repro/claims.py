@@ -6,14 +6,11 @@ An ``exp.claims`` entry is a map::
      kind: ratio_to_best_baseline, metric: slo_attainment, system: adaserve, x: rps, reduce: max,
      check: ">=", target: 2.0}
 
-Common keys: ``text`` (the claim, quoted or paraphrased), ``paper`` (the paper's value: a number or
-text such as
-"4.3x"), ``kind`` (below), ``metric`` (a points.csv column), ``system`` (a label), ``where``
-(``{column: value}``
-filters), ``x`` (the swept column the claim ranges over; default the experiment's first grid key), ``reduce``
-(how values over x become one: ``max`` | ``min`` | ``mean`` | ``first`` (lowest x) | ``last`` (highest x)),
-``lower_is_better`` (for "best" baseline: latency metrics), ``baselines`` (labels to compare against;
-default all
+Common keys: ``text`` (the claim, quoted or paraphrased), ``paper`` (the paper's value: a number or text such as
+"4.3x"), ``kind`` (below), ``metric`` (a points.csv column), ``system`` (a label), ``where`` (``{column: value}``
+filters), ``x`` (the swept column the claim ranges over; default the experiment's first grid key), ``reduce`` (how
+values over x become one: ``max`` | ``min`` | ``mean`` | ``first`` (lowest x) | ``last`` (highest x)),
+``lower_is_better`` (for "best" baseline: latency metrics), ``baselines`` (labels to compare against; default all
 other systems), ``baseline`` (one label).
 
 Values are means over seeds (and over any grid key neither filtered by ``where`` nor used as ``x``).
@@ -27,11 +24,10 @@ Kinds (each returns one number):
     diff                     system − baseline at each x, reduced (default max)
     diff_to_best_baseline    system − best other system at each x, reduced (default max)
 
-Verdict: ``check`` compares the reproduced value with ``target`` (default: ``paper`` when numeric, else the
-first number in it): ``approx`` (default; |reproduced − target| ≤ max(rel_tol·|target|, abs_tol),
-rel_tol 0.25,
-abs_tol 0), or ``>=``, ``>``, ``<=``, ``<``. The verdict is ``holds``, ``differs``, or ``n/a`` when the value
-could not be computed (e.g. a quick run without the system).
+Verdict: ``check`` compares the reproduced value with ``target`` (default: ``paper`` when numeric, else the first
+number in it): ``approx`` (default; |reproduced − target| ≤ max(rel_tol·|target|, abs_tol), rel_tol 0.25, abs_tol 0),
+or ``>=``, ``>``, ``<=``, ``<``. The verdict is ``holds``, ``differs``, or ``n/a`` when the value could not be
+computed (e.g. a quick run without the system).
 """
 
 from __future__ import annotations
