@@ -3,14 +3,15 @@
 Every per-request quantity is a numpy array indexed by request id (the request's index in the workload's
 :class:`~workloads.RequestTable`), so the engine updates a whole batch with a few vectorized operations. A policy
 reads the same arrays through :class:`View`, where they are read-only; the reference output length (what the request
-*will* generate) and the oracle's ground truth are never exposed.
+*will* generate) and the oracle's ground truth are never exposed (an output-length predictor sees the reference
+length, and the policy only its estimate: :meth:`View.predicted_output_len`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -70,6 +71,13 @@ class RequestState:
     @property
     def num_tokens(self) -> np.ndarray:
         return self.prompt_len + self.num_generated
+
+
+class LengthPredictor(Protocol):
+    """An output-length predictor (a proxy model, as LP-SJF's and LAPS-SD's): it is handed the reference lengths
+    and returns its estimates, error included (``systems.lib.LogNormalLengthPredictor``)."""
+
+    def predict(self, rids: np.ndarray, output_len: np.ndarray) -> np.ndarray: ...
 
 
 class View:
@@ -146,3 +154,9 @@ class View:
 
     def status(self, rids: np.ndarray) -> np.ndarray:
         return self._s.status[rids]
+
+    def predicted_output_len(self, rids: np.ndarray, predictor: LengthPredictor) -> np.ndarray:
+        """``predictor``'s estimate of the output length of ``rids``: what a server running a length predictor
+        knows before decoding. The reference length goes to the predictor only; the policy sees its estimate."""
+        rids = np.asarray(rids, dtype=np.int64)
+        return np.asarray(predictor.predict(rids, self._s.output_len[rids]), dtype=np.int64)

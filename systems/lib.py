@@ -283,3 +283,76 @@ class SloBatching:
         return slo_aware_batch(view, order, max_num_seqs=self.max_num_seqs,
                                max_num_batched_tokens=self.max_num_batched_tokens, watermark=self.watermark,
                                preempt_mode=self.preempt_mode, evict_unselected=self.evict_unselected)
+
+
+# --- request-level schedulers at small batch (LAPS-SD and its baselines: FCFS, LP-SJF, LAS) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogNormalLengthPredictor:
+    """An output-length predictor with multiplicative log-normal error: ``L̂ = max(1, round(L · exp(σ·z)))``,
+    ``z ~ N(0, 1)`` drawn from ``(seed, request id)`` alone, so every system of a comparison that uses a predictor
+    with the same ``sigma`` and seed gets the same estimate for the same request (LP-SJF and LAPS-SD, fairly).
+    ``sigma = 0`` is a perfect predictor. It is handed the reference lengths by
+    :meth:`repro.state.View.predicted_output_len`; a policy sees only its estimates."""
+
+    sigma: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.sigma >= 0.0 and np.isfinite(self.sigma)):
+            raise ValueError(f"length_error_sigma must be a finite number >= 0, not {self.sigma!r}")
+
+    def predict(self, rids: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+        z = np.array([np.random.default_rng([self.seed, int(r)]).standard_normal() for r in rids.tolist()])
+        est = np.rint(np.asarray(output_len, dtype=np.float64) * np.exp(self.sigma * z))
+        return np.maximum(est, 1).astype(np.int64)
+
+
+def length_predictor(sigma: float, rng: np.random.Generator) -> LogNormalLengthPredictor:
+    """The run's length predictor: its seed is the first draw of the run's policy stream, so two systems run with
+    the same seed see the same predictions."""
+    return LogNormalLengthPredictor(sigma=sigma, seed=int(rng.integers(2**31)))
+
+
+def check_positive_int(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
+    return value
+
+
+def serve_in_order(view: View, order: np.ndarray, *, max_batch: int, k: int, pinned: np.ndarray = EMPTY) -> StepPlan:
+    """One step of a request-level scheduler: the batch is the ``pinned`` running requests (never preempted) plus
+    the highest-priority requests of ``order`` (every contender, highest first) up to ``max_batch``. Running requests
+    left out are preempted by swap (their KV goes to the host, the engine charges the transfer); swapped requests in
+    the batch are swapped back in. If a batch request still needs its prompt computed, the step is a prefill-only
+    step over those (the draft model prefills too); otherwise every batch request decodes with a chain of ``k``.
+    Requests whose KV would not fit are left for a later step (lowest priority first)."""
+    if order.size == 0:
+        return StepPlan()
+    pin = set(pinned.tolist())
+    rest = [r for r in order.tolist() if r not in pin]
+    chosen = [r for r in order.tolist() if r in pin] + rest[: max(max_batch - len(pin), 0)]
+    running = view.running
+    batch_set = set(chosen)
+    victims = ids([r for r in running.tolist() if r not in batch_set and r not in pin])
+    # KV: keep the longest prefix of the batch that fits once the victims' blocks are freed
+    free = view.free_blocks + int(view.kv_blocks[victims].sum())
+    kept: list[int] = []
+    for rid in chosen:
+        r = ids([rid])  # a swapped request holds no blocks: blocks_for counts its whole context
+        need = int(view.blocks_for(r, max(int(pending_tokens(view, r)[0]), 1 + k))[0])
+        if need > free and rid not in pin:
+            break
+        free -= need
+        kept.append(rid)
+    batch = ids(kept)
+    st = view.status(batch)
+    back = batch[st == Status.SWAPPED]
+    todo = pending_tokens(view, batch)
+    pre = batch[(st != Status.SWAPPED) & (todo > 1) | (st == Status.WAITING)]
+    if pre.size:
+        return StepPlan(prefill_ids=pre, prefill_tokens=pending_tokens(view, pre), preempt_ids=victims,
+                        preempt_mode="swap", swap_in_ids=back, draft_sync=True)
+    return StepPlan(decode_ids=batch, k=np.full(batch.size, k, dtype=np.int64), preempt_ids=victims,
+                    preempt_mode="swap", swap_in_ids=back)

@@ -1,0 +1,168 @@
+"""LAPS-SD: Least-Attained/Perceived-Service scheduling of speculative-decoding requests (semi-clairvoyant).
+
+Li, Chen and Li, "Semi-Clairvoyant Scheduling of Speculative Decoding Requests to Minimize LLM Inference Latency"
+(arXiv:2505.17074), §4, Algorithm 1 and Figure 4.
+
+- **Queues (§4.2).** K priority queues Q_1..Q_K; Q_j holds requests whose attained service E_i (speculation plus
+  verification time spent on them) lies in [S_j^down, S_j^up), with S_j^up = M^(j−1) · S_1^up and
+  S_j^down = S_(j−1)^up. New requests enter Q_1 non-perceptible; after every round a request is demoted by E_i.
+- **Stability (§4.3).** After each round the request's acceptance rate (accepted over proposed draft tokens since
+  it started) is recorded; when the largest difference among its last γ values is below δ the request becomes
+  perceptible and its predicted acceptance A_i is their mean.
+- **Estimate (Eq. 6).** T̃_i = n·L_i·T_SSM/(n·A_i + 1) + L_i·T_LLM/(n·A_i + 1), L_i the output-length predictor's
+  estimate, n the speculation length, T_SSM the draft time per speculated token and T_LLM the verification time per
+  round (both the means the scheduler has observed so far).
+- **Order (§4.3, "multi-state scheduling").** Higher queues first; inside a queue perceptible requests by shortest
+  T̃_i (SJF), then non-perceptible ones FCFS. Only non-perceptible requests are preempted: after every round the
+  batch is recomputed, and a running non-perceptible request that lost its place is swapped out (its KV goes to
+  host memory; the engine charges the transfer over the host link, both ways, Fig. 2's switching cost).
+- **Batch (§3).** ``max_batch: 1`` as the paper; larger values are our extension (the batch is the top
+  ``max_batch`` requests in the order above, running perceptible requests kept).
+
+Deviations:
+- §4.3's prose swaps the names ("speculation time per token denoted by T_LLM", "a time cost of T_SSM" for
+  verification); we follow Eq. 6, whose braces label n·L·T_SSM/(nA+1) speculation and L·T_LLM/(nA+1) verification.
+- The paper gives no values for K, M, S_1^up, γ, δ, n or the length predictor's error; ours are in
+  ``conf/system/laps_sd.yaml`` with the reason for each. Q_K has no upper threshold (it holds every longer request).
+- Attained service counts every step the request ran in, prefill included, at the whole step's drafting plus
+  verification time (at batch 1 that is the request's own); swap time is not service.
+- Perceptible requests keep being placed by attained service like the others (the paper moves them "to the
+  corresponding queue" without saying which), and SJF orders them by the total estimate T̃_i, as §4.3 defines it,
+  not by the remaining time.
+- T_SSM and T_LLM are observed means over every decode round so far (the paper does not say how it gets them);
+  a request becomes perceptible after a round, so they are always defined when Eq. 6 is used.
+- The output-length predictor ([Z et al., 2024], a fine-tuned LLM) is modelled as multiplicative log-normal error
+  around the reference length (``systems.lib.LogNormalLengthPredictor``), shared with LP-SJF.
+- The paper's implementation is its own PyTorch code; the engine profile is ``vllm_v1`` (the k + 1 tokens verified
+  in one multi-query pass, no batch expansion), the same for LAPS-SD, FCFS, LP-SJF and LAS.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from repro.plan import StepPlan, StepResult
+from repro.policy import Policy, PolicyContext
+from repro.state import View
+from systems.lib import LogNormalLengthPredictor, check_positive_int, contenders, length_predictor, serve_in_order
+
+
+def thresholds(num_queues: int, growth: float, first_s: float) -> np.ndarray:
+    """§4.2: the K − 1 finite upper thresholds S_j^up = M^(j−1) · S_1^up, j = 1..K−1 (Q_K is unbounded)."""
+    return first_s * growth ** np.arange(num_queues - 1, dtype=np.float64)
+
+
+def queue_of(attained_s: np.ndarray, upper_s: np.ndarray) -> np.ndarray:
+    """0-based queue index: Q_j holds S_j^down ≤ E < S_j^up (a request reaching S_j^up is demoted)."""
+    return np.searchsorted(upper_s, attained_s, side="right")
+
+
+def is_stable(rates: list[float] | deque[float], gamma: int, delta: float) -> bool:
+    """§4.3: stable when the largest difference among the last ``gamma`` acceptance rates is below ``delta``."""
+    if len(rates) < gamma:
+        return False
+    last = list(rates)[-gamma:]
+    return max(last) - min(last) < delta
+
+
+def estimate_s(pred_len: float | np.ndarray, accept: float | np.ndarray, n: int, t_ssm_s: float,
+               t_llm_s: float) -> float | np.ndarray:
+    """Eq. (6): T̃ = n·L·T_SSM/(n·A + 1) + L·T_LLM/(n·A + 1) (speculation + verification time)."""
+    rounds = np.asarray(pred_len, dtype=np.float64) / (n * np.asarray(accept, dtype=np.float64) + 1.0)
+    return rounds * (n * t_ssm_s + t_llm_s)
+
+
+class LAPSSD(Policy):
+    uses_draft_model = True
+
+    def __init__(self, num_queues: int = 4, growth: float = 2.0, first_threshold_s: float = 0.25, gamma: int = 5,
+                 delta: float = 0.05, k: int = 4, length_error_sigma: float = 0.25, max_batch: int = 1) -> None:
+        self.num_queues = check_positive_int("num_queues", num_queues)
+        if not growth > 1.0:
+            raise ValueError(f"growth (M) must be > 1, not {growth!r}")
+        if not first_threshold_s > 0.0:
+            raise ValueError(f"first_threshold_s (S_1^up) must be > 0, not {first_threshold_s!r}")
+        self.gamma = check_positive_int("gamma", gamma)
+        if not delta > 0.0:
+            raise ValueError(f"delta must be > 0, not {delta!r}")
+        self.k = check_positive_int("k", k)
+        self.max_batch = check_positive_int("max_batch", max_batch)
+        self.delta = delta
+        self.upper_s = thresholds(num_queues, growth, first_threshold_s)
+        self.predictor = LogNormalLengthPredictor(length_error_sigma)
+        self.sigma = length_error_sigma
+        self._n = 0
+
+    def bind(self, ctx: PolicyContext) -> None:
+        super().bind(ctx)
+        self.predictor = length_predictor(self.sigma, ctx.rng)
+        self._n = 0
+
+    def _grow(self, n: int) -> None:
+        """Per-request state, sized to the workload on first sight."""
+        if n <= self._n:
+            return
+        self._n = n
+        self.attained_s = np.zeros(n)
+        self.perceptible = np.zeros(n, dtype=bool)
+        self.accept_pred = np.full(n, np.nan)
+        self.estimate = np.full(n, np.inf)
+        self.pred_len = np.full(n, -1, dtype=np.int64)
+        self.proposed = np.zeros(n, dtype=np.int64)
+        self.accepted = np.zeros(n, dtype=np.int64)
+        self.rates: dict[int, deque[float]] = {}
+        self.draft_s_sum = 0.0  # drafting seconds per speculated token, summed over rounds (T_SSM)
+        self.verify_s_sum = 0.0  # verification seconds per round (T_LLM)
+        self.rounds = 0
+
+    def order(self, view: View) -> np.ndarray:
+        """Every contender, highest priority first: queue, then perceptible by T̃ (SJF), then the rest FCFS."""
+        rids = contenders(view)
+        q = queue_of(self.attained_s[rids], self.upper_s)
+        per = self.perceptible[rids]
+        key = np.where(per, self.estimate[rids], view.arrival_s[rids])
+        return rids[np.lexsort((rids, key, ~per, q))]
+
+    def schedule(self, view: View) -> StepPlan:
+        self._grow(view.arrival_s.size)
+        new = view.waiting[self.pred_len[view.waiting] < 0]
+        if new.size:  # §4.3: the output length is predicted before scheduling
+            self.pred_len[new] = view.predicted_output_len(new, self.predictor)
+        order = self.order(view)
+        running = view.running
+        pinned = running[self.perceptible[running]] if running.size else running  # only non-perceptible preempted
+        return serve_in_order(view, order, max_batch=self.max_batch, k=self.k, pinned=pinned)
+
+    def observe(self, result: StepResult) -> None:
+        ran = np.concatenate([result.prefill_ids, result.decode_ids])
+        if ran.size == 0:
+            return
+        self.attained_s[ran] += result.draft_s + result.verify_s  # §4.2: E_i, speculation + verification
+        dec = result.decode_ids
+        spec = result.num_proposed > 0
+        if not spec.any():
+            return
+        self.rounds += 1
+        self.draft_s_sum += result.draft_s / self.k
+        self.verify_s_sum += result.verify_s
+        self.proposed[dec] += result.num_proposed
+        self.accepted[dec] += result.num_accepted
+        for rid in dec[spec].tolist():
+            if self.perceptible[rid]:
+                continue
+            hist = self.rates.setdefault(rid, deque(maxlen=self.gamma))
+            hist.append(self.accepted[rid] / self.proposed[rid])
+            if is_stable(hist, self.gamma, self.delta):  # Algorithm 1 lines 11-14
+                self.perceptible[rid] = True
+                self.accept_pred[rid] = float(np.mean(hist))
+                del self.rates[rid]
+        fresh = dec[self.perceptible[dec] & ~np.isfinite(self.estimate[dec])]
+        if fresh.size:  # Eq. (6) with the observed T_SSM, T_LLM
+            self.estimate[fresh] = estimate_s(self.pred_len[fresh], self.accept_pred[fresh], self.k,
+                                              self.draft_s_sum / self.rounds, self.verify_s_sum / self.rounds)
+        for rid in result.finished_ids.tolist():
+            self.rates.pop(rid, None)
+
+
