@@ -6,7 +6,7 @@
     command line narrow the experiment (:mod:`repro.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that
     system only.
 ``python -m repro list``
-    every experiment, system, workload, hardware, model, oracle and backend config.
+    every experiment, system, workload, hardware, engine, model, oracle and backend config.
 ``python -m repro check [NAME ...] [--quick] [--tolerance REL] [--update]``
     re-runs experiments and compares them with the committed references in ``results/`` (:mod:`repro.check`).
 ``python -m repro all [--quick]``
