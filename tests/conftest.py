@@ -17,8 +17,9 @@ from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
 from repro.deployment import Deployment, DraftServerSpec
 from repro.engine import Engine, SimOutput
-from repro.plan import CandidateTree, TreeSpec
+from repro.plan import CandidateTree, StepPlan, StepResult, TreeSpec
 from repro.policy import Policy
+from repro.state import View
 
 
 class FixedOracle:
@@ -105,6 +106,25 @@ def make_engine(policy: Policy, requests: dict[str, np.ndarray] | None = None, *
 
 def run(policy: Policy, requests: dict[str, np.ndarray] | None = None, **kw: Any) -> SimOutput:
     return make_engine(policy, requests, **kw).run()
+
+
+def spy(policy: Policy) -> tuple[list[StepPlan], list[StepResult]]:
+    """Record every plan ``policy`` returns and every result it observes."""
+    plans: list[StepPlan] = []
+    results: list[StepResult] = []
+    schedule, observe = policy.schedule, policy.observe
+
+    def rec_schedule(view: View) -> StepPlan:
+        plans.append(schedule(view))
+        return plans[-1]
+
+    def rec_observe(result: StepResult) -> None:
+        results.append(result)
+        observe(result)
+
+    policy.schedule = rec_schedule  # type: ignore[method-assign]
+    policy.observe = rec_observe  # type: ignore[method-assign]
+    return plans, results
 
 
 @pytest.fixture

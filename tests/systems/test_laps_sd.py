@@ -16,31 +16,13 @@ from systems.laps_sd import LAPSSD, estimate_s, is_stable, queue_of, thresholds
 from systems.las import LAS
 from systems.lib import LogNormalLengthPredictor
 from systems.lp_sjf import LPSJF
-from tests.conftest import FixedOracle, make_cost, make_engine, make_requests
+from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, spy
 
 # the paper's deployment: LLaMA-7B verifying LLaMA-68M's drafts on one L20 (LAPS-SD §5.1)
 PAPER = {"hardware": "l20", "model": "llama2-7b", "draft": "llama-68m", "engine": "vllm_v1"}
 # KV bytes per token: 2 (K, V) × layers × hidden × 2 bytes: LLaMA-7B 2·32·4096·2, LLaMA-68M 2·2·768·2
 KV_7B, KV_68M = 524_288, 6_144
 L20_HOST_LINK = 25e9  # bytes/s, conf/hardware/l20.yaml
-
-
-def spy(policy: Policy) -> tuple[list[StepPlan], list[StepResult]]:
-    plans: list[StepPlan] = []
-    results: list[StepResult] = []
-    schedule, observe = policy.schedule, policy.observe
-
-    def rec_schedule(view: View) -> StepPlan:
-        plans.append(schedule(view))
-        return plans[-1]
-
-    def rec_observe(result: StepResult) -> None:
-        results.append(result)
-        observe(result)
-
-    policy.schedule = rec_schedule  # type: ignore[method-assign]
-    policy.observe = rec_observe  # type: ignore[method-assign]
-    return plans, results
 
 
 def run_paper(policy: Policy, reqs: dict[str, np.ndarray], accept: int = 2, **kw: Any) -> tuple[

@@ -7,17 +7,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.plan import StepPlan, StepResult
 from repro.policy import Policy
 from repro.simulate import build, compose, run_point
-from repro.state import Status, View
+from repro.state import Status
 from systems.fcfs_slo import FCFSSLO
 from systems.incr_dec import IncrDec
 from systems.lib import slo_batch_limit
 from systems.seppipe import SepPipe
 from systems.stta import STTA, slack_s
 from systems.vllm import VLLM
-from tests.conftest import make_cost, make_engine, make_requests, run
+from tests.conftest import make_cost, make_engine, make_requests, run, spy
 
 COST = make_cost()
 
@@ -30,25 +29,6 @@ def decode_s(n: int, ctx: int) -> float:
 def with_slos(reqs: dict[str, np.ndarray], slos: list[float]) -> dict[str, np.ndarray]:
     reqs["tpot_slo_s"] = np.asarray(slos, dtype=np.float64)
     return reqs
-
-
-def spy(policy: Policy) -> tuple[list[StepPlan], list[StepResult]]:
-    """Record every plan ``policy`` returns and every result it observes."""
-    plans: list[StepPlan] = []
-    results: list[StepResult] = []
-    schedule, observe = policy.schedule, policy.observe
-
-    def rec_schedule(view: View) -> StepPlan:
-        plans.append(schedule(view))
-        return plans[-1]
-
-    def rec_observe(result: StepResult) -> None:
-        results.append(result)
-        observe(result)
-
-    policy.schedule = rec_schedule  # type: ignore[method-assign]
-    policy.observe = rec_observe  # type: ignore[method-assign]
-    return plans, results
 
 
 # --- the dynamic batch size limit ---------------------------------------------------------------------------------
