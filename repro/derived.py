@@ -8,7 +8,9 @@ store them, so they are added on load)
     a request's ``latency_s`` (finish − arrival), ``ttft_ms`` and ``tpot_ms``, as :func:`repro.metrics.with_latencies`
     defines them (NaN while unfinished); a step's (or request's) ``accept_rate`` = accepted / proposed tokens (the
     emitted fraction) and ``draft_acceptance_rate`` = matched / proposed (vLLM v0's metric, an estimate of the
-    per-token α), NaN when nothing was proposed. A column the table already has is kept as it is.
+    per-token α), NaN when nothing was proposed; a request's ``switch_ratio`` = swap_s / service_s (LAPS-SD Fig. 2)
+    and, where a policy estimated its execution time, ``estimate_error`` (:func:`repro.metrics.estimate_error`,
+    LAPS-SD Fig. 7). A column the table already has is kept as it is.
 Across rows, an experiment's ``exp.derived`` entries (:class:`Derived`), in order (a later entry may use an earlier
 one's column)
     ``{name, metric, baseline, invert}``: the row's ``metric`` divided by the ``baseline`` system's at the same key
@@ -28,10 +30,11 @@ from typing import Any, overload
 import pandas as pd
 
 from repro.errors import ConfigError
-from repro.metrics import LATENCY_COLUMNS, with_latencies
+from repro.metrics import LATENCY_COLUMNS, estimate_error, with_latencies
 
 #: Columns of requests / steps tables that follow from stored ones: dropped when a table is saved, added on load.
-TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate")
+TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate", "switch_ratio",
+                                  "estimate_error")
 _NAN = float("nan")
 
 
@@ -87,6 +90,10 @@ def with_derived(
         if "num_matched" in cols and "draft_acceptance_rate" not in cols:
             rates["draft_acceptance_rate"] = df["num_matched"] / proposed
         df = df.assign(**rates)
+    if {"swap_s", "service_s"} <= cols and "switch_ratio" not in cols:
+        df = df.assign(switch_ratio=df["swap_s"] / df["service_s"].where(df["service_s"] > 0))
+    if {"estimate_s", "service_s", "finish_at"} <= cols and "estimate_error" not in cols:
+        df = df.assign(estimate_error=estimate_error(df))
     for spec in specs:
         df = df.assign(**{spec.name: _column(df, spec, keys)})
     return df

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
 from repro.kv import KvPool
@@ -28,7 +29,7 @@ from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.policy import PolicyContext
 from repro.proposers import colocated
 from repro.state import RequestState, Status, View
-from repro.trace import StepEvent, StepRecord, StepTracer
+from repro.trace import RoundTracer, StepEvent, StepRecord, StepTracer
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, ForwardCost
@@ -58,6 +59,8 @@ class SimOutput:
     num_steps: int
     steps: list[StepRecord] = field(default_factory=list)
     step_telemetry: list[Mapping[str, float] | None] = field(default_factory=list)
+    request_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the policies' per-request estimates
+    rounds: pd.DataFrame | None = None  # the round trace (record_rounds): one row per decoding request per step
 
 
 class Replica:
@@ -166,6 +169,11 @@ class Replica:
         fwd = self.cost.forward(shape) if shape.num_seqs else None
         verify_s = fwd.total_s + host_s if fwd is not None else 0.0
         end_at = now + memory_s + draft_s + verify_s
+        service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
+        if dec.ids.size:
+            service[dec.ids] += draft_s + verify_s
+        if pre.ids.size:
+            service[pre.ids] += draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
         proposed, accepted, matched = self._accept(prop, servers, dec)
         emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
@@ -378,6 +386,7 @@ class Replica:
         if plan.preempt_mode == "swap":
             s.status[ids_] = _SWAPPED
             s.swapped.extend(ids_.tolist())
+            self._charge_swaps(ids_)
             return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
         s.status[ids_] = _WAITING
         s.num_computed[ids_] = 0
@@ -397,7 +406,15 @@ class Replica:
         s.running.extend(ids_.tolist())
         s.status[ids_] = _RUNNING
         self.kv.allocate(ids_, s.num_computed[ids_])
+        self._charge_swaps(ids_)
         return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
+
+    def _charge_swaps(self, rids: np.ndarray) -> None:
+        """Each request's own share of a swap (its KV, and its draft KV, over the host link): ``swap_s``."""
+        s, cost = self.s, self.cost
+        for rid in rids.tolist():
+            r = np.array([rid])
+            s.swap_s[rid] += cost.swap_s(int(s.num_computed[rid]), self._draft_kv_tokens(r))
 
     def _draft_kv_tokens(self, rids: np.ndarray) -> int:
         """Tokens of the resident draft model's KV the requests hold (swapped with the target's)."""
@@ -449,14 +466,16 @@ class Engine:
     proposers around that cost model and the deployment's remote draft servers) and binds each policy with its
     replica's context and the run's ``rng``; a routing policy (one that declared replicas) is bound first, with the
     deployment's cost model at its ``tp``. ``record_steps`` adds a :class:`~repro.trace.StepTracer` to
-    ``observers``; the run's :class:`SimOutput` then holds its records and telemetry.
+    ``observers`` (the run's :class:`SimOutput` then holds its records and telemetry), ``record_rounds`` a
+    :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
                  tpot_slo_s: np.ndarray, ttft_slo_s: np.ndarray, slo_class: np.ndarray, deployment: Deployment,
                  oracle: TokenOracle, rng: np.random.Generator, drafter: Drafter | None = None,
                  block_size: int = 16, max_model_len: int = 4096, record_steps: bool = False,
-                 observers: Sequence[StepObserver] = (), max_sim_time_s: float | None = None) -> None:
+                 record_rounds: bool = False, observers: Sequence[StepObserver] = (),
+                 max_sim_time_s: float | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -464,7 +483,8 @@ class Engine:
         self.policy = deployment.policy
         self.max_sim_time_s = max_sim_time_s
         self.tracer = StepTracer() if record_steps else None
-        watchers = (*observers, self.tracer) if self.tracer is not None else tuple(observers)
+        self.round_tracer = RoundTracer() if record_rounds else None
+        watchers = tuple(o for o in (*observers, self.tracer, self.round_tracer) if o is not None)
         servers = deployment.draft_servers
         self.replicas: list[Replica] = []
         cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
@@ -532,7 +552,24 @@ class Engine:
         return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
                          num_steps=sum(r.num_steps for r in reps),
                          steps=tracer.records if tracer is not None else [],
-                         step_telemetry=tracer.telemetry if tracer is not None else [])
+                         step_telemetry=tracer.telemetry if tracer is not None else [],
+                         request_columns=self._request_columns(),
+                         rounds=self.round_tracer.frame() if self.round_tracer is not None else None)
+
+    def _request_columns(self) -> dict[str, np.ndarray]:
+        """Each replica policy's :meth:`~repro.policy.Policy.request_columns`, for the requests routed to it (NaN
+        for the others)."""
+        out: dict[str, np.ndarray] = {}
+        n = self.arrival_s.size
+        for rep in self.replicas:
+            for name, values in rep.policy.request_columns().items():
+                col = out.setdefault(name, np.full(n, np.nan))
+                vals = np.full(n, np.nan)
+                m = min(n, np.asarray(values).size)
+                vals[:m] = np.asarray(values, dtype=np.float64)[:m]
+                mine = self.replica_of == rep.index
+                col[mine] = vals[mine]
+        return out
 
     def _merged(self) -> RequestState:
         if len(self.replicas) == 1:
@@ -540,7 +577,7 @@ class Engine:
         base = self.replicas[0].s
         for name in ("status", "num_generated", "num_computed", "first_token_at", "first_decode_at", "finish_at",
                      "num_proposed", "num_accepted", "num_matched", "num_decode_steps", "num_spec_steps",
-                     "num_preemptions", "last_token_at"):
+                     "num_preemptions", "last_token_at", "service_s", "swap_s"):
             arr = getattr(base, name)
             for r in self.replicas[1:]:
                 mine = self.replica_of == r.index

@@ -9,17 +9,24 @@ tables first get the columns that follow from stored ones (``latency_s``, ``acce
 Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
 column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
 ``style``, ``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order``, ``labels``, ``where``
-(``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label`` and ``bin_s`` are optional.
+(``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label`` and ``bin_s`` are optional. A
+line or bar figure reads points.csv unless ``data`` names another table (``requests``, ``steps`` or ``rounds``:
+per request, per step, per request per step); ``bins`` (a list of edges) then groups the rows by the bin their ``x``
+falls in, each bin drawn at its centre with the mean ``y`` of its rows (e.g. LAPS-SD Fig. 7's estimation error by
+output length). Line figures also take ``markers`` (false: plain lines), ``palette`` (a seaborn palette name) and
+``sharey`` (false: a y axis per panel).
 """
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -28,6 +35,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from repro.derived import with_derived
 from repro.errors import ConfigError
@@ -36,8 +44,12 @@ PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
 SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
-    "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s",
+    "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s", "data", "bins", "markers",
+    "palette", "sharey",
 }  # fmt: skip
+#: Tables a figure can read (``data``), and the kinds that may choose one.
+TABLES = ("points", "requests", "steps", "rounds")
+_CHOOSE_TABLE = ("line", "bar")
 
 
 def use_style() -> None:
@@ -118,6 +130,7 @@ def _decorate(fig: Figure, title: str | None, xlabel: str | None, ylabel: str | 
             ax.set_ylabel(ylabel)
         if opts.get("logx"):
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
         if opts.get("logy"):
             ax.set_yscale("log")
         if opts.get("ylim") is not None:
@@ -142,19 +155,29 @@ def line(
     xlabel: str | None = None,
     ylabel: str | None = None,
     hue_order: Sequence[Any] | None = None,
+    markers: bool = True,
+    palette: str | None = None,
+    errorbars: bool = True,
+    sharey: bool = True,
     **opts: Any,
 ) -> Figure:
-    """Mean ``y`` against ``x`` per ``hue`` (error bars: std over seeds), faceted by ``col``/``row``."""
-    errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x, style or x]) else None
+    """Mean ``y`` against ``x`` per ``hue`` (error bars: std over seeds), faceted by ``col``/``row``; ``markers``
+    false draws plain lines (dense series such as a round trace), ``palette`` names a seaborn palette (e.g.
+    ``deep`` for distinct colours when ``hue`` is numeric, which otherwise gets a sequential one); ``errorbars``
+    false drops the error bars (rows that are requests, not seeds), ``sharey`` false gives each panel its own y
+    axis."""
+    several = errorbars and _several_seeds(df, [x, hue or x, col or x, row or x, style or x])
+    errorbar = "sd" if several else None
     order = list(hue_order) if hue_order else (_order(df, hue) or None)
+    colors = sns.color_palette(palette, n_colors=len(order)) if palette and order else None
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.lineplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, markers=True,
-            dashes=style is not None, errorbar=errorbar, err_style="bars", ax=ax,
+            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, markers=markers,
+            dashes=style is not None, errorbar=errorbar, err_style="bars", palette=colors, ax=ax,
         )  # fmt: skip
 
-    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+    return _decorate(_facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
 
 
 def bar(
@@ -363,18 +386,56 @@ def drop_missing_facets(spec: Mapping[str, Any], columns: Sequence[str]) -> tupl
     return out, notes
 
 
+def source_of(spec: Mapping[str, Any]) -> str:
+    """The table a figure reads: its kind's (:data:`KINDS`), or the one ``data`` names (line and bar figures)."""
+    name = spec.get("name", "?")
+    kind = str(spec.get("kind"))
+    data = spec.get("data")
+    if data is None:
+        return KINDS[kind][1] if kind in KINDS else "points"
+    if data not in TABLES:
+        raise ConfigError(f"exp.figures[{name}].data: '{data}' is not one of {', '.join(TABLES)}")
+    if kind not in _CHOOSE_TABLE and data != KINDS[kind][1]:
+        raise ConfigError(f"exp.figures[{name}].data: a {kind} figure reads {KINDS[kind][1]}; only "
+                          f"{' and '.join(_CHOOSE_TABLE)} figures choose their table")
+    return str(data)
+
+
+def binned(df: pd.DataFrame, x: str, edges: Sequence[float], name: str = "?", geometric: bool = False) -> pd.DataFrame:
+    """The rows whose ``x`` falls in one of the bins ``edges`` (left-closed), ``x`` replaced by the bin's centre
+    (``geometric``: √(left·right), for a log axis, where a bin starting at 0 is drawn at half its right edge)."""
+    e = [float(v) for v in edges] if isinstance(edges, list | tuple) else []
+    if len(e) < 2 or any(b <= a for a, b in itertools.pairwise(e)):
+        raise ConfigError(f"exp.figures[{name}].bins: expected at least two increasing edges, got {edges!r}")
+    left, right = np.array(e[:-1]), np.array(e[1:])
+    mids = np.where(left > 0, np.sqrt(left * right), right / 2.0) if geometric else (left + right) / 2.0
+    code = pd.cut(df[x], e, right=False, labels=False).to_numpy(dtype=np.float64)
+    known = np.isfinite(code)
+    centres = np.full(len(df), np.nan)
+    centres[known] = mids[code[known].astype(np.int64)]
+    out = df.assign(**{x: centres})
+    return out[out[x].notna()]
+
+
 def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | None]) -> Figure | None:
     """One figure from its spec, or None when the table it reads was not saved (e.g. no requests.parquet)."""
-    fn, source, y_arg = KINDS[str(spec.get("kind"))]
-    df = tables.get(source)
+    fn, _, y_arg = KINDS[str(spec.get("kind"))]
+    df = tables.get(source_of(spec))
     if df is None:
         return None
     spec, _ = drop_missing_facets(spec, list(df.columns))
     check_spec(spec, list(df.columns))
-    args = {k: v for k, v in spec.items() if k not in ("name", "kind", "where", "y")}
+    args = {k: v for k, v in spec.items() if k not in ("name", "kind", "where", "y", "data", "bins")}
     if spec.get("y") is not None:
         args[y_arg] = spec["y"]
-    return fn(filter_rows(df, spec.get("where")), **args)
+    df = filter_rows(df, spec.get("where"))
+    if source_of(spec) != "points" and fn is line:
+        args["errorbars"] = False  # the rows are requests, steps or rounds: their spread is not a seed's
+    if spec.get("bins") is not None:
+        if spec.get("x") is None:
+            raise ConfigError(f"exp.figures[{spec.get('name')}].bins: needs an x column to bin")
+        df = binned(df, str(spec["x"]), spec["bins"], str(spec.get("name")), geometric=bool(spec.get("logx")))
+    return fn(df, **args)
 
 
 def draw_figures(
@@ -384,22 +445,22 @@ def draw_figures(
     requests: pd.DataFrame | None = None,
     steps: pd.DataFrame | None = None,
     banner: str | None = None,
+    rounds: pd.DataFrame | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
     figures. ``banner`` (the run's overrides, a data fallback) is added under every figure's title."""
     use_style()
-    tables = {"points": points, "requests": with_derived(requests), "steps": with_derived(steps)}
+    tables = {"points": points, "requests": with_derived(requests), "steps": with_derived(steps),
+              "rounds": with_derived(rounds)}
     paths: list[Path] = []
     skipped: list[str] = []
     for spec in figures:
         if spec.get("kind") not in KINDS:
             check_spec(spec, list(points.columns))
-        skipped += (
-            drop_missing_facets(spec, list(points.columns))[1] if KINDS[spec["kind"]][1] == "points" else []
-        )
+        source = source_of(spec)
+        skipped += drop_missing_facets(spec, list(points.columns))[1] if source == "points" else []
         fig = draw_figure(spec, tables)
         if fig is None:
-            source = KINDS[str(spec["kind"])][1]
             skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
         if banner:

@@ -45,6 +45,17 @@ draft acceptance rate (vLLM v0's ``draft_acceptance_rate``)
 mean accepted length (vLLM's ``mean_acceptance_length``)
     Tokens emitted per decode step = (Σ accepted + Σ decode steps) / Σ decode steps. Equals vLLM's ``1 + accepted /
     num_drafts`` when every decode step speculates, and 1.0 without speculation.
+service time (LAPS-SD's attained service)
+    A request's ``service_s``: the seconds of the steps it ran in (drafting + verification; at batch size 1 its own
+    execution time). ``swap_s``: the seconds its KV spent crossing the host link (swapped out and back in).
+switching overhead (LAPS-SD Fig. 2)
+    ``switch_overhead`` = Σ swap_s / Σ service_s: the cost of switching requests (moving their KV out and back) over
+    their inference time; per request in the requests table (``switch_ratio``). At batch size 1, the paper's ratio.
+execution-time estimation error (LAPS-SD Fig. 7)
+    For a policy that estimates each request's execution time (``estimate_s``, LAPS-SD's Eq. 6): per finished
+    request with an estimate, |estimate_s − service_s| / service_s (``estimate_error`` in the requests table);
+    ``mean_estimate_error`` is its mean, ``estimated_fraction`` the fraction of finished requests that got an
+    estimate. Only rows of such policies have these columns.
 Jain's fairness index (GoodSpeed)
     For per-client goodputs x_i: J = (Σ x_i)² / (n · Σ x_i²), 1 when all equal, 1/n when one client gets all.
 Σ log goodput (GoodSpeed's proportional-fairness utility)
@@ -127,6 +138,15 @@ def with_latencies(requests: pd.DataFrame) -> pd.DataFrame:
         ttft_ms=(_arr(requests, "first_token_at") - _arr(requests, "arrival_s")) * 1e3,
         tpot_ms=tpot_s(requests) * 1e3,
     )
+
+
+def estimate_error(requests: pd.DataFrame) -> np.ndarray:
+    """Per request: |estimate_s − service_s| / service_s for finished requests with an estimate, else NaN."""
+    est = _arr(requests, "estimate_s")
+    service = _arr(requests, "service_s")
+    ok = np.isfinite(est) & np.isfinite(_arr(requests, "finish_at")) & (service > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.abs(est - service) / service, np.nan)
 
 
 def attained(requests: pd.DataFrame, tpot_start: str = "first_token_at") -> np.ndarray:
@@ -258,6 +278,16 @@ def _extras(
         "num_preemptions": float(np.nansum(_arr(requests, "num_preemptions", 0.0))),
     }
     x["total_token_throughput"] = _ratio(x["total_input_tokens"] + x["total_output_tokens"], sim_time_s)
+    if "swap_s" in requests.columns and "service_s" in requests.columns:
+        # LAPS-SD Fig. 2: switching cost (KV out and back over the host link) over inference (service) time
+        x["switch_overhead"] = _ratio(float(np.nansum(_arr(requests, "swap_s"))),
+                                      float(np.nansum(_arr(requests, "service_s"))))
+    if "estimate_s" in requests.columns:
+        # LAPS-SD Fig. 7: the policy's execution-time estimate against the service the request actually took
+        err = estimate_error(requests)
+        done = np.isfinite(_arr(requests, "finish_at"))
+        x["mean_estimate_error"] = float(np.nanmean(err)) if np.isfinite(err).any() else _NAN
+        x["estimated_fraction"] = _ratio(float(np.isfinite(err).sum()), float(done.sum()))
     if steps is not None and len(steps) and "num_decode" in steps.columns:
         # Per decoding iteration (steps with at least one decode), AdaServe Fig. 9's breakdown: small-model
         # (draft) and large-model (verify) time from the cost model, scheduling = the policy's measured CPU time.

@@ -131,6 +131,34 @@ def _per_request(dataset: np.ndarray, table: Mapping[str, Any], default: Any, wh
     return [found[i] for i in inverse.reshape(-1).tolist()]
 
 
+def _drift_arrays(dataset: np.ndarray, drift: Mapping[str, Any] | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per request, the drift start's mean and sd and the time constant τ of its dataset's drift shape (NaN τ: none).
+
+    ``drift`` is one shape ``{a0, tau[, a0_spread]}`` for every dataset, or a table dataset → shape or ``None``
+    (``"default"`` covers the datasets not listed; without it they do not drift)."""
+    if not drift:
+        return None
+    table: Mapping[str, Any] = {"default": drift} if "tau" in drift else drift
+
+    def shape(name: str, entry: Any) -> tuple[float, float, float]:
+        if entry is None:
+            return (math.nan, math.nan, math.nan)
+        if not isinstance(entry, Mapping) or not {"a0", "tau"} <= set(entry) or set(entry) - {"a0", "tau",
+                                                                                              "a0_spread"}:
+            raise ValueError(f"oracle drift for {name!r}: expected {{a0, tau[, a0_spread]}} or null, got {entry!r}")
+        a0, sd, tau = float(entry["a0"]), float(entry.get("a0_spread", 0.0)), float(entry["tau"])
+        _check_mean(f"drift a0 of {name!r}", a0, sd)
+        if not tau > 0.0:
+            raise ValueError(f"oracle drift for {name!r}: tau must be > 0 tokens, not {tau}")
+        return (a0, sd, tau)
+
+    names, inverse = np.unique(dataset.astype(str), return_inverse=True)
+    found = [shape(name, table.get(name, table.get("default"))) for name in names.tolist()]
+    arr = np.array(found, dtype=np.float64).reshape(-1, 3)[inverse.reshape(-1)]
+    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+
+
 def true_dist(p0: np.ndarray, width: int, decay: float) -> np.ndarray:
     """The draft's top-``width`` probabilities (last axis, sorted descending) given its top-1 ``p0``."""
     rest = 1.0 - p0
@@ -237,18 +265,16 @@ class _TokenStream:
     """The draft-distribution model of one stream (a draft model or an EAGLE head) over all requests."""
 
     def __init__(self, name: str, key: int, base: np.random.SeedSequence, means: np.ndarray, *, spread: float,
-                 pos_concentration: float, drift: Mapping[str, float] | None, width: int, decay: float,
+                 pos_concentration: float, drift: tuple[np.ndarray, np.ndarray, np.ndarray] | None, width: int,
+                 decay: float,
                  confidence: float) -> None:
         self.name, self._base, self._sid = name, base, key
         self._means, self._spread = means, spread
         self._kappa, self.width, self._decay, self._gamma = pos_concentration, width, decay, confidence
-        self._drift = dict(drift) if drift else None
-        if self._drift is not None:
-            _check_mean(f"{name} drift a0", self._drift["a0"], float(self._drift.get("a0_spread", 0.0)))
-            if float(self._drift["tau"]) <= 0.0:
-                raise ValueError("drift tau must be > 0 tokens")
-        self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
         n = means.shape[0]
+        # per request: drift start (mean, sd) and time constant τ (NaN: no drift for the request's dataset)
+        self._drift = drift if drift is not None and np.isfinite(drift[2]).any() else None
+        self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
         self._level = np.full(n, np.nan)
         self._a0 = np.full(n, np.nan)
         self.store = _ChunkStore(n, {"p0": ((), np.float32), "rank": ((), np.int8)}, self._fill)
@@ -260,20 +286,19 @@ class _TokenStream:
         if math.isnan(self._level[rid]):
             rng = _rng(self._base, self._sid, _LEVEL, rid)
             self._level[rid] = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
-            if self._drift is not None:
-                self._a0[rid] = _beta_mean_sd(rng, float(self._drift["a0"]),
-                                              float(self._drift.get("a0_spread", 0.0)))
+            if self._drift is not None and math.isfinite(self._drift[2][rid]):
+                self._a0[rid] = _beta_mean_sd(rng, float(self._drift[0][rid]), float(self._drift[1][rid]))
         return float(self._level[rid]), float(self._a0[rid])
 
     def _draw_p0(self, rng: np.random.Generator, rid: int, first: int, size: tuple[int, ...]) -> np.ndarray:
         """Top-1 probabilities ~ Beta(mean a_r(t), concentration κ_pos) at positions ``first + i``."""
         a_r, a_0 = self.level(rid)
         k = self._kappa
-        if self._drift is None:
+        if self._drift is None or not math.isfinite(self._drift[2][rid]):
             p0 = rng.beta(a_r * k, (1.0 - a_r) * k, size=size)
         else:  # LAPS-SD Fig. 3: a_r(t) = a_r + (a_0 - a_r)·exp(-t/τ)
             t = first + np.arange(size[0])
-            mean = a_r + (a_0 - a_r) * np.exp(-t / float(self._drift["tau"]))
+            mean = a_r + (a_0 - a_r) * np.exp(-t / float(self._drift[2][rid]))
             mean = mean.reshape(-1, *[1] * (len(size) - 1))
             p0 = rng.beta(mean * k, (1.0 - mean) * k, size=size)
         return np.clip(p0, P_FLOOR, 1.0 - P_FLOOR).astype(np.float32)
@@ -443,8 +468,9 @@ class TokenOracle:
     is the same for an EAGLE head; ``pld`` maps dataset → ``{match, accept, match_len}`` (the ``"default"``
     entry is merged under each). ``width`` = W, the number of draft ranks modelled per position; ``spread`` =
     standard deviation of the per-request level; ``pos_concentration`` = κ_pos of the per-position Beta;
-    ``decay`` = ratio of successive lower-rank probabilities; ``confidence`` = γ; ``drift`` =
-    ``{a0, tau[, a0_spread]}`` or ``None``.
+    ``decay`` = ratio of successive lower-rank probabilities; ``confidence`` = γ; ``drift`` = one shape
+    ``{a0, tau[, a0_spread]}`` for every dataset, or a table dataset → shape (or ``None``: no drift; a
+    ``"default"`` key covers datasets not listed, which otherwise do not drift), or ``None``.
     """
 
     def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,
@@ -452,7 +478,7 @@ class TokenOracle:
                  eagle_accept_mean: Mapping[str, float] | None = None,
                  pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 16, spread: float = 0.1,
                  pos_concentration: float = 2.0, decay: float = 0.7, confidence: float = 1.0,
-                 drift: Mapping[str, float] | None = None, pair: str = "(draft, target)") -> None:
+                 drift: Mapping[str, Any] | None = None, pair: str = "(draft, target)") -> None:
         if not 1 <= width <= MAX_WIDTH:
             raise ValueError(f"width {width} outside 1..{MAX_WIDTH}")
         if not 0.0 < decay < 1.0:
@@ -464,7 +490,7 @@ class TokenOracle:
         self._dataset = np.asarray(dataset, dtype=object).reshape(-1)
         self.width = width
         self._spread, self._kappa, self._decay, self._gamma = spread, pos_concentration, decay, confidence
-        self._drift = drift
+        self._drift = _drift_arrays(self._dataset, drift)
         self._missing: dict[str, str] = {}  # stream -> why its table is missing (raised on use)
         self._streams: dict[str, _TokenStream | _PldStream] = {}
         self._keys: set[int] = set()
@@ -541,13 +567,15 @@ class TokenOracle:
         if eagle is None:
             missing[EAGLE] = f"no EAGLE acceptance table for target {target!r} in oracle.eagle_accept"
         drift = cfg.get("drift")
+        if drift is not None:
+            drift = {str(k): (dict(v) if isinstance(v, Mapping) else v) for k, v in drift.items()}
         oracle = cls(seed, dataset, accept, default_accept=default,
                    eagle_accept_mean=dict(eagle) if eagle is not None else None,
                    pld=_pld_table(cfg, target),
                    width=int(cfg.get("width", 16)), spread=float(cfg.get("spread", 0.1)),
                    pos_concentration=float(cfg.get("pos_concentration", 2.0)),
                    decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
-                   drift=dict(drift) if drift is not None else None, pair=f"{draft}/{target}")
+                   drift=drift, pair=f"{draft}/{target}")
         oracle._missing.update(missing)
         return oracle
 

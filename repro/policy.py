@@ -9,6 +9,7 @@ engine runs one policy per replica and routes each request with :meth:`Policy.ro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,12 @@ class Policy:
 
     def observe(self, result: StepResult) -> None:
         """Called after every step with what a real server observes."""
+
+    def request_columns(self) -> Mapping[str, np.ndarray]:
+        """Per-request values the policy estimated, by column name, each an array indexed by request id (NaN where
+        it has none): added to the run's requests table, e.g. LAPS-SD's execution-time estimate ``estimate_s``
+        (Eq. 6), which :mod:`repro.metrics` compares with the request's service time. None by default."""
+        return {}
 
     # --- multi-replica systems -------------------------------------------------------------------------------
     def replicas(self) -> list[ReplicaSpec] | None:

@@ -2,8 +2,9 @@
 
     python -m repro.render results/NAME [results/OTHER ...]     (also: python -m repro.plot)
 
-reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` when present) and writes
-the figures (PNG + PDF) and ``summary.md`` next to them. The experiment runner calls :func:`render` too.
+reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` / ``rounds.parquet`` when
+present) and writes the figures (PNG + PDF) and ``summary.md`` next to them. The experiment runner calls
+:func:`render` too.
 
 summary.md holds the experiment's title and description, a run line (points, seeds, quick, code version), the table
 behind each figure (mean of y over seeds, x down, hue across) and the "Paper claims" table (:mod:`repro.claims`).
@@ -53,7 +54,7 @@ def markdown_table(df: pd.DataFrame, index: bool = True) -> str:
 def figure_table(points: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame | None:
     """The numbers behind a points figure: mean y over seeds, index (row, col, x), one column per hue
     value."""
-    if figures.KINDS.get(str(spec.get("kind")), (None, ""))[1] != "points":
+    if str(spec.get("kind")) not in figures.KINDS or figures.source_of(spec) != "points":
         return None
     spec, _ = figures.drop_missing_facets(spec, list(points.columns))
     df = figures.filter_rows(points, spec.get("where"))
@@ -187,8 +188,9 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     exp = _exp(manifest)
     requests = _read_optional(out_dir / "requests.parquet")
     steps = _read_optional(out_dir / "steps.parquet")
+    rounds = _read_optional(out_dir / "rounds.parquet")
     banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
-    paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner)
+    paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
     return [*paths, write_summary(out_dir, manifest, points, skipped)]
 
 

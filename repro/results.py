@@ -12,9 +12,10 @@ Files in the output directory:
 ``manifest.json``
     The experiment's resolved config, overrides, git commit, code version, package versions, seeds, grid keys,
     n_jobs, quick, wall time, timestamps and the data-source notes the points reported (:func:`build_manifest`).
-``requests.parquet`` / ``steps.parquet``
-    With ``save_requests=true``: every point's per-request table (and step trace, when recorded) with the point's
-    keys and ``config_hash`` as extra columns, without the columns that follow from others
+``requests.parquet`` / ``steps.parquet`` / ``rounds.parquet``
+    With ``save_requests=true``: every point's per-request table (and step or round trace, when recorded) with the
+    point's keys and ``config_hash`` as extra columns (a key replaces a column of the same name, e.g. a case key
+    ``dataset``), without the columns that follow from others
     (:data:`repro.derived.TABLE_COLUMNS`, added again on load) (:func:`save_tables`). Floats are stored as float32
     (timestamps to ≈ 10 µs at 200 s simulated; points.csv is computed before, from the float64 tables), which keeps
     a reference's per-request table under 1 MB.
@@ -224,21 +225,25 @@ def write_table(path: Path, table: pd.DataFrame) -> None:
 # ------------------------------------------------------------------------------------------- tables
 
 
+#: The per-point tables :func:`save_tables` writes, in the order of their frames in its ``tables`` tuples.
+TABLE_FILES = ("requests.parquet", "steps.parquet", "rounds.parquet")
+
+
 def save_tables(
     out_dir: Path,
-    tables: Sequence[tuple[Mapping[str, Any], pd.DataFrame | None, pd.DataFrame | None]],
+    tables: Sequence[tuple[Mapping[str, Any], pd.DataFrame | None, pd.DataFrame | None, pd.DataFrame | None]],
     kept_hashes: set[str],
 ) -> None:
-    """requests.parquet (and steps.parquet if traces exist): the rows an earlier run saved for the points resumed
-    (``kept_hashes``), then per point just run, in point order, its table with its key columns (and
-    ``config_hash``) in front; ``tables`` holds (keys, requests, steps or None) per point."""
-    for fname in ("requests.parquet", "steps.parquet"):
+    """requests.parquet (and steps.parquet / rounds.parquet if traces exist): the rows an earlier run saved for the
+    points resumed (``kept_hashes``), then per point just run, in point order, its table with its key columns (and
+    ``config_hash``) in front; ``tables`` holds (keys, requests, steps or None, rounds or None) per point."""
+    for j, fname in enumerate(TABLE_FILES):
         parts = []
-        for keys, requests, steps in tables:
-            df = requests if fname == "requests.parquet" else steps
+        for keys, *frames in tables:
+            df = frames[j]
             if df is not None:
                 df = df.drop(columns=[c for c in TABLE_COLUMNS if c in df.columns])  # derived on load
-                parts.append(df.assign(**keys)[[*keys, *df.columns]])
+                parts.append(df.assign(**keys)[[*keys, *(c for c in df.columns if c not in keys)]])  # keys win
         path = out_dir / fname
         if kept_hashes and path.exists():
             old = pd.read_parquet(path)

@@ -71,6 +71,7 @@ class Outcome:
     requests: pd.DataFrame | None = None
     steps: pd.DataFrame | None = None
     provenance: list[dict[str, Any]] = field(default_factory=list)
+    rounds: pd.DataFrame | None = None
 
 
 def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
@@ -93,6 +94,7 @@ def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
         res.requests if keep_tables else None,
         res.steps if keep_tables else None,
         list(res.provenance),
+        res.rounds if keep_tables else None,
     )
 
 
@@ -213,8 +215,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             for p, h in zip(points, hashes, strict=True)]
     pf.finish(derived_rows(rows, spec.derived, [SEED_KEY, *spec.grid_columns()]))
     if any(keep):
-        save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps)
-                                  for i, out in sorted(tables.items())], kept_hashes)
+        save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps,
+                                   out.rounds) for i, out in sorted(tables.items())], kept_hashes)
     return pd.read_csv(pf.path), len(todo)
 
 

@@ -41,6 +41,7 @@ class PointResult:
     steps: pd.DataFrame | None
     notes: list[str] = field(default_factory=list)
     provenance: list[dict[str, Any]] = field(default_factory=list)  # workloads.DataSource entries as dicts
+    rounds: pd.DataFrame | None = None  # the round trace (engine.record_rounds): one row per request per step
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
@@ -109,7 +110,9 @@ def build(cfg: DictConfig) -> Built:
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     deployment=deployment, oracle=oracle, rng=np.random.default_rng(ss_policy),
                     drafter=Drafter(oracle), block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
-                    record_steps=bool(cfg.engine.record_steps), max_sim_time_s=cfg.get("max_sim_time_s"))
+                    record_steps=bool(cfg.engine.record_steps),
+                    record_rounds=bool(cfg.engine.get("record_rounds", False)),
+                    max_sim_time_s=cfg.get("max_sim_time_s"))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment)
 
 
@@ -127,7 +130,7 @@ def run_point(cfg: DictConfig) -> PointResult:
     requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
     provenance = [asdict(d) for d in getattr(built.table, "provenance", ())]
     return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source],
-                       provenance=provenance)
+                       provenance=provenance, rounds=out.rounds)
 
 
 def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
@@ -152,7 +155,10 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
         "tpot_slo_s": s.tpot_slo_s,
         "ttft_slo_s": s.ttft_slo_s,
         "num_preemptions": s.num_preemptions,
+        "service_s": s.service_s,
+        "swap_s": s.swap_s,
         "replica": out.replica_of,
+        **out.request_columns,
     })
 
 

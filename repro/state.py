@@ -63,6 +63,8 @@ class RequestState:
         self.num_decode_steps = np.zeros(n, dtype=np.int64)
         self.num_spec_steps = np.zeros(n, dtype=np.int64)
         self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.service_s = np.zeros(n)  # seconds of the steps the request ran in (drafting + verification)
+        self.swap_s = np.zeros(n)  # seconds moving the request's KV between GPU and host (out and back in)
         self.last_token_at = np.full(n, np.nan)  # when the request last emitted a token
         self.waiting: deque[int] = deque()
         self.running: list[int] = []

@@ -7,6 +7,9 @@ charged, the tokens matched past the first rejection, the fixed overheads inside
 (``engine.record_steps=true``) is one such observer, :class:`StepTracer`: one :class:`StepRecord` per step per
 replica, plus the named values the plan carried (``StepPlan.telemetry``, e.g. the arm a bandit chose), which
 :func:`steps_frame` turns into extra columns of the steps table (``steps.parquet``) when some plan carries any.
+The round trace (``engine.record_rounds=true``), :class:`RoundTracer`, is another: one row per decoding request per
+step (``rounds.parquet``), with the request's running totals, e.g. its acceptance rate over decoding progress (LAPS-SD
+Fig. 3).
 """
 
 from __future__ import annotations
@@ -120,3 +123,47 @@ def steps_frame(records: list[StepRecord], telemetry: list[Mapping[str, float] |
             frame[name] = np.array([float(t.get(name, np.nan)) if t else np.nan for t in telemetry],
                                    dtype=np.float64)
     return frame
+
+
+#: Columns of the round trace (:class:`RoundTracer`).
+ROUND_COLUMNS = ("rid", "replica", "end_at", "k", "accepted", "num_generated", "num_proposed", "num_accepted")
+
+
+class RoundTracer:
+    """The round trace: after each step, one row per request that decoded in it: its id and replica, the step's end,
+    the tokens it proposed (``k``) and accepted there, and its running totals after the step: tokens generated
+    (``num_generated``, its first token included), draft tokens proposed and accepted (``num_proposed``,
+    ``num_accepted``; their ratio is the acceptance rate of everything it decoded so far, ``accept_rate`` in the
+    table)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[np.ndarray] = []
+        self._generated: dict[int, int] = {}
+        self._proposed: dict[int, int] = {}
+        self._accepted: dict[int, int] = {}
+
+    def on_step(self, event: StepEvent) -> None:
+        res = event.result
+        gen, prop, acc = self._generated, self._proposed, self._accepted
+        pre = event.prefill
+        if pre.ids.size:
+            for rid in pre.ids[pre.completes].tolist():  # a completed prompt's sample is the first token
+                gen[rid] = gen.get(rid, 0) + 1
+        dec = res.decode_ids
+        if dec.size == 0:
+            return
+        rows = np.empty((dec.size, len(ROUND_COLUMNS)), dtype=np.float64)
+        for i, (rid, k, a, e) in enumerate(zip(dec.tolist(), res.num_proposed.tolist(), res.num_accepted.tolist(),
+                                               res.num_emitted.tolist(), strict=True)):
+            gen[rid] = gen.get(rid, 0) + e
+            prop[rid] = prop.get(rid, 0) + k
+            acc[rid] = acc.get(rid, 0) + a
+            rows[i] = (rid, event.replica, res.end_at, k, a, gen[rid], prop[rid], acc[rid])
+        self._chunks.append(rows)
+
+    def frame(self) -> pd.DataFrame:
+        """The trace as a table (:data:`ROUND_COLUMNS`), in step order."""
+        data = np.concatenate(self._chunks) if self._chunks else np.zeros((0, len(ROUND_COLUMNS)))
+        frame = pd.DataFrame(data, columns=list(ROUND_COLUMNS))
+        ints = [c for c in ROUND_COLUMNS if c != "end_at"]
+        return frame.astype(dict.fromkeys(ints, np.int64))

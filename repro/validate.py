@@ -62,6 +62,7 @@ KNOBS: dict[str, Knob] = {
     "engine.block_size": Knob("int", 0),
     "engine.gpu_memory_utilization": Knob("float", 0, high=1.0),
     "engine.record_steps": Knob("bool"),
+    "engine.record_rounds": Knob("bool"),
     "quick": Knob("bool"),
     "n_jobs": Knob("int", 0, nullable=True),
     "resume": Knob("bool"),

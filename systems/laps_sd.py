@@ -12,10 +12,15 @@ Li, Chen and Li, "Semi-Clairvoyant Scheduling of Speculative Decoding Requests t
 - **Estimate (Eq. 6).** T̃_i = n·L_i·T_SSM/(n·A_i + 1) + L_i·T_LLM/(n·A_i + 1), L_i the output-length predictor's
   estimate, n the speculation length, T_SSM the draft time per speculated token and T_LLM the verification time per
   round (both the means the scheduler has observed so far).
+- **Queues of perceptible requests (§4.1: "changes to the perceptible state and is moved to the corresponding
+  queue").** A perceptible request is placed by its *perceived* service T̃_i (the name's "Least-Attained/Perceived-
+  Service"), a non-perceptible one by its attained service E_i.
 - **Order (§4.3, "multi-state scheduling").** Higher queues first; inside a queue perceptible requests by shortest
   T̃_i (SJF), then non-perceptible ones FCFS. Only non-perceptible requests are preempted: after every round the
   batch is recomputed, and a running non-perceptible request that lost its place is swapped out (its KV goes to
-  host memory; the engine charges the transfer over the host link, both ways, Fig. 2's switching cost).
+  host memory; the engine charges the transfer over the host link, both ways, Fig. 2's switching cost). The round
+  in which a request becomes perceptible is its last as a non-perceptible one: it is moved to its perceived queue
+  and competes there; once it runs as a perceptible request it runs to completion.
 - **Batch (§3).** ``max_batch: 1`` as the paper; larger values are our extension (the batch is the top
   ``max_batch`` requests in the order above, running perceptible requests kept).
 
@@ -26,9 +31,14 @@ Deviations:
   ``conf/system/laps_sd.yaml`` with the reason for each. Q_K has no upper threshold (it holds every longer request).
 - Attained service counts every step the request ran in, prefill included, at the whole step's drafting plus
   verification time (at batch 1 that is the request's own); swap time is not service.
-- Perceptible requests keep being placed by attained service like the others (the paper moves them "to the
-  corresponding queue" without saying which), and SJF orders them by the total estimate T̃_i, as §4.3 defines it,
-  not by the remaining time.
+- The paper moves a request that becomes perceptible "to the corresponding queue" without saying which; we read
+  the scheme's name: by its perceived service, the total estimate T̃_i of Eq. 6 (not the remaining T̃_i − E_i), on
+  the same thresholds. SJF orders perceptible requests by T̃_i too, as §4.3 defines it.
+- The decision right after the round that made a request perceptible may swap it out (that is how it moves to its
+  perceived queue): it is still non-perceptible when the decision is made. Once it runs a round as a perceptible
+  request it is never preempted.
+- A request's estimate is made once, when it becomes perceptible, and is the ``estimate_s`` column of the requests
+  table (Fig. 7 compares it with the service the request got, ``service_s``).
 - T_SSM and T_LLM are observed means over every decode round so far (the paper does not say how it gets them);
   a request becomes perceptible after a round, so they are always defined when Eq. 6 is used.
 - The output-length predictor ([Z et al., 2024], a fine-tuned LLM) is modelled as multiplicative log-normal error
@@ -107,6 +117,7 @@ class LAPSSD(Policy):
         self._n = n
         self.attained_s = np.zeros(n)
         self.perceptible = np.zeros(n, dtype=bool)
+        self.fresh = np.zeros(n, dtype=bool)  # became perceptible in the last round (not pinned yet)
         self.accept_pred = np.full(n, np.nan)
         self.estimate = np.full(n, np.inf)
         self.pred_len = np.full(n, -1, dtype=np.int64)
@@ -118,10 +129,11 @@ class LAPSSD(Policy):
         self.rounds = 0
 
     def order(self, view: View) -> np.ndarray:
-        """Every contender, highest priority first: queue, then perceptible by T̃ (SJF), then the rest FCFS."""
+        """Every contender, highest priority first: queue (by perceived service T̃ if perceptible, else by attained
+        service), then perceptible by T̃ (SJF), then the rest FCFS."""
         rids = contenders(view)
-        q = queue_of(self.attained_s[rids], self.upper_s)
         per = self.perceptible[rids]
+        q = queue_of(np.where(per, self.estimate[rids], self.attained_s[rids]), self.upper_s)
         key = np.where(per, self.estimate[rids], view.arrival_s[rids])
         return rids[np.lexsort((rids, key, ~per, q))]
 
@@ -132,8 +144,19 @@ class LAPSSD(Policy):
             self.pred_len[new] = view.predicted_output_len(new, self.predictor)
         order = self.order(view)
         running = view.running
-        pinned = running[self.perceptible[running]] if running.size else running  # only non-perceptible preempted
+        # only non-perceptible requests are preempted; one that became perceptible in the last round moves to its
+        # perceived queue first (it is not pinned until it runs as a perceptible request)
+        pinned = running[self.perceptible[running] & ~self.fresh[running]] if running.size else running
+        self.fresh[running] = False
         return serve_in_order(view, order, max_batch=self.max_batch, k=self.k, pinned=pinned)
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """Eq. 6's estimate T̃_i, made when the request became perceptible (NaN for those that never did), and the
+        output-length predictor's L_i."""
+        if self._n == 0:
+            return {}
+        return {"estimate_s": np.where(np.isfinite(self.estimate), self.estimate, np.nan),
+                "predicted_output_len": np.where(self.pred_len >= 0, self.pred_len, -1).astype(np.float64)}
 
     def observe(self, result: StepResult) -> None:
         ran = np.concatenate([result.prefill_ids, result.decode_ids])
@@ -156,6 +179,7 @@ class LAPSSD(Policy):
             hist.append(self.accepted[rid] / self.proposed[rid])
             if is_stable(hist, self.gamma, self.delta):  # Algorithm 1 lines 11-14
                 self.perceptible[rid] = True
+                self.fresh[rid] = True
                 self.accept_pred[rid] = float(np.mean(hist))
                 del self.rates[rid]
         fresh = dec[self.perceptible[dec] & ~np.isfinite(self.estimate[dec])]

@@ -53,6 +53,16 @@ def test_request_and_step_columns_by_hand() -> None:
     assert with_derived(None) is None
 
 
+def test_switch_ratio_and_estimate_error_by_hand() -> None:
+    req = pd.DataFrame({"arrival_s": [0.0, 0.0, 0.0], "first_token_at": [0.1, 0.1, 0.1],
+                        "finish_at": [2.0, 3.0, np.nan], "service_s": [2.0, 2.5, 1.0], "swap_s": [0.5, 0.0, 0.1],
+                        "estimate_s": [2.5, np.nan, 1.0]})
+    out = with_derived(req)
+    assert out["switch_ratio"].tolist() == pytest.approx([0.25, 0.0, 0.1])
+    err = out["estimate_error"].tolist()
+    assert err[0] == pytest.approx(0.25) and math.isnan(err[1]) and math.isnan(err[2])  # no estimate; unfinished
+
+
 def test_points_csv_text_rows() -> None:
     rows = [
         {"system": "vllm", "seed": "0", "b": "1", "lat": "2"},

@@ -57,10 +57,44 @@ def test_cdf_and_stacked_bar_draw() -> None:
     ("spec", "match"),
     [
         ({"name": "f", "kind": "timeline", "y": ["num_seqs"], "y2": ["nope"]}, r"\.y2: no column 'nope'"),
-        ({"name": "f", "kind": "timeline", "y": "num_seqs", "bins": 2}, "unknown key"),
+        ({"name": "f", "kind": "timeline", "y": "num_seqs", "bin": 2}, "unknown key"),
         ({"name": "f", "kind": "pie"}, "needs a name and a kind"),
     ],
 )
 def test_spec_errors_name_the_key(spec: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         figures.check_spec(spec, list(_steps().columns))
+
+
+def _requests() -> pd.DataFrame:
+    return pd.DataFrame({"system": ["a"] * 6, "output_len": [10, 40, 60, 90, 150, 400],
+                         "estimate_error": [0.1, 0.3, 0.2, 0.4, 0.5, 0.9]})
+
+
+def test_binned_rows_sit_at_their_bin_centre() -> None:
+    out = figures.binned(_requests(), "output_len", [0, 50, 100, 200])
+    assert out["output_len"].tolist() == [25.0, 25.0, 75.0, 75.0, 150.0]  # 400 lies outside: dropped
+    assert out.groupby("output_len")["estimate_error"].mean().tolist() == pytest.approx([0.2, 0.3, 0.5])
+    geo = figures.binned(_requests(), "output_len", [0, 50, 200], geometric=True)
+    assert geo["output_len"].tolist() == pytest.approx([25.0, 25.0, 100.0, 100.0, 100.0])  # √(50·200)
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    ({"name": "f", "kind": "line", "data": "nope", "x": "output_len", "y": "estimate_error"}, "data: 'nope'"),
+    ({"name": "f", "kind": "cdf", "data": "steps", "y": "latency_s"}, "a cdf figure reads requests"),
+    ({"name": "f", "kind": "line", "data": "requests", "x": "output_len", "y": "estimate_error", "bins": [5]},
+     "bins: expected at least two increasing edges"),
+])
+def test_table_choice_errors_name_the_key(spec: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        figures.draw_figure(spec, {"points": pd.DataFrame(), "requests": _requests(), "steps": _steps()})
+
+
+def test_a_line_figure_from_the_requests_table() -> None:
+    spec = {"name": "f", "kind": "line", "data": "requests", "x": "output_len", "bins": [0, 50, 100, 500],
+            "y": "estimate_error", "logx": True}
+    fig = figures.draw_figure(spec, {"points": pd.DataFrame(), "requests": _requests(), "steps": None})
+    assert fig is not None
+    xs = sorted(fig.axes[0].lines[0].get_xdata().tolist())
+    assert xs == pytest.approx([25.0, 50.0 ** 0.5 * 100 ** 0.5, (100 * 500) ** 0.5])
+    assert figures.draw_figure({**spec, "data": "rounds"}, {"rounds": None}) is None  # not saved: skipped

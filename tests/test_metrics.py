@@ -224,3 +224,16 @@ def test_tpot_from_the_first_decode_step() -> None:
     m = summarize(row, 3.5)
     assert m["slo_attainment"] == 0.0 and m["slo_attainment_from_decode"] == 1.0
     assert m["mean_tpot_from_decode_ms"] == pytest.approx(500.0)
+
+
+def test_switch_overhead_and_estimate_error_by_hand() -> None:
+    # LAPS-SD Figs. 2 and 7: Σ swap / Σ service; |estimate − service| / service over finished requests with an
+    # estimate, and the share of finished requests that have one.
+    req = pd.DataFrame({"rid": [0, 1, 2, 3], "arrival_s": [0.0] * 4, "first_token_at": [0.1] * 4,
+                        "finish_at": [2.0, 3.0, 4.0, np.nan], "output_len": [10] * 4, "service_s": [2.0, 2.0, 4.0, 1.0],
+                        "swap_s": [0.5, 0.0, 0.5, 0.0], "estimate_s": [2.2, 1.0, np.nan, 3.0]})
+    m = summarize(req, 4.0)
+    assert m["switch_overhead"] == pytest.approx(1.0 / 9.0)
+    assert m["mean_estimate_error"] == pytest.approx((0.1 + 0.5) / 2)
+    assert m["estimated_fraction"] == pytest.approx(2 / 3)
+    assert "mean_estimate_error" not in summarize(req.drop(columns="estimate_s"), 4.0)

@@ -396,3 +396,44 @@ def test_score_chain_counts_every_matching_position() -> None:
     assert (accepted == np.argmin(np.c_[truth, np.zeros(32, bool)], axis=1)).all()
     assert (matched >= accepted).all() and (matched > accepted).any()
     assert (oracle.accept_chain(rids, pos, k)[1] == accepted).all()
+
+
+@pytest.mark.parametrize("table", [
+    {"chat": {"a0": 0.2, "tau": 30.0}},                                    # a dataset's own shape; others none
+    {"chat": {"a0": 0.2, "tau": 30.0}, "code": None},                     # an explicit null
+    {"chat": {"a0": 0.2, "tau": 30.0}, "default": None},
+])
+def test_drift_is_per_dataset(table: dict) -> None:
+    # Requests of a dataset without a drift shape draw exactly what an oracle without drift draws for them (common
+    # random numbers); those of a dataset with one start near its a0 (0.2 here, against a level of 0.7).
+    n = 300
+    ds = np.array(["chat", "code"] * (n // 2), dtype=object)
+    plain = TokenOracle(0, ds, {"default": 0.7})
+    drifting = TokenOracle(0, ds, {"default": 0.7}, drift=table)
+    rids, code, chat = np.arange(n), ds == "code", ds == "chat"
+    for t in (0, 3, 50):
+        _, a_plain = plain.accept_chain(rids, np.full(n, t), np.full(n, 4))
+        _, a_drift = drifting.accept_chain(rids, np.full(n, t), np.full(n, 4))
+        np.testing.assert_array_equal(a_plain[code], a_drift[code])
+    _, first = drifting.accept_chain(rids, np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64))
+    assert first[chat].mean() < 0.35 < 0.55 < first[code].mean()
+
+
+def test_one_drift_shape_applies_to_every_dataset() -> None:
+    ds = np.array(["chat", "code"] * 150, dtype=object)
+    one = TokenOracle(0, ds, {"default": 0.7}, drift={"a0": 0.2, "tau": 30.0})
+    table = TokenOracle(0, ds, {"default": 0.7}, drift={"default": {"a0": 0.2, "tau": 30.0}})
+    rids = np.arange(ds.size)
+    np.testing.assert_array_equal(one.accept_chain(rids, np.zeros(ds.size, dtype=np.int64), np.full(ds.size, 4))[1],
+                                  table.accept_chain(rids, np.zeros(ds.size, dtype=np.int64), np.full(ds.size, 4))[1])
+
+
+@pytest.mark.parametrize(("drift", "message"), [
+    ({"chat": {"a0": 0.2}}, "expected {a0, tau"),
+    ({"chat": {"a0": 0.2, "tau": 0.0}}, "tau must be > 0"),
+    ({"chat": {"a0": 0.2, "tau": 5.0, "shape": 1}}, "expected {a0, tau"),
+])
+def test_bad_drift_names_the_dataset(drift: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        TokenOracle(0, np.array(["chat"], dtype=object), {"default": 0.7}, drift=drift)
+    assert "'chat'" in str(err.value)

@@ -9,7 +9,7 @@ from repro.plan import StepPlan
 from repro.policy import Policy
 from repro.simulate import steps_frame
 from repro.state import View
-from repro.trace import RECORD_COLUMNS, StepEvent
+from repro.trace import RECORD_COLUMNS, ROUND_COLUMNS, StepEvent
 from systems.static_sd import StaticSD
 from tests.conftest import FixedOracle, make_engine, make_requests, run
 
@@ -81,3 +81,22 @@ def test_telemetry_may_not_overwrite_a_trace_column() -> None:
     with pytest.raises(ValueError, match="latency_s"):
         run(Clash(), make_requests(1, output_len=1), record_steps=True)
     run(Clash(), make_requests(1, output_len=1))  # without tracing, telemetry is not looked at
+
+
+def test_the_round_trace_keeps_each_requests_running_totals() -> None:
+    # One row per decoding request per step; its running totals end at the request's final counts, and the first
+    # token (sampled by the prefill) is counted in num_generated. Chains of 2 accepting 1: 2 tokens a round.
+    reqs = make_requests(3, prompt_len=[16, 24, 32], output_len=[7, 5, 9])
+    out = run(StaticSD(k=2), reqs, oracle=FixedOracle(1), record_rounds=True)
+    rounds = out.rounds
+    assert rounds is not None and list(rounds.columns) == list(ROUND_COLUMNS)
+    s = out.state
+    last = rounds.groupby("rid").last()
+    assert last["num_generated"].tolist() == s.num_generated.tolist() == [7, 5, 9]
+    assert last["num_proposed"].tolist() == s.num_proposed.tolist()
+    assert last["num_accepted"].tolist() == s.num_accepted.tolist()
+    r0 = rounds[rounds["rid"] == 0]
+    assert r0["num_generated"].tolist() == [3, 5, 7]  # 1 (prefill) + 2 per round
+    assert r0["k"].tolist() == [2, 2, 2] and r0["accepted"].tolist() == [1, 1, 1]
+    assert (r0["num_proposed"].diff().dropna() == 2).all() and r0["end_at"].is_monotonic_increasing
+    assert run(StaticSD(k=2), reqs, oracle=FixedOracle(1)).rounds is None  # off by default

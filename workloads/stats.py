@@ -41,8 +41,18 @@ PUBLISHED: dict[str, tuple[tuple[float, float], dict[str, tuple[float, float]]]]
 #: InstructCode (TurboSpec §7; InstructCoder, Li et al. 2023, hub likaixin/InstructCoder): an edit instruction
 #: (~20 tokens) with a code snippet in, the edited snippet out, so outputs are about as long as the snippet.
 #: Assumed: snippets of ~200 tokens with a wide spread. Provide the file to replace these.
+#: LAPS-SD's hub-only sets (no length statistics published, in the paper or on the hub cards we know of; the paper
+#: says only that MiniThinky's inputs and outputs are longer than the other two sets'):
+#: Chatbot Instruction Prompts (alespalla/chatbot_instruction_prompts: prompt → response pairs of instruction-tuning
+#: data): short instructions, answers of a paragraph or a few, with a long tail (coefficient of variation 1).
+#: MiniThinky (ngxson/MiniThinky-dataset: prompt → response, where a response is a "<|thinking|>" reasoning trace
+#: followed by "<|answer|>"): the reasoning makes outputs several times longer than a plain answer; assumed ≈ 650
+#: tokens, and prompts (questions, often with context) ≈ 110. Provide ``chatbot_instruction_prompts/train.parquet``
+#: or ``minithinky/train.parquet`` (columns prompt, response) under $REPRO_DATA to replace these.
 ASSUMED: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "instructcode": ((230.0, 150.0), (200.0, 140.0)),
+    "chatbot_instruction_prompts": ((40.0, 40.0), (160.0, 160.0)),
+    "minithinky": ((110.0, 100.0), (650.0, 400.0)),
 }
 
 

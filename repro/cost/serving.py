@@ -35,7 +35,7 @@ from repro.cost.spec import CONF_DIR, UnknownSpecError, _to_dict
 Scorer = Literal["multi_query", "batch_expansion"]
 DraftKvLayout = Literal["spread", "vllm_v0"]
 #: keys of the ``engine`` config block that are run settings, not part of the engine's profile
-RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps")
+RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds")
 
 
 @dataclass(frozen=True, slots=True)

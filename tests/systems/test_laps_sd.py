@@ -18,6 +18,15 @@ from systems.lib import LogNormalLengthPredictor
 from systems.lp_sjf import LPSJF
 from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, spy
 
+
+def summarize_requests(out: Any) -> dict[str, float]:
+    from repro.metrics import summarize
+    from repro.simulate import requests_frame
+
+    table = type("Table", (), {"classes": None, "slo_class": np.zeros(out.state.n, dtype=np.int64),
+                               "dataset": "x"})()
+    return summarize(requests_frame(out, table), out.sim_time_s)
+
 # the paper's deployment: LLaMA-7B verifying LLaMA-68M's drafts on one L20 (LAPS-SD §5.1)
 PAPER = {"hardware": "l20", "model": "llama2-7b", "draft": "llama-68m", "engine": "vllm_v1"}
 # KV bytes per token: 2 (K, V) × layers × hidden × 2 bytes: LLaMA-7B 2·32·4096·2, LLaMA-68M 2·2·768·2
@@ -152,6 +161,19 @@ def test_eq6_uses_the_predicted_length_and_observed_step_times() -> None:
     assert pol.estimate[0] == pytest.approx(300 / (k * 0.5 + 1) * (k * t_ssm + t_llm))
 
 
+def test_the_estimate_reaches_the_requests_table() -> None:
+    # Fig. 7 reads Eq. 6's estimate from the requests table (estimate_s; NaN for a request that finished before it
+    # became perceptible) and compares it with the service the request got: here the estimate is exact up to the
+    # prefill step and the last round (acceptance and step times are constant), so the error is small.
+    pol = LAPSSD(k=4, gamma=3, delta=0.01, first_threshold_s=100.0, length_error_sigma=0.0)
+    out, _, _ = run_paper(pol, make_requests(2, output_len=[300, 2]), accept=2)
+    cols = out.request_columns
+    assert cols["estimate_s"][0] == pytest.approx(pol.estimate[0]) and np.isnan(cols["estimate_s"][1])
+    assert cols["predicted_output_len"].tolist() == [300.0, 2.0]
+    err = abs(cols["estimate_s"][0] - out.state.service_s[0]) / out.state.service_s[0]
+    assert err < 0.05
+
+
 # --- §4.3: perceptible first, SJF among them, then FCFS -------------------------------------------------------
 
 def _view(n: int, arrival_s: list[float]) -> View:
@@ -163,13 +185,17 @@ def _view(n: int, arrival_s: list[float]) -> View:
     return View(state, block_size=16, max_model_len=4096, cost=make_cost(**PAPER), drafter=None)
 
 
+# thresholds 0.25 / 0.5 / 1.0 s: Q1 [0, 0.25), Q2 [0.25, 0.5), Q3 [0.5, 1.0), Q4 [1.0, ∞)
 @pytest.mark.parametrize(("attained", "perceptible", "estimate", "order"), [
-    # one queue: perceptible requests first by shortest T̃ (2 then 1), then the others by arrival (0 then 3)
-    ([0.1, 0.1, 0.1, 0.1], [False, True, True, False], [np.inf, 2.0, 1.0, np.inf], [2, 1, 0, 3]),
-    # SJF is by estimate, not by arrival
+    # one queue (Q2 by attained 0.3, Q2 by perceived 0.45 and 0.3): perceptible requests first by shortest T̃
+    # (2 then 1), then the others by arrival (0 then 3)
+    ([0.3, 0.3, 0.3, 0.3], [False, True, True, False], [np.inf, 0.45, 0.3, np.inf], [2, 1, 0, 3]),
+    # SJF is by estimate, not by arrival (all four perceived in Q4)
     ([0.0, 0.0, 0.0, 0.0], [True, True, True, True], [3.0, 1.0, 4.0, 2.0], [1, 3, 0, 2]),
-    # a higher queue wins whatever its state: request 3 (Q1, non-perceptible) before request 0 (Q2, perceptible)
-    ([0.3, 0.3, 0.6, 0.0], [True, False, True, False], [9.0, np.inf, 0.1, np.inf], [3, 0, 1, 2]),
+    # a perceptible request sits in the queue of its perceived service, not its attained one: request 2 (attained
+    # 0.6, perceived 0.1: Q1) first, request 0 (attained 0.3, perceived 9.0: Q4) last, behind the non-perceptible
+    # request 1 (attained 0.3: Q2); in Q1 the perceptible request 2 goes before the non-perceptible request 3
+    ([0.3, 0.3, 0.6, 0.0], [True, False, True, False], [9.0, np.inf, 0.1, np.inf], [2, 3, 1, 0]),
     # non-perceptible requests FCFS: arrival 2.0, 0.5, 1.0 → 1, 2, 0
     ([0.0, 0.0, 0.0], [False, False, False], [np.inf] * 3, [1, 2, 0]),
 ])
@@ -204,6 +230,8 @@ def test_only_non_perceptible_requests_are_preempted(gamma: int, preempted: bool
 
 
 def test_preempted_requests_are_never_perceptible() -> None:
+    # A request is preempted only while non-perceptible, or in the decision right after the round that made it
+    # perceptible (it moves to the queue of its perceived service then); never after it ran as a perceptible one.
     out_len = [40, 300, 120, 60, 250, 90, 30, 180]
     reqs = make_requests(8, prompt_len=64, output_len=out_len, gap_s=0.2)
     pol = LAPSSD(num_queues=4, first_threshold_s=0.05, gamma=3, delta=0.05)
@@ -211,9 +239,10 @@ def test_preempted_requests_are_never_perceptible() -> None:
     schedule = pol.schedule
 
     def check(view: View) -> StepPlan:
+        settled = pol.perceptible & ~pol.fresh if pol._n else np.zeros(0, dtype=bool)
         plan = schedule(view)
         if plan.preempt_ids.size:
-            assert not pol.perceptible[plan.preempt_ids].any()
+            assert not settled[plan.preempt_ids].any()
             assert plan.preempt_mode == "swap"
             checked.append(plan.preempt_ids.size)
         return plan
@@ -222,6 +251,20 @@ def test_preempted_requests_are_never_perceptible() -> None:
     out = make_engine(pol, reqs, oracle=FixedOracle(1), **PAPER).run()
     assert (out.state.status == Status.FINISHED).all()
     assert checked, "the case must preempt at least once"
+
+
+def test_a_request_that_becomes_perceptible_moves_to_its_perceived_queue() -> None:
+    # Request 0 (300 tokens) runs alone, becomes perceptible after 2 steady rounds (a fixed acceptance gives equal
+    # rates) with an estimate far above S_1^up, so it moves to the last queue; request 1 arrives while it is still
+    # in Q1 by attained service. With placement by attained service, 0 would be pinned and run to the end first;
+    # by perceived service, 1 (non-perceptible, Q1) overtakes it once, then 0 runs to completion unpreempted.
+    reqs = make_requests(2, prompt_len=32, output_len=[300, 20], gap_s=0.06)
+    pol = LAPSSD(num_queues=3, first_threshold_s=0.5, gamma=2, delta=0.01)
+    out, _, _ = run_paper(pol, reqs)
+    s = out.state
+    assert pol.perceptible[0] and pol.estimate[0] > pol.upper_s[-1]
+    assert s.num_preemptions[0] == 1  # moved once, at the transition
+    assert s.finish_at[1] < s.finish_at[0]
 
 
 # --- the cost of a preemption: KV bytes over the host link ---------------------------------------------------
@@ -240,6 +283,25 @@ def test_swap_cost_is_kv_bytes_over_the_host_link() -> None:
     assert results[2].memory_s == pytest.approx((48 + 32) * per_token_s)
     assert results[2].end_at - results[2].start_at == pytest.approx(
         results[2].memory_s + results[2].draft_s + results[2].verify_s)
+
+
+def test_service_and_swap_time_per_request() -> None:
+    # At batch 1 a request's service_s is the drafting + verification time of the steps it ran in, and its swap_s the
+    # transfers of its own KV; summed over requests they are the run's compute and memory time (LAS swaps only).
+    reqs = make_requests(3, prompt_len=[32, 48, 40], output_len=[10, 6, 8])
+    out, plans, results = run_paper(LAS(k=4), reqs, accept=1)
+    s = out.state
+    ran = {r: 0.0 for r in range(3)}
+    for res in results:
+        for rid in np.concatenate([res.prefill_ids, res.decode_ids]).tolist():
+            ran[rid] += res.draft_s + res.verify_s
+    np.testing.assert_allclose(s.service_s, [ran[r] for r in range(3)])
+    assert s.swap_s.sum() == pytest.approx(sum(r.memory_s for r in results))
+    per_token_s = (KV_7B + KV_68M) / L20_HOST_LINK
+    first_out = plans[1].preempt_ids.tolist()
+    assert first_out == [0] and s.swap_s[0] >= 2 * 32 * per_token_s  # out after its prefill, and back in
+    metrics = summarize_requests(out)
+    assert metrics["switch_overhead"] == pytest.approx(s.swap_s.sum() / s.service_s.sum())
 
 
 # --- the baselines ---------------------------------------------------------------------------------------------

@@ -149,14 +149,20 @@ def test_published_source(empty_data: Path) -> None:
     assert "TurboSpec Table 2" in t.source
 
 
-def test_assumed_lengths_without_a_file(empty_data: Path, tmp_path: Path) -> None:
-    t = build_workload(make_cfg([{"name": "instructcode"}], n=4000), seed=seed(), tokenizer="llama2")
-    assert t.prompt_len.mean() == pytest.approx(230, rel=0.05) and t.output_len.mean() == pytest.approx(
-        200, rel=0.05
+@pytest.mark.parametrize(("name", "prompt", "output", "hub_id"), [
+    ("instructcode", 230, 200, "likaixin/InstructCoder"),
+    ("chatbot_instruction_prompts", 40, 160, "alespalla/chatbot_instruction_prompts"),  # LAPS-SD's hub-only sets
+    ("minithinky", 110, 650, "ngxson/MiniThinky-dataset"),
+])
+def test_assumed_lengths_without_a_file(empty_data: Path, tmp_path: Path, name: str, prompt: float, output: float,
+                                        hub_id: str) -> None:
+    t = build_workload(make_cfg([{"name": name}], n=4000), seed=seed(), tokenizer="llama2")
+    assert t.prompt_len.mean() == pytest.approx(prompt, rel=0.05) and t.output_len.mean() == pytest.approx(
+        output, rel=0.05
     )
     assert "ASSUMED" in t.source
-    with pytest.raises(FileNotFoundError, match="likaixin/InstructCoder"):
-        build_workload(make_cfg([{"name": "instructcode"}], source="real"), seed=seed(), tokenizer="llama2")
+    with pytest.raises(FileNotFoundError, match=hub_id):
+        build_workload(make_cfg([{"name": name}], source="real"), seed=seed(), tokenizer="llama2")
 
 
 @pytest.mark.parametrize("policy", ["filter", "truncate"])
