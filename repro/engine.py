@@ -141,7 +141,7 @@ class Replica:
         self._sync_view()
         if observers:
             event = StepEvent(self.index, plan, result, pre, dec, matched,
-                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s)
+                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s, v)
             for obs in observers:
                 obs.on_step(event)
         self.policy.observe(result)
@@ -411,10 +411,9 @@ class Replica:
 
     def _charge_swaps(self, rids: np.ndarray) -> None:
         """Each request's own share of a swap (its KV, and its draft KV, over the host link): ``swap_s``."""
-        s, cost = self.s, self.cost
+        s, draft = self.s, self.draft_resident
         for rid in rids.tolist():
-            r = np.array([rid])
-            s.swap_s[rid] += cost.swap_s(int(s.num_computed[rid]), self._draft_kv_tokens(r))
+            s.swap_s[rid] += self.cost.swap_s(int(s.num_computed[rid]), int(s.num_draft_computed[rid]) if draft else 0)
 
     def _draft_kv_tokens(self, rids: np.ndarray) -> int:
         """Tokens of the resident draft model's KV the requests hold (swapped with the target's)."""

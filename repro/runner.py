@@ -91,11 +91,26 @@ def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
         dict(res.metrics),
         list(res.notes),
         wall,
-        res.requests if keep_tables else None,
+        saved_columns(res.requests, cfg.get("save_columns")) if keep_tables else None,
         res.steps if keep_tables else None,
         list(res.provenance),
         res.rounds if keep_tables else None,
     )
+
+
+def saved_columns(requests: pd.DataFrame, keep: Any) -> pd.DataFrame:
+    """The requests table as ``save_columns`` asks (``rid`` always; None: every column); a name the table lacks is a
+    :class:`ConfigError` naming it."""
+    if keep is None:
+        return requests
+    names = [str(c) for c in keep] if isinstance(keep, Sequence) and not isinstance(keep, str) else None
+    if names is None:
+        raise ConfigError(f"save_columns: expected a list of requests-table columns or null, got {keep!r}")
+    unknown = [c for c in names if c not in requests.columns]
+    if unknown:
+        raise ConfigError(f"save_columns: no requests-table column(s) {unknown} (columns: "
+                          f"{', '.join(map(str, requests.columns))})")
+    return requests[[c for c in requests.columns if c == "rid" or c in names]]
 
 
 @dataclass

@@ -25,6 +25,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from repro.cost.step import DecodeBatch, PrefillBatch
     from repro.plan import StepPlan, StepResult
+    from repro.state import View
 
 
 @dataclass(slots=True)
@@ -58,8 +59,8 @@ RECORD_COLUMNS = tuple(f.name for f in fields(StepRecord))
 class StepEvent:
     """One executed step as an observer sees it: its replica, the plan, the policy's observation, the prefill and
     decode batches the engine charged (the decode batch's ``k`` is what was verified: prompt lookup's matched
-    tokens, a tree's node count), the matched tokens per decoding request, the fixed costs inside ``verify_s`` and
-    the wall-clock seconds the policy took to plan it."""
+    tokens, a tree's node count), the matched tokens per decoding request, the fixed costs inside ``verify_s``, the
+    wall-clock seconds the policy took to plan it and the replica's read-only request state after it."""
 
     replica: int
     plan: StepPlan
@@ -69,6 +70,7 @@ class StepEvent:
     num_matched: np.ndarray
     overhead_s: float
     schedule_wall_s: float
+    view: View | None = None  # the replica's request state after the step (read-only)
 
 
 class StepObserver(Protocol):
@@ -131,35 +133,23 @@ ROUND_COLUMNS = ("rid", "replica", "end_at", "k", "accepted", "num_generated", "
 
 class RoundTracer:
     """The round trace: after each step, one row per request that decoded in it: its id and replica, the step's end,
-    the tokens it proposed (``k``) and accepted there, and its running totals after the step: tokens generated
-    (``num_generated``, its first token included), draft tokens proposed and accepted (``num_proposed``,
-    ``num_accepted``; their ratio is the acceptance rate of everything it decoded so far, ``accept_rate`` in the
-    table)."""
+    the tokens it proposed (``k``) and accepted there, and its running totals after the step as the engine holds them:
+    tokens generated (``num_generated``, its first token included), draft tokens proposed and accepted
+    (``num_proposed``, ``num_accepted``; their ratio is the acceptance rate of everything it decoded so far,
+    ``accept_rate`` in the table)."""
 
     def __init__(self) -> None:
         self._chunks: list[np.ndarray] = []
-        self._generated: dict[int, int] = {}
-        self._proposed: dict[int, int] = {}
-        self._accepted: dict[int, int] = {}
 
     def on_step(self, event: StepEvent) -> None:
-        res = event.result
-        gen, prop, acc = self._generated, self._proposed, self._accepted
-        pre = event.prefill
-        if pre.ids.size:
-            for rid in pre.ids[pre.completes].tolist():  # a completed prompt's sample is the first token
-                gen[rid] = gen.get(rid, 0) + 1
+        res, view = event.result, event.view
         dec = res.decode_ids
-        if dec.size == 0:
+        if dec.size == 0 or view is None:
             return
-        rows = np.empty((dec.size, len(ROUND_COLUMNS)), dtype=np.float64)
-        for i, (rid, k, a, e) in enumerate(zip(dec.tolist(), res.num_proposed.tolist(), res.num_accepted.tolist(),
-                                               res.num_emitted.tolist(), strict=True)):
-            gen[rid] = gen.get(rid, 0) + e
-            prop[rid] = prop.get(rid, 0) + k
-            acc[rid] = acc.get(rid, 0) + a
-            rows[i] = (rid, event.replica, res.end_at, k, a, gen[rid], prop[rid], acc[rid])
-        self._chunks.append(rows)
+        self._chunks.append(np.column_stack([
+            dec, np.full(dec.size, event.replica), np.full(dec.size, res.end_at), res.num_proposed,
+            res.num_accepted, view.num_generated[dec], view.num_proposed[dec], view.num_accepted[dec],
+        ]).astype(np.float64))
 
     def frame(self) -> pd.DataFrame:
         """The trace as a table (:data:`ROUND_COLUMNS`), in step order."""

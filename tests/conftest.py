@@ -202,6 +202,13 @@ def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> QuickRuns:
     return QuickRuns(tmp_path_factory.mktemp("quick_runs"))
 
 
+@pytest.fixture(scope="module", params=DATA_MODES)
+def data(request: pytest.FixtureRequest) -> str:
+    """The data mode a claims test runs in, each in turn: the real files (skipped without them) and none at all
+    (embedded statistics); a claim must hold on both. Which files an experiment reads is said in its test module."""
+    return str(request.param)
+
+
 def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
     """Every selected node's parent is selected too (or is the root): what the engine checks of a tree."""
     sel = np.zeros(cand.size + 1, dtype=bool)

@@ -9,17 +9,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.conftest import DATA_MODES, QuickRuns
+from tests.conftest import QuickRuns
 
 pytestmark = pytest.mark.slow
 BASELINES = ["vllm", "sarathi", "specinfer", "incr_dec"]
 
 
-@pytest.fixture(scope="module", params=DATA_MODES)
-def data(request: pytest.FixtureRequest) -> str:
-    """Every claim is checked on the real files (Alpaca, ArXiv, the Azure trace; skipped without them) and on the
-    embedded statistics: it must hold on both."""
-    return str(request.param)
+# Every claim is checked on the real files (Alpaca, ArXiv, the Azure trace; skipped without them) and on the
+# embedded statistics (the `data` fixture of conftest): it must hold on both.
 
 
 @pytest.fixture(scope="module")

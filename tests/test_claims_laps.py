@@ -11,16 +11,13 @@ import pandas as pd
 import pytest
 
 from repro import runner
-from tests.conftest import DATA_MODES, QuickRuns
+from tests.conftest import QuickRuns
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", params=DATA_MODES)
-def data(request: pytest.FixtureRequest) -> str:
-    """MBPP is a real file (skipped without it) or its embedded table; Chatbot Instruction Prompts and MiniThinky
-    have assumed lengths in both modes."""
-    return str(request.param)
+# Data modes (the `data` fixture of conftest): MBPP is a real file (skipped without it) or its embedded table;
+# Chatbot Instruction Prompts and MiniThinky have assumed lengths in both modes.
 
 
 @pytest.fixture(scope="module")

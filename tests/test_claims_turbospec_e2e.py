@@ -15,17 +15,15 @@ import pytest
 
 from repro import runner
 from repro.derived import with_derived
-from tests.conftest import DATA_MODES, QuickRuns
+from tests.conftest import QuickRuns
 
 pytestmark = pytest.mark.slow
 STATIC = ["k1", "k3", "k5"]
 STATIC12 = ["static_k1", "static_k3", "static_k5"]  # Fig. 12's quick run
 
 
-@pytest.fixture(scope="module", params=DATA_MODES)
-def data(request: pytest.FixtureRequest) -> str:
-    """Checked on the real ShareGPT and Sonnet files (skipped without them) and on the embedded statistics."""
-    return str(request.param)
+# Checked on the real ShareGPT and Sonnet files (skipped without them) and on the embedded statistics (the `data`
+# fixture of conftest).
 
 
 @pytest.fixture(scope="module")
