@@ -8,7 +8,8 @@ store them, so they are added on load)
     a request's ``latency_s`` (finish − arrival), ``ttft_ms`` and ``tpot_ms``, as :func:`repro.metrics.with_latencies`
     defines them (NaN while unfinished); a step's (or request's) ``accept_rate`` = accepted / proposed tokens (the
     emitted fraction) and ``draft_acceptance_rate`` = matched / proposed (vLLM v0's metric, an estimate of the
-    per-token α), NaN when nothing was proposed; a request's ``switch_ratio`` = swap_s / service_s (LAPS-SD Fig. 2)
+    per-token α), NaN when nothing was proposed; a step's ``total_tokens`` (:func:`step_total_tokens`); a request's
+    ``switch_ratio`` = swap_s / service_s (LAPS-SD Fig. 2)
     and, where a policy estimated its execution time, ``estimate_error`` (:func:`repro.metrics.estimate_error`,
     LAPS-SD Fig. 7). A column the table already has is kept as it is.
 Across rows, an experiment's ``exp.derived`` entries (:class:`Derived`), in order (a later entry may use an earlier
@@ -34,7 +35,7 @@ from repro.metrics import LATENCY_COLUMNS, estimate_error, with_latencies
 
 #: Columns of requests / steps tables that follow from stored ones: dropped when a table is saved, added on load.
 TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate", "switch_ratio",
-                                  "estimate_error")
+                                  "estimate_error", "total_tokens")
 _NAN = float("nan")
 
 
@@ -94,9 +95,20 @@ def with_derived(
         df = df.assign(switch_ratio=df["swap_s"] / df["service_s"].where(df["service_s"] > 0))
     if {"estimate_s", "service_s", "finish_at"} <= cols and "estimate_error" not in cols:
         df = df.assign(estimate_error=estimate_error(df))
+    if cols >= STEP_TOKENS and "total_tokens" not in cols:
+        df = df.assign(total_tokens=step_total_tokens(df))
     for spec in specs:
         df = df.assign(**{spec.name: _column(df, spec, keys)})
     return df
+
+
+STEP_TOKENS = frozenset({"num_emitted", "num_batched_tokens", "num_decode", "num_proposed"})
+
+
+def step_total_tokens(steps: pd.DataFrame) -> pd.Series:
+    """A step's ``total_tokens``: prompt tokens it prefilled plus output tokens it emitted (what vLLM's "total token
+    throughput" counts, Nightjar's throughput): the batched tokens less the decoding requests' 1 + proposed ones."""
+    return steps["num_emitted"] + steps["num_batched_tokens"] - steps["num_decode"] - steps["num_proposed"]
 
 
 def check(specs: Sequence[Derived], keys: Sequence[str]) -> None:

@@ -68,8 +68,10 @@ class Replica:
 
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
                  *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
-                 drafter: Drafter | None = None, observers: Sequence[StepObserver] = ()) -> None:
+                 drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
+                 arms: int | None = None) -> None:
         self.index = index
+        self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
         self.policy = policy
         self.s = state
         self.cost = cost
@@ -79,6 +81,7 @@ class Replica:
         self.coster = StepCoster(state, cost, self.proposers.remote)
         self.observers = tuple(observers)
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
+        self.draft_ready_at: float | None = None  # when an asynchronous draft reload completes
         self.kv = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout,
                          draft_resident=self.draft_resident)
         if self.kv.total <= 0:
@@ -110,6 +113,7 @@ class Replica:
         v.free_blocks = self.kv.free
         v.total_blocks = self.kv.total
         v.draft_resident = self.draft_resident
+        v.draft_loading = self.draft_ready_at is not None
         v._touch()
 
     def admit(self, rid: int) -> None:
@@ -122,6 +126,7 @@ class Replica:
 
     def step(self, now: float) -> float | None:
         """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles."""
+        self._draft_arrived(now)
         v = self.view
         v.now = now
         v.step_index = self.num_steps
@@ -136,12 +141,12 @@ class Replica:
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
-        result, pre, dec, matched, fwd, host_s = self._execute(plan, now)
+        result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
         self.num_steps += 1
         self._sync_view()
         if observers:
             event = StepEvent(self.index, plan, result, pre, dec, matched,
-                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s, v)
+                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s, v, arm_rewards)
             for obs in observers:
                 obs.on_step(event)
         self.policy.observe(result)
@@ -149,13 +154,14 @@ class Replica:
 
     # ---------------------------------------------------------------------------------------------------------
     def _execute(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
-                                                            ForwardCost | None, float]:
+                                                            ForwardCost | None, float, np.ndarray | None]:
         """Check and charge ``plan``, apply its outcome; return what the policy observes, and for observers the
-        batches charged, the matched tokens, the target's pass and the host seconds of speculation."""
+        batches charged, the matched tokens, the target's pass, the host seconds of speculation and (``arms``) the
+        counterfactual goodput of every uniform chain length (:meth:`_arm_rewards`)."""
         self._check_unique(plan.prefill_ids, plan.decode_ids)
         prop = self._resolve(plan.proposer)
         servers = self._placement(plan)
-        memory_s = self._memory_actions(plan) + self._preempt(plan) + self._swap_in(plan)
+        memory_s = self._memory_actions(plan, now) + self._preempt(plan) + self._swap_in(plan)
         pre = self._begin_prefill(plan)
         dec = self._begin_decode(plan, prop)
         if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and dec.k.any():
@@ -168,7 +174,12 @@ class Replica:
         shape, host_s = verify_pass(self.cost.engine, pre, dec)
         fwd = self.cost.forward(shape) if shape.num_seqs else None
         verify_s = fwd.total_s + host_s if fwd is not None else 0.0
+        if plan.host_s < 0.0:
+            raise PlanError("host_s must be >= 0")
+        draft_s += plan.host_s  # the policy's own host work before drafting, reported with the drafting
         end_at = now + memory_s + draft_s + verify_s
+        arm_rewards = self._arm_rewards(plan, prop, pre, dec, memory_s) \
+            if self.arms is not None and dec.ids.size and not dec.trees and servers is None else None
         service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
         if dec.ids.size:
             service[dec.ids] += draft_s + verify_s
@@ -186,7 +197,39 @@ class Replica:
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=shape.num_tokens)
-        return result, pre, dec, matched, fwd, host_s
+        return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def _arm_rewards(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
+                     memory_s: float) -> np.ndarray:
+        """The goodput (tokens emitted / step seconds) this step would have realized had every decoding request
+        speculated a chain of γ, for γ = 0..``arms``: the same batch, memory actions and host work, the same text
+        (the oracle's common random numbers), drafting and verification charged as for a real step. NaN for a γ the
+        step could not run (a draft that is not resident; KV slots that do not fit). Nothing is applied."""
+        s, n = self.s, dec.ids.size
+        arms = self.arms or 0
+        out = np.full(arms + 1, np.nan)
+        remaining = s.output_len[dec.ids] - dec.gen
+        bs = self.kv.block_size
+        free = self.kv.free
+        have = s.kv_blocks[dec.ids]
+        for g in range(arms + 1):
+            k = np.full(n, g, dtype=np.int64)
+            if g:
+                if prop.which is not None and prop.resident and not self.draft_resident:
+                    continue
+                need = np.maximum(-(-(dec.ctx + g + 1) // bs) - have, 0).sum()
+                if need > free:
+                    continue
+            drafted = k > 0
+            alt = DecodeBatch(dec.ids, dec.gen, dec.ctx, k, drafted, {}, None)
+            draft_s = plan.host_s + (self.coster.draft_s(prop, plan, dec.ids, dec.ctx, k, drafted, {}, pre.ids,
+                                                         pre.tokens, draft_resident=self.draft_resident)
+                                     if g or plan.draft_sync else 0.0)
+            shape, host_s = verify_pass(self.cost.engine, pre, alt)
+            secs = memory_s + draft_s + self.cost.forward(shape).total_s + host_s
+            accepted = self.oracle.score_chain(dec.ids, dec.gen, k, prop)[1] if g else np.zeros(n, dtype=np.int64)
+            out[g] = float(np.minimum(accepted + 1, remaining).sum()) / secs
+        return out
 
     def _begin_prefill(self, plan: StepPlan) -> PrefillBatch:
         """Admit and check the prefill chunks; allocate their KV."""
@@ -419,24 +462,40 @@ class Replica:
         """Tokens of the resident draft model's KV the requests hold (swapped with the target's)."""
         return int(self.s.num_draft_computed[rids].sum()) if self.draft_resident else 0
 
-    def _memory_actions(self, plan: StepPlan) -> float:
+    def _memory_actions(self, plan: StepPlan, now: float) -> float:
+        """Apply the plan's :class:`~repro.plan.MemoryAction`; return the seconds it adds to the step."""
         mem = plan.memory
         if mem is None:
             return 0.0
         t = 0.0
+        resident_after = self.draft_resident
         if mem.offload_draft:
             if not self.draft_resident:
                 raise PlanError("offloading a draft model that is not resident")
-            t += self.cost.draft_transfer_s()
-            self.draft_resident = False
+            self.draft_resident = resident_after = False  # evicted at once: a host copy is kept (Nightjar §5.4)
             self.s.num_draft_computed[:] = 0  # its KV cache is dropped with it
         if mem.reload_draft:
-            if self.draft_resident or self.cost.draft is None:
-                raise PlanError("reloading a draft model that is resident (or not configured)")
-            t += self.cost.draft_transfer_s()
-            self.draft_resident = True
-        self.kv.resize(mem.kv_pool_blocks, self.draft_resident)
+            if self.draft_resident or self.draft_ready_at is not None or self.cost.draft is None:
+                raise PlanError("reloading a draft model that is resident or loading (or not configured)")
+            t += self.cost.engine.reload_dispatch_s  # the copy itself runs on its own stream
+            self.draft_ready_at = now + self.cost.draft_transfer_s()
+            resident_after = True  # its memory is taken now
+        old, used = self.kv.total, self.kv.used
+        self.kv.resize(mem.kv_pool_blocks, resident_after)
+        if self.kv.total > old:
+            t += self.cost.engine.kv_expand_s
+        elif self.kv.total < old and used:
+            # used blocks sit uniformly over the pool: those in the reclaimed region [total, old) move below it
+            moved = round(used * (old - self.kv.total) / old)
+            t += self.cost.kv_migrate_s(moved, self.kv.block_size)
         return t
+
+    def _draft_arrived(self, now: float) -> None:
+        """A reload started earlier completes once its transfer time has passed."""
+        if self.draft_ready_at is not None and now >= self.draft_ready_at:
+            self.draft_ready_at = None
+            self.draft_resident = True
+            self._sync_view()
 
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
@@ -466,7 +525,9 @@ class Engine:
     replica's context and the run's ``rng``; a routing policy (one that declared replicas) is bound first, with the
     deployment's cost model at its ``tp``. ``record_steps`` adds a :class:`~repro.trace.StepTracer` to
     ``observers`` (the run's :class:`SimOutput` then holds its records and telemetry), ``record_rounds`` a
-    :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``).
+    :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``). ``counterfactual_arms`` = N scores every
+    decode step's uniform chain lengths 0..N as well (:meth:`Replica._arm_rewards`; the step trace then holds each
+    step's best and realized goodput and the cumulative regret, Nightjar Eq. 2).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
@@ -474,7 +535,7 @@ class Engine:
                  oracle: TokenOracle, rng: np.random.Generator, drafter: Drafter | None = None,
                  block_size: int = 16, max_model_len: int = 4096, record_steps: bool = False,
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
-                 max_sim_time_s: float | None = None) -> None:
+                 counterfactual_arms: int | None = None, max_sim_time_s: float | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -491,7 +552,7 @@ class Engine:
             cost = deployment.cost_model(spec.tp)
             self.replicas.append(Replica(i, spec.policy, RequestState(*cols), cost, oracle, block_size=block_size,
                                          max_model_len=max_model_len, proposers=colocated(cost, servers),
-                                         drafter=drafter, observers=watchers))
+                                         drafter=drafter, observers=watchers, arms=counterfactual_arms))
         self.multi = deployment.routed
         if self.multi:
             cost = deployment.cost_model()

@@ -1,7 +1,7 @@
 """The ``exp`` block of an experiment as a typed value: :class:`ExpSpec`, checked once before anything runs.
 
 An experiment (``conf/exp/NAME.yaml``, the ``exp.*`` keys of conf/config.yaml) describes itself under ``exp``:
-``name``, ``title``, ``description``, ``kind`` (sweep | calibration), ``systems``, ``grid``, ``cases`` and
+``name``, ``title``, ``description``, ``kind`` (sweep | calibration | memory), ``systems``, ``grid``, ``cases`` and
 ``case_key``, ``seeds``, ``quick``, ``figures``, ``claims`` and ``derived`` (:data:`EXP_KEYS`). :meth:`ExpSpec.parse`
 reads the block into typed fields and refuses a key it does not know (``exp.sytems``) or a value of the wrong shape
 with one :class:`~repro.errors.ConfigError` line naming the key; the runner, the grid expansion (:mod:`repro.grid`)

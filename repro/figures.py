@@ -9,7 +9,8 @@ tables first get the columns that follow from stored ones (``latency_s``, ``acce
 Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
 column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
 ``style``, ``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order``, ``labels``, ``where``
-(``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label`` and ``bin_s`` are optional. A
+(``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label``, ``bin_s`` and ``rate`` are
+optional. A
 line or bar figure reads points.csv unless ``data`` names another table (``requests``, ``steps`` or ``rounds``:
 per request, per step, per request per step); ``bins`` (a list of edges) then groups the rows by the bin their ``x``
 falls in, each bin drawn at its centre with the mean ``y`` of its rows (e.g. LAPS-SD Fig. 7's estimation error by
@@ -45,7 +46,7 @@ SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
     "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s", "data", "bins", "markers",
-    "palette", "sharey",
+    "palette", "sharey", "rate",
 }  # fmt: skip
 #: Tables a figure can read (``data``), and the kinds that may choose one.
 TABLES = ("points", "requests", "steps", "rounds")
@@ -241,6 +242,7 @@ def timeline(
     y2label: str | None = None,
     bin_s: float | None = None,
     labels: Sequence[str] | None = None,
+    rate: bool = False,
     **opts: Any,
 ) -> Figure:
     """A per-step quantity over simulated time, one line per ``hue`` (no averaging unless ``bin_s``).
@@ -248,7 +250,8 @@ def timeline(
     Several series at once (TurboSpec Fig. 15): ``y`` a list of columns on the left axis and ``y2`` a list on a
     right axis (dashed); then each column is a line (``labels`` names them, in ``y`` then ``y2`` order) and
     ``hue`` is not used — filter to one system with ``where``. ``bin_s`` averages every column over bins of that
-    many seconds (NaNs, e.g. the acceptance rate of a step without proposals, are skipped).
+    many seconds (NaNs, e.g. the acceptance rate of a step without proposals, are skipped); with ``rate`` it sums
+    them per bin and divides by ``bin_s`` instead (a count per step becomes a rate: tokens per second).
     """
     ys = [y] if isinstance(y, str) else list(y)
     y2s = list(y2 or [])
@@ -262,7 +265,8 @@ def timeline(
         if not bin_s:
             return sub
         keys = [(sub[x] // bin_s * bin_s).rename(x), *([sub[hue]] if hue else [])]
-        return sub.groupby(keys, sort=True)[[*ys, *y2s]].mean().reset_index()
+        grouped = sub.groupby(keys, sort=True)[[*ys, *y2s]]
+        return (grouped.sum() / bin_s).reset_index() if rate else grouped.mean().reset_index()
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         data = binned(sub)
@@ -374,6 +378,9 @@ def check_spec(spec: Mapping[str, Any], columns: Sequence[str]) -> None:
         for y in ys if isinstance(ys, list | tuple) else [ys] if ys is not None else []:
             if y not in columns:
                 raise ConfigError(f"exp.figures[{name}].{key}: no column '{y}'")
+    if spec.get("kind") == "bar" and spec.get("x") is not None and spec.get("hue", "system") == spec.get("x"):
+        raise ConfigError(f"exp.figures[{name}]: x and hue are both '{spec.get('x')}' (a bar per x value needs no "
+                          "hue: set hue to another column)")
 
 
 def drop_missing_facets(spec: Mapping[str, Any], columns: Sequence[str]) -> tuple[dict[str, Any], list[str]]:

@@ -303,9 +303,32 @@ def _extras(
             x["draft_share"] = float(dec["draft_s"].sum()) / total if total > 0 else _NAN
             x["overhead_share"] = float(dec["overhead_s"].sum()) / total if total > 0 else _NAN
             x["target_share"] = 1.0 - x["draft_share"] - x["overhead_share"] if total > 0 else _NAN
+        if "cum_regret" in dec.columns and len(dec):
+            # Nightjar Eq. 2: cumulative regret against the best uniform chain length of every decode step (the
+            # engine's counterfactual_arms), per decode step, and how often the step ran the best one
+            scored = dec[dec["best_reward"].notna()]
+            x["regret"] = float(scored["cum_regret"].iloc[-1]) if len(scored) else _NAN
+            if "cum_regret_fixed" in scored.columns:  # against the best fixed γ per batch size in hindsight
+                x["regret_fixed"] = float(scored["cum_regret_fixed"].iloc[-1]) if len(scored) else _NAN
+            x["regret_per_step"] = x["regret"] / len(scored) if len(scored) else _NAN
+            x["best_arm_share"] = float((scored["mean_k"] == scored["best_arm"]).mean()) if len(scored) else _NAN
+            x["regret_share"] = float((scored["best_reward"] - scored["reward"]).sum() / scored["best_reward"].sum()) \
+                if len(scored) else _NAN
+            if "cum_regret_fixed" in scored.columns and len(scored) >= 4:
+                # growth exponent a of R(T) ∝ T^a from R(T) / R(T/2) (1: linear; Theorem 1's Õ(√T): about 0.5)
+                r = scored["cum_regret_fixed"].to_numpy(dtype=np.float64)
+                half, end = r[len(r) // 2 - 1], r[-1]
+                x["regret_exponent"] = float(np.log2(end / half)) if half > 0 and end > 0 else _NAN
         if "mean_k" in dec.columns:
             # Mean proposed length per decoding iteration (TurboSpec Fig. 10): the step's mean k over its requests.
             x["mean_proposed_len"] = float(dec["mean_k"].mean()) if len(dec) else _NAN
+    if steps is not None and len(steps) and "memory_op" in steps.columns:
+        # Nightjar Table 6: the elastic-memory operations the run performed and what the engine charged for them
+        # (memory_s of the step that carried one: 1 = KV expansion (draft offloaded), 2 = contraction + reload)
+        for op, name in ((1.0, "expand"), (2.0, "contract")):
+            hit = steps["memory_op"] == op
+            x[f"num_{name}"] = float(hit.sum())
+            x[f"mean_{name}_ms"] = float(steps.loc[hit, "memory_s"].mean()) * 1e3 if hit.any() else _NAN
     if "first_decode_at" in requests.columns:  # AdaServe's authors: TPOT from the first decode step
         x["mean_tpot_from_decode_ms"] = _stats(tpot_s(requests, "first_decode_at"), 1e3)[0]
         x["slo_attainment_from_decode"] = _ratio(float(attained(requests, "first_decode_at").sum()), len(requests))
@@ -391,6 +414,19 @@ def sum_log(x: Sequence[float] | np.ndarray) -> float:
     v = np.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return float(np.log(v).sum())
+
+
+def peak_token_rate(steps: pd.DataFrame, window_s: float) -> float:
+    """The largest total token throughput (prompt tokens prefilled + output tokens emitted, per second) over
+    consecutive windows of ``window_s`` seconds of the step trace, each step counted in the window it starts in
+    (Nightjar Fig. 11's peak; the timeline figure's ``rate`` bins)."""
+    from repro.derived import step_total_tokens
+
+    if window_s <= 0 or not len(steps):
+        return _NAN
+    tokens = step_total_tokens(steps).to_numpy(dtype=np.float64)
+    bins = (steps["start_at"].to_numpy(dtype=np.float64) // window_s).astype(np.int64)
+    return float(np.bincount(bins - bins.min(), weights=tokens).max() / window_s)
 
 
 def regret(

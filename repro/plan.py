@@ -87,11 +87,17 @@ class TreeSpec:
 
 @dataclass(frozen=True, slots=True)
 class MemoryAction:
-    """Nightjar-style memory management, applied before the step runs.
+    """Elastic memory for a co-located draft model (Nightjar §5), applied before the step runs.
 
-    ``offload_draft``/``reload_draft`` move the draft model's weights over the host link (its KV is dropped on
-    offload, and rebuilt by a draft prefill when a request next speculates). ``kv_pool_blocks`` resizes the KV pool
-    (it may not exceed the capacity the cost model allows with the draft's residency after the action).
+    ``offload_draft`` evicts the draft's weights from the GPU at once (a copy is kept in host memory, §5.4: no
+    transfer) and drops its KV cache (rebuilt by a draft catch-up prefill when a request next speculates).
+    ``reload_draft`` starts copying the weights back on an asynchronous stream: the step pays only the dispatch (the
+    engine profile's ``reload_dispatch_s``) and the draft becomes resident (``View.draft_resident``) once the host
+    link has moved its weights (``CostModel.draft_transfer_s``), overlapped with the steps in between
+    (``View.draft_loading`` meanwhile); its memory is taken from the KV pool at once. ``kv_pool_blocks`` sets the
+    pool's size (``None``: everything that fits with the draft's residency after the action, so an offload expands
+    the pool and a reload contracts it). Growing the pool costs the profile's ``kv_expand_s``; shrinking it migrates
+    the used blocks that sit in the reclaimed region (:meth:`repro.cost.model.CostModel.kv_migrate_s`).
     """
 
     offload_draft: bool = False
@@ -115,6 +121,9 @@ class StepPlan:
     ``swap_in_ids`` brings swapped-out requests back (their KV is copied host → GPU before the step; they may decode
     in the same step). ``preempt_ids`` are evicted before the step, by recompute (KV freed, the request goes back to
     the front of the waiting queue) or swap (KV copied GPU → host).
+    ``host_s`` is CPU time the policy's own per-step work spends on the serving critical path that the engine cannot
+    see (e.g. TETRIS ranking every draft token of the batch), modelled by the policy from stated constants; the
+    engine adds it to the step (before drafting). The policy's Python run time is never charged.
     ``telemetry`` holds named values the policy wants in the step trace (the arm a bandit chose, a server's token
     allocation): with ``engine.record_steps`` each name becomes a column of the steps table; the engine ignores them.
     """
@@ -131,6 +140,7 @@ class StepPlan:
     preempt_mode: PreemptMode = "recompute"
     swap_in_ids: np.ndarray = field(default_factory=_empty)
     memory: MemoryAction | None = None
+    host_s: float = 0.0
     telemetry: Mapping[str, float] | None = None
 
     @property

@@ -13,7 +13,8 @@ manifest.json is written (:mod:`repro.results` describes the files) and the figu
 
 ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point of this run and computes the
 rest; a plain run truncates points.csv first. The calibration kind writes the cost model's calibration table as
-points.csv instead (no simulation).
+points.csv instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
+:func:`memory_row`).
 """
 
 from __future__ import annotations
@@ -92,25 +93,27 @@ def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
         list(res.notes),
         wall,
         saved_columns(res.requests, cfg.get("save_columns")) if keep_tables else None,
-        res.steps if keep_tables else None,
+        saved_columns(res.steps, cfg.get("save_step_columns"), "save_step_columns", "start_at")
+        if keep_tables and res.steps is not None else None,
         list(res.provenance),
         res.rounds if keep_tables else None,
     )
 
 
-def saved_columns(requests: pd.DataFrame, keep: Any) -> pd.DataFrame:
-    """The requests table as ``save_columns`` asks (``rid`` always; None: every column); a name the table lacks is a
-    :class:`ConfigError` naming it."""
+def saved_columns(table: pd.DataFrame, keep: Any, knob: str = "save_columns", always: str = "rid") -> pd.DataFrame:
+    """The requests table as ``save_columns`` asks (``rid`` always; None: every column), or the steps table as
+    ``save_step_columns`` does (``start_at`` always); a name the table lacks is a :class:`ConfigError` naming it."""
     if keep is None:
-        return requests
+        return table
+    what = "requests" if always == "rid" else "steps"
     names = [str(c) for c in keep] if isinstance(keep, Sequence) and not isinstance(keep, str) else None
     if names is None:
-        raise ConfigError(f"save_columns: expected a list of requests-table columns or null, got {keep!r}")
-    unknown = [c for c in names if c not in requests.columns]
+        raise ConfigError(f"{knob}: expected a list of {what}-table columns or null, got {keep!r}")
+    unknown = [c for c in names if c not in table.columns]
     if unknown:
-        raise ConfigError(f"save_columns: no requests-table column(s) {unknown} (columns: "
-                          f"{', '.join(map(str, requests.columns))})")
-    return requests[[c for c in requests.columns if c == "rid" or c in names]]
+        raise ConfigError(f"{knob}: no {what}-table column(s) {unknown} (columns: "
+                          f"{', '.join(map(str, table.columns))})")
+    return table[[c for c in table.columns if c == always or c in names]]
 
 
 @dataclass
@@ -336,10 +339,50 @@ def run_calibration(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     return pd.read_csv(path), len(table)
 
 
+def memory_row(cfg: DictConfig) -> dict[str, float]:
+    """The GPU memory of one point's deployment at start, per GPU of the target's tp, in GiB: the target's weights,
+    the draft's weights (when the system keeps a draft model resident), the KV cache pool (the draft's own KV
+    included, as the engine profile lays it out), the activation reserve and what is left unused; and the KV pool's
+    capacity in tokens (Nightjar Fig. 3)."""
+    from repro.cost.model import GiB
+    from repro.deployment import Deployment
+    from repro.simulate import instantiate_system
+
+    policy = instantiate_system(cfg.system)
+    cost = Deployment.from_cfg(cfg, policy).cost_model()
+    resident = bool(policy.uses_draft_model and cost.draft is not None)
+    bs = int(cfg.engine.block_size)
+    blocks = cost.kv_capacity_blocks(draft_resident=resident, block_size=bs)
+    tp = cost.tp
+    parts = {
+        "target_weights_gib": cost.model.weight_bytes / tp,
+        "draft_weights_gib": (cost.draft.weight_bytes / tp) if resident and cost.draft is not None else 0.0,
+        "kv_cache_gib": blocks * bs * cost.kv_bytes_per_token(include_draft=resident) / tp,
+        "activations_gib": cost.activation_reserve_gb * GiB,
+    }
+    parts["unused_gib"] = max(cost.hardware.memory_bytes - sum(parts.values()), 0.0)
+    return {**{k: v / GiB for k, v in parts.items()}, "kv_tokens": float(blocks * bs)}
+
+
+def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
+    """Each point's GPU memory breakdown (:func:`memory_row`) as points.csv (no simulation)."""
+    spec = ctx.spec
+    groups = group_overrides(ctx.conf_dir)
+    points = expand_points(spec, groups)
+    base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
+    with hydra_context(ctx.conf_dir):
+        cfgs = [compose_config([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+    rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]
+    path = ctx.out_dir / "points.csv"
+    write_table(path, pd.DataFrame(rows))
+    return pd.read_csv(path), len(points)
+
+
 #: Experiment kinds: ``exp.kind`` → function running it and returning (points, number of points computed).
 KINDS: dict[str, Callable[[RunContext], tuple[pd.DataFrame, int]]] = {
     "sweep": run_sweep,
     "calibration": run_calibration,
+    "memory": run_memory,
 }
 
 

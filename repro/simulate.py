@@ -112,13 +112,14 @@ def build(cfg: DictConfig) -> Built:
                     drafter=Drafter(oracle), block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
                     record_steps=bool(cfg.engine.record_steps),
                     record_rounds=bool(cfg.engine.get("record_rounds", False)),
+                    counterfactual_arms=cfg.engine.get("counterfactual_arms"),
                     max_sim_time_s=cfg.get("max_sim_time_s"))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment)
 
 
 def run_point(cfg: DictConfig) -> PointResult:
     """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
-    from repro.metrics import summarize, with_latencies
+    from repro.metrics import peak_token_rate, summarize, with_latencies
 
     t0 = time.perf_counter()
     built = build(cfg)
@@ -126,6 +127,9 @@ def run_point(cfg: DictConfig) -> PointResult:
     requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
+    window = cfg.get("peak_window_s")
+    if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
+        metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
     metrics["wall_s"] = time.perf_counter() - t0
     requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
     provenance = [asdict(d) for d in getattr(built.table, "provenance", ())]

@@ -104,6 +104,7 @@ class View:
         self.free_blocks = 0
         self.total_blocks = 0
         self.draft_resident = False
+        self.draft_loading = False  # an asynchronous reload of the draft's weights is under way
         self.arrival_s = _readonly(state.arrival_s)
         self.prompt_len = _readonly(state.prompt_len)
         self.tpot_slo_s = _readonly(state.tpot_slo_s)
@@ -111,6 +112,7 @@ class View:
         self.slo_class = _readonly(state.slo_class)
         self.num_generated = _readonly(state.num_generated)
         self.num_computed = _readonly(state.num_computed)
+        self.num_draft_computed = _readonly(state.num_draft_computed)  # what a real server's draft cache holds
         self.kv_blocks = _readonly(state.kv_blocks)
         self.first_token_at = _readonly(state.first_token_at)
         self.last_token_at = _readonly(state.last_token_at)

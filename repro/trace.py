@@ -71,6 +71,7 @@ class StepEvent:
     overhead_s: float
     schedule_wall_s: float
     view: View | None = None  # the replica's request state after the step (read-only)
+    arm_rewards: np.ndarray | None = None  # goodput of each uniform chain length 0..N (engine counterfactual_arms)
 
 
 class StepObserver(Protocol):
@@ -86,6 +87,7 @@ class StepTracer:
     def __init__(self) -> None:
         self._records: dict[int, list[StepRecord]] = {}
         self._telemetry: dict[int, list[Mapping[str, float] | None]] = {}
+        self._regret: dict[int, float] = {}
 
     def on_step(self, event: StepEvent) -> None:
         res, pre, dec = event.result, event.prefill, event.decode
@@ -102,7 +104,21 @@ class StepTracer:
             if clash:
                 raise ValueError(f"plan telemetry {sorted(clash)} would overwrite step trace columns")
             tel = dict(tel)
+        if event.arm_rewards is not None:
+            tel = {**(tel or {}), **self._regret_columns(event.replica, event.arm_rewards, rec)}
         self._telemetry.setdefault(event.replica, []).append(tel or None)
+
+    def _regret_columns(self, replica: int, rewards: np.ndarray, rec: StepRecord) -> dict[str, float]:
+        """A decode step's counterfactual columns: each chain length's goodput (``arm_reward_<γ>``), the best one
+        and its γ, the realized goodput (tokens emitted / step seconds) and the cumulative regret of Eq. 2,
+        Σ (best − realized) over the replica's decode steps so far."""
+        best = int(np.nanargmax(rewards))
+        realized = (rec.num_emitted / rec.latency_s) if rec.latency_s > 0 else 0.0
+        total = self._regret.get(replica, 0.0) + float(rewards[best]) - realized
+        self._regret[replica] = total
+        cols = {f"arm_reward_{g}": float(r) for g, r in enumerate(rewards)}
+        cols.update(best_arm=float(best), best_reward=float(rewards[best]), reward=realized, cum_regret=total)
+        return cols
 
     @property
     def records(self) -> list[StepRecord]:
@@ -124,7 +140,32 @@ def steps_frame(records: list[StepRecord], telemetry: list[Mapping[str, float] |
         for name in names:
             frame[name] = np.array([float(t.get(name, np.nan)) if t else np.nan for t in telemetry],
                                    dtype=np.float64)
+        if "cum_regret" in frame.columns:
+            frame["cum_regret_fixed"] = fixed_arm_regret(frame)
     return frame
+
+
+def fixed_arm_regret(frame: pd.DataFrame) -> np.ndarray:
+    """Cumulative regret against the best *fixed* chain length of each batch size in hindsight (the comparator of
+    contextual-bandit regret bounds: per context, the arm with the largest total reward over the run), over the
+    decode steps that carry counterfactual rewards (``arm_reward_<γ>``), per replica; NaN elsewhere. Beside the
+    per-step best of Eq. 2 (``cum_regret``), which no policy can follow (each step's luck included)."""
+    arms = sorted((c for c in frame.columns if c.startswith("arm_reward_")), key=lambda c: int(c.rsplit("_", 1)[1]))
+    out = np.full(len(frame), np.nan)
+    scored = frame["best_reward"].notna().to_numpy()
+    if not arms or not scored.any():
+        return out
+    sub = frame[scored]
+    rewards = sub[arms].to_numpy(dtype=np.float64)
+    loss = np.zeros(len(sub))
+    for _, idx in sub.groupby(["replica", "num_decode"]).indices.items():
+        best = int(np.argmax(np.nansum(rewards[idx], axis=0)))
+        loss[idx] = np.nan_to_num(rewards[idx, best], nan=0.0) - sub["reward"].to_numpy()[idx]
+    cum = np.zeros(len(sub))
+    for _, idx in sub.groupby("replica").indices.items():
+        cum[idx] = np.cumsum(loss[idx])
+    out[scored] = cum
+    return out
 
 
 #: Columns of the round trace (:class:`RoundTracer`).

@@ -12,8 +12,8 @@ draft on the driver GPU, draft and target blocks split evenly; CALIBRATION.md).
 
 Deviations:
 - ``disable_by_batch_size`` (vLLM's ``speculative_disable_by_batch_size``) turns speculation off for a step whose
-  batch reaches the threshold; vLLM then skips the proposer for good, here the draft catches up (a draft prefill of
-  the tokens it missed) when speculation resumes.
+  batch reaches the threshold; vLLM then skips the proposer for good, here the draft keeps running over those steps
+  (``draft_sync``), so speculation resumes without a catch-up.
 """
 
 from __future__ import annotations

@@ -165,17 +165,36 @@ def test_swap_preemption_charges_the_host_link_both_ways() -> None:
     assert out.state.num_preemptions[0] == 1 and out.state.status[0] == Status.FINISHED
 
 
-def test_draft_offload_frees_kv_and_reload_costs_a_transfer() -> None:
+def test_draft_offload_expands_the_pool_and_reload_is_asynchronous() -> None:
+    # step 0 offloads (no transfer: a host copy is kept) and expands the pool; step 1 dispatches the reload, which
+    # contracts the pool at once (nothing used: nothing migrates) and makes the draft resident a transfer later
     pol = Scripted(StepPlan(memory=MemoryAction(offload_draft=True)), StepPlan(memory=MemoryAction(reload_draft=True)),
                    _prefill_all, lambda v: StepPlan(decode_ids=v.running))
+    seen: list[tuple[bool, bool]] = []
+    sched = pol.schedule
+    pol.schedule = lambda v: (seen.append((v.draft_resident, v.draft_loading)), sched(v))[1]  # type: ignore
     eng = make_engine(pol, make_requests(1, output_len=2), record_steps=True)
     rep = eng.replicas[0]
     with_draft = rep.total_blocks
     cost = rep.cost
     assert cost.kv_capacity_blocks(draft_resident=False) > with_draft
     out = eng.run()
-    assert [r.memory_s for r in out.steps[:2]] == pytest.approx([cost.draft_transfer_s()] * 2)
+    eng_prof = cost.engine
+    assert [r.memory_s for r in out.steps[:2]] == pytest.approx([eng_prof.kv_expand_s, eng_prof.reload_dispatch_s])
     assert rep.total_blocks == with_draft
+    assert seen[:2] == [(True, False), (False, False)]
+    assert seen[2] == (False, True)  # the prefill starts 21.9 µs later: the weights are still on the link
+    assert rep.draft_resident and rep.draft_ready_at is None
+
+
+def test_contracting_the_pool_migrates_the_used_blocks_above_its_new_end() -> None:
+    cost = make_cost()
+    # 8 of 100 blocks used, the pool shrinks to 75: a quarter of the used blocks move (2), each read and written once
+    blocks_bytes = 2 * 2 * 16 * cost.model.kv_bytes_per_token
+    hw = cost.hardware
+    assert cost.kv_migrate_s(2) == pytest.approx(blocks_bytes / (hw.mem_bw_gbs * 1e9 * hw.mem_efficiency)
+                                                 + hw.step_overhead_s)
+    assert cost.kv_migrate_s(0) == 0.0
 
 
 def test_draft_catches_up_after_skipped_speculation() -> None:

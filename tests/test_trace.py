@@ -100,3 +100,58 @@ def test_the_round_trace_keeps_each_requests_running_totals() -> None:
     assert r0["k"].tolist() == [2, 2, 2] and r0["accepted"].tolist() == [1, 1, 1]
     assert (r0["num_proposed"].diff().dropna() == 2).all() and r0["end_at"].is_monotonic_increasing
     assert run(StaticSD(k=2), reqs, oracle=FixedOracle(1)).rounds is None  # off by default
+
+
+# --- counterfactual arms: Nightjar's regret (Eq. 2) -------------------------------------------------------------------
+
+def test_the_played_arm_scores_what_the_step_realized_and_the_others_are_counterfactual() -> None:
+    # Bandit alternates k = 1, 2 with every chain accepting 1 token: each step's arm_reward_<k> is its realized
+    # goodput; k = 0 emits 1 token per request in a shorter step, k = 3 the same 2 tokens in a longer one
+    reqs = make_requests(3, output_len=40)
+    eng = make_engine(Bandit(), reqs, oracle=FixedOracle(1), record_steps=True, counterfactual_arms=3)
+    frame = steps_frame(eng.run())
+    dec = frame[frame["num_decode"] == 3]
+    full = dec[dec["num_emitted"] == 6]  # no request hit its end (emitted is capped there)
+    for _, row in full.iterrows():
+        assert row[f"arm_reward_{int(row['arm'])}"] == pytest.approx(row["reward"])
+        assert row["reward"] == pytest.approx(row["num_emitted"] / row["latency_s"])
+        assert row["arm_reward_0"] < row["arm_reward_1"]  # 3 tokens vs 6 in a step not twice as long
+        assert row["arm_reward_3"] < row["arm_reward_2"]  # the same 6 tokens, a longer draft and verify
+        assert row["best_arm"] in (1.0, 2.0) and row["best_reward"] == max(row[f"arm_reward_{g}"] for g in range(4))
+    regret = (dec["best_reward"] - dec["reward"]).cumsum().to_numpy()
+    assert np.allclose(dec["cum_regret"].to_numpy(), regret)
+    assert frame.loc[frame["num_decode"] == 0, "best_reward"].isna().all()  # prefill steps are not arms
+
+
+def test_without_a_resident_draft_only_the_plain_step_is_an_arm() -> None:
+    class Plain(Bandit):
+        uses_draft_model = False
+
+        def schedule(self, view: View) -> StepPlan:
+            plan = super().schedule(view)
+            return StepPlan(prefill_ids=plan.prefill_ids, prefill_tokens=plan.prefill_tokens,
+                            decode_ids=plan.decode_ids)
+
+    frame = steps_frame(make_engine(Plain(), make_requests(2, output_len=8), oracle=FixedOracle(1),
+                                    record_steps=True, counterfactual_arms=2).run())
+    dec = frame[frame["num_decode"] > 0]
+    assert dec["arm_reward_1"].isna().all() and dec["arm_reward_2"].isna().all()
+    assert np.allclose(dec["cum_regret"], 0.0)
+
+
+def test_fixed_arm_regret_compares_with_the_best_arm_of_each_batch_size_in_hindsight() -> None:
+    import pandas as pd
+
+    from repro.trace import fixed_arm_regret
+
+    frame = pd.DataFrame({
+        "replica": [0, 0, 0, 0, 0],
+        "num_decode": [4, 4, 8, 0, 8],
+        "arm_reward_0": [10.0, 10.0, 30.0, np.nan, 30.0],
+        "arm_reward_1": [20.0, 5.0, 10.0, np.nan, 50.0],  # batch 4: arm 0 totals 20 < 25; batch 8: arm 1 60 = 60
+        "best_reward": [20.0, 10.0, 30.0, np.nan, 50.0],
+        "reward": [10.0, 10.0, 10.0, np.nan, 50.0],
+    })
+    # batch 4's best fixed arm is 1 (25 > 20): losses 20-10, 5-10; batch 8's a tie → arm 0 (the first): 30-10, 30-50
+    out = fixed_arm_regret(frame)
+    assert out[[0, 1, 2, 4]].tolist() == pytest.approx([10.0, 5.0, 25.0, 5.0]) and np.isnan(out[3])

@@ -310,6 +310,16 @@ class CostModel:
         hw = self.draft_hardware or self.hardware
         return self.draft.weight_bytes / (self.draft_tp * hw.host_link_gbs * 1e9)
 
+    def kv_migrate_s(self, blocks: int, block_size: int = 16) -> float:
+        """Copy ``blocks`` KV blocks of the target to other slots on the GPU (Nightjar §5.3's contraction: a
+        vectorized kernel reads and writes each block once), every GPU its own shard in parallel, at the
+        hardware's weight-streaming efficiency, plus one kernel launch."""
+        if blocks <= 0:
+            return 0.0
+        hw = self.hardware
+        nbytes = 2.0 * blocks * block_size * self.model.kv_bytes_per_token / self.tp
+        return nbytes / (hw.mem_bw_gbs * 1e9 * hw.mem_efficiency) + hw.step_overhead_s
+
     def pld_s(self, num_seqs: int) -> float:
         """Prompt-lookup proposer: CPU n-gram matching, per step plus per sequence (TurboSpec §7.1: ≈ 5 %)."""
         return self.hardware.pld_step_s + self.hardware.pld_request_s * num_seqs

@@ -17,6 +17,9 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   each step (proposal assembly, rejection sampling, output bookkeeping in the engine's Python or C++ runtime).
 - **spec_with_prefill**: whether prefill chunks may share a step with speculation (vLLM v0: speculation and chunked
   prefill were mutually exclusive).
+- **elastic memory** (:class:`~repro.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
+  the segment, register its blocks) and ``reload_dispatch_s`` of host time to start an asynchronous draft reload.
+  The only measurements are Nightjar Table 6's (its extension of vLLM, 32B on 2x L20): the defaults.
 
 Every number is a property of the engine's code, shared by every experiment that runs on it; each profile's YAML
 cites its sources.
@@ -35,7 +38,8 @@ from repro.cost.spec import CONF_DIR, UnknownSpecError, _to_dict
 Scorer = Literal["multi_query", "batch_expansion"]
 DraftKvLayout = Literal["spread", "vllm_v0"]
 #: keys of the ``engine`` config block that are run settings, not part of the engine's profile
-RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds")
+RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds",
+            "counterfactual_arms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class EngineProfile:
     expand_reread: float = 1.0
     spec_seq_s: float = 0.0
     spec_token_s: float = 0.0
+    kv_expand_s: float = 0.1439
+    reload_dispatch_s: float = 2.19e-5
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -61,7 +67,8 @@ class EngineProfile:
         if self.draft_kv_layout not in ("spread", "vllm_v0"):
             raise ValueError(f"engine {self.name!r}: draft_kv_layout must be 'spread' or 'vllm_v0', "
                              f"not {self.draft_kv_layout!r}")
-        for key in ("graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s"):
+        for key in ("graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
+                    "reload_dispatch_s"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")

@@ -97,9 +97,10 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     replays CUDA graphs when it has no prefill, every query is a single token (or the profile graphs verification)
     and its tokens fit the captured sizes."""
     dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
-    tree = None
+    tree = None  # requests scored as one multi-token query: trees that branch (a width-1 tree is a chain)
     if dec.trees:
-        tree = np.fromiter((rid in dec.trees for rid in dec.ids.tolist()), dtype=bool, count=dec.ids.size)
+        tree = np.fromiter((rid in dec.trees and dec.trees[rid].cand.draft_width > 1 for rid in dec.ids.tolist()),
+                           dtype=bool, count=dec.ids.size)
     if dec.ids.size:
         seqs, kv, qpairs, host, qmax = _decode_terms(profile, dec.k, dec.ctx, tree)
     else:

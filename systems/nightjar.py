@@ -1,0 +1,363 @@
+"""Nightjar: a contextual bandit over the speculative length per batch size, and elastic draft memory.
+
+Li et al., "Nightjar: Dynamic Adaptive Speculative Decoding for Large Language Models Serving" (nightjar.txt).
+Implemented: §4.2 Algorithm 1 (ADA-BINGREEDY with independent block/bin/round state per batch size B), Eq. 3's
+cost-aware exploitation with the switching cost c_prefill(L_max, B) from an offline table profiled as §4.2 says
+(T_SD − T_base of a prefill), incremental goodput means; §5 elastic memory (KV expansion when speculation is off and
+free blocks stay below τ_low for T_persist steps, contraction and an asynchronous draft reload when the queue is
+empty and N_free > S_draft + τ_low); the ablations of Fig. 12 (LinUCB and linear Thompson sampling with the batch size
+as context, ADA-BINGREEDY without context).
+
+Each iteration:
+  1. vLLM's prefill-prioritized batch scheduler (vLLM 0.8.2's V0 spec-decode path, FCFS, recompute preemption),
+     reserving the previous step's γ as lookahead KV slots; a prefill step runs the draft alongside (its KV in sync)
+     while speculation is on, not while it is off.
+  2. Decode step with batch size B: the arm selector of B picks γ ∈ {0..Γ_max} — a new bin explores with probability
+     1/√b_B (γ uniform), otherwise Eq. 3 picks argmin 1/g̃_{B,γ} + I(γ_{t−1} = 0 ∧ γ > 0)·c_prefill(L_max, B)/γ,
+     L_max the largest lag of the batch's draft caches. Every decoding request speculates γ tokens.
+  3. observe: reward = the step's realized goodput (tokens emitted / step seconds), g̃_{B,γ} updated incrementally,
+     τ_B/b_B/j_B advanced (a bin ends after √H_B rounds, a block after √H_B bins, then H_B ← 2^(j_B−1)).
+  4. (``offload``) elastic memory as a :class:`~repro.plan.MemoryAction` on the next plan.
+
+Deviations:
+- Engine: vLLM 0.8.2 ran a draft model through its V0 spec-decode worker (V1 drafted with n-grams only), whose MQA
+  scorer is off under CUDA graphs, so verification is batch expansion: ``engine=vllm_v0`` for Nightjar and every
+  baseline (conf/engine/vllm_v0.yaml).
+- Γ_max = 5 (Fig. 2's largest γ; not stated as Nightjar's Γ_max). B_max = max_num_seqs (256, vLLM's default).
+- γ_{t−1} of Eq. 3 is the γ of the previous decode step of the server (any batch size): the draft caches lag
+  because the server stopped speculating, whatever the batch size then. c_prefill is in seconds and 1/g̃ in
+  seconds per token, as the paper writes them (the units differ; the paper adds them anyway).
+- Eq. 3 with no observation of an arm (g̃ = 0) gives 1/0 = ∞: an unplayed arm is never exploited (exploration
+  plays it). If every arm is unplayed, γ = 0.
+- c_prefill table: input lengths 2^i up to 4,096 and batch sizes 2^i up to B_max (§4.2's "geometrically
+  increasing batch sizes"), T_SD − T_base = the draft's prefill of B × L tokens on the cost model; looked up at the
+  smallest grid point ≥ (L_max, B). The engine charges the draft's actual catch-up when speculation resumes.
+- γ is capped at the largest value whose KV slots fit (the OOM guard of any vLLM scheduler); the capped γ is the
+  arm played and rewarded. While the draft is offloaded or still loading, steps run γ = 0 outside the bandit (no
+  choice is made, nothing is learned).
+- Elastic memory (§5.1): τ_low is a fraction of the KV pool (Fig. 14's "10 % free cache threshold"); T_persist = 5
+  steps (not stated). Expansion needs the last decode step's γ = 0. S_draft is the blocks the draft's residency
+  costs (capacity without it − with it: its weights and, under vLLM v0's layout, its KV share). Costs: the offload
+  is free (a host copy is kept, §5.4); expansion and the reload's dispatch are the engine profile's Table 6 values;
+  contraction migrates the used blocks of the reclaimed region; the reload's transfer overlaps the steps after it.
+- LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on features (1, B / B_max), rewards scaled by
+  the largest reward seen; α = 1 (LinUCB), v = 0.25 (LinTS). No switching term (they are the plain bandits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+import numpy as np
+
+from repro.cost.model import CostModel
+from repro.plan import IDLE, MemoryAction, StepPlan, StepResult
+from repro.policy import Policy, PolicyContext
+from repro.state import View
+from systems.lib import check_positive_int, prefill_prioritized
+from systems.turbospec import kv_blocks_needed
+
+Selector = Literal["adabingreedy", "adabingreedy_nocontext", "linucb", "lints"]
+
+
+# --- Algorithm 1: ADA-BINGREEDY for one context -------------------------------------------------------------------
+
+
+@dataclass
+class BinGreedy:
+    """The block/bin/round hierarchy and goodput means of one batch size (Algorithm 1, lines 3 and 6-22)."""
+
+    num_arms: int
+    j: int = 1  # block index j_B
+    h: int = 1  # block duration H_B = 2^(j_B - 1)
+    b: int = 1  # bin index b_B within the block
+    tau: int = 1  # round counter τ_B within the bin
+    explore: bool = True  # the current bin's type
+    means: np.ndarray = field(init=False)  # g̃_{B,γ}, 0 before the first visit
+    visits: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.means = np.zeros(self.num_arms)
+        self.visits = np.zeros(self.num_arms, dtype=np.int64)
+
+    @property
+    def explore_prob(self) -> float:
+        """Line 8: a new bin explores with probability 1/√b_B."""
+        return 1.0 / math.sqrt(self.b)
+
+    def select(self, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]:
+        """Lines 6-14: (γ, explored). ``switch_cost[γ]`` is Eq. 3's second term for each arm."""
+        if self.tau == 1:
+            self.explore = bool(rng.random() < self.explore_prob)
+        if self.explore:
+            return int(rng.integers(self.num_arms)), True
+        return eq3(self.means, switch_cost), False
+
+    def update(self, arm: int, reward: float) -> None:
+        """Lines 15-22: the incremental mean, then the round, bin and block counters."""
+        self.visits[arm] += 1
+        self.means[arm] += (reward - self.means[arm]) / self.visits[arm]
+        self.tau += 1
+        root = math.sqrt(self.h)
+        if self.tau > root:  # bin completed
+            self.b += 1
+            self.tau = 1
+            if self.b > root:  # block completed
+                self.j += 1
+                self.h = 2 ** (self.j - 1)
+                self.b = 1
+
+
+def eq3(means: np.ndarray, switch_cost: np.ndarray) -> int:
+    """Eq. 3: argmin over γ of 1/g̃_γ + switch_cost[γ] (∞ for an arm never observed; ties → the smallest γ)."""
+    with np.errstate(divide="ignore"):
+        inv = np.where(means > 0, 1.0 / np.maximum(means, 1e-300), np.inf)
+    obj = inv + switch_cost
+    return int(np.argmin(obj)) if np.isfinite(obj).any() else 0
+
+
+def switch_costs(num_arms: int, prev_gamma: int, c_prefill_s: float) -> np.ndarray:
+    """Eq. 3's second term per arm: I(γ_{t−1} = 0 ∧ γ > 0) · c_prefill / γ."""
+    out = np.zeros(num_arms)
+    if prev_gamma == 0 and c_prefill_s > 0:
+        out[1:] = c_prefill_s / np.arange(1, num_arms)
+    return out
+
+
+# --- arm selectors: Nightjar's and the ablations' -----------------------------------------------------------------
+
+
+class ArmSelector(Protocol):
+    def select(self, batch: int, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]: ...
+
+    def update(self, batch: int, arm: int, reward: float) -> None: ...
+
+
+class AdaBinGreedy:
+    """Independent :class:`BinGreedy` state per batch size (``contextual``), or one for every batch size."""
+
+    def __init__(self, num_arms: int, contextual: bool = True) -> None:
+        self.num_arms = num_arms
+        self.contextual = contextual
+        self.state: dict[int, BinGreedy] = {}
+
+    def of(self, batch: int) -> BinGreedy:
+        key = batch if self.contextual else 0
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = BinGreedy(self.num_arms)
+        return st
+
+    def select(self, batch: int, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]:
+        return self.of(batch).select(rng, switch_cost)
+
+    def update(self, batch: int, arm: int, reward: float) -> None:
+        self.of(batch).update(arm, reward)
+
+
+class LinearBandit:
+    """Disjoint linear bandits (Li et al. 2010): per arm, ridge regression of the reward on x = (1, B/B_max); LinUCB
+    plays argmax θ·x + α·√(xᵀA⁻¹x), linear Thompson sampling (Agrawal and Goyal 2013) argmax of θ̃·x with
+    θ̃ ~ N(θ, v²A⁻¹). Rewards are scaled by the largest reward seen so far (α and v are then scale-free)."""
+
+    def __init__(self, num_arms: int, max_batch: int, *, thompson: bool, alpha: float = 1.0, v: float = 0.25) -> None:
+        self.num_arms, self.max_batch, self.thompson = num_arms, max_batch, thompson
+        self.alpha, self.v = alpha, v
+        self.a_inv = np.repeat(np.eye(2)[None], num_arms, axis=0)
+        self.bvec = np.zeros((num_arms, 2))
+        self.scale = 0.0
+
+    def features(self, batch: int) -> np.ndarray:
+        return np.array([1.0, batch / self.max_batch])
+
+    def select(self, batch: int, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]:
+        x = self.features(batch)
+        theta = np.einsum("aij,aj->ai", self.a_inv, self.bvec)
+        if self.thompson:
+            draws = np.array([rng.multivariate_normal(theta[a], self.v ** 2 * self.a_inv[a])
+                              for a in range(self.num_arms)])
+            score = draws @ x
+        else:
+            width = np.sqrt(np.einsum("i,aij,j->a", x, self.a_inv, x))
+            score = theta @ x + self.alpha * width
+        return int(np.argmax(score)), False
+
+    def update(self, batch: int, arm: int, reward: float) -> None:
+        self.scale = max(self.scale, reward)
+        r = reward / self.scale if self.scale > 0 else 0.0
+        x = self.features(batch)
+        ai = self.a_inv[arm]
+        ax = ai @ x
+        self.a_inv[arm] = ai - np.outer(ax, ax) / (1.0 + x @ ax)  # Sherman-Morrison
+        self.bvec[arm] += r * x
+
+
+def make_selector(kind: Selector, num_arms: int, max_batch: int) -> ArmSelector:
+    if kind == "adabingreedy":
+        return AdaBinGreedy(num_arms)
+    if kind == "adabingreedy_nocontext":
+        return AdaBinGreedy(num_arms, contextual=False)
+    if kind == "linucb":
+        return LinearBandit(num_arms, max_batch, thompson=False)
+    if kind == "lints":
+        return LinearBandit(num_arms, max_batch, thompson=True)
+    raise ValueError(f"selector must be adabingreedy | adabingreedy_nocontext | linucb | lints, not {kind!r}")
+
+
+# --- c_prefill (§4.2, Table 3) --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCostTable:
+    """c_prefill(L_max, B) on a grid, profiled offline: T_SD − T_base of a prefill of B requests × L tokens."""
+
+    lengths: np.ndarray
+    batches: np.ndarray
+    cost_s: np.ndarray  # [len(lengths), len(batches)]
+
+    def __call__(self, l_max: int, batch: int) -> float:
+        if l_max <= 0 or batch <= 0:
+            return 0.0
+        i = min(int(np.searchsorted(self.lengths, l_max)), self.lengths.size - 1)
+        j = min(int(np.searchsorted(self.batches, batch)), self.batches.size - 1)
+        return float(self.cost_s[i, j])
+
+
+def prefill_cost(cost: CostModel, tokens: int, batch: int, *, speculative: bool) -> float:
+    """One prefill step of ``batch`` prompts of ``tokens`` each: the target's pass, plus (``speculative``) the
+    draft's pass over the same tokens, as the engine charges a prefill step that keeps the draft in sync."""
+    n = tokens * batch
+    pairs = batch * tokens * (tokens + 1) / 2.0
+    t = cost.forward_s(n, batch, 0.0, pairs, batch, False)
+    if speculative:
+        t += cost.forward_s(n, batch, 0.0, pairs, batch, False, which="draft")
+    return t
+
+
+def profile_c_prefill(cost: CostModel, max_len: int, max_batch: int) -> PrefillCostTable:
+    lengths = [1]
+    while lengths[-1] < max_len:
+        lengths.append(lengths[-1] * 2)
+    batches = [1]
+    while batches[-1] < max_batch:
+        batches.append(batches[-1] * 2)
+    table = np.array([[prefill_cost(cost, l, b, speculative=True) - prefill_cost(cost, l, b, speculative=False)
+                       for b in batches] for l in lengths])
+    return PrefillCostTable(np.array(lengths), np.array(batches), table)
+
+
+# --- §5 elastic memory ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ElasticMemory:
+    """§5.1's triggers: expand the KV pool (offload the draft) when speculation is off and fewer than ``tau_low``
+    blocks have been free for ``persist`` consecutive steps; contract it (reload the draft) when nothing waits and
+    more than S_draft + τ_low blocks are free. Thresholds in blocks."""
+
+    tau_low: int
+    s_draft: int
+    persist: int = 5
+    low_steps: int = 0
+
+    def action(self, view: View, spec_off: bool) -> MemoryAction | None:
+        free = view.free_blocks
+        if view.draft_resident:
+            self.low_steps = self.low_steps + 1 if free < self.tau_low else 0
+            if spec_off and self.low_steps >= self.persist:
+                self.low_steps = 0
+                return MemoryAction(offload_draft=True)
+            return None
+        self.low_steps = 0
+        if not view.draft_loading and view.waiting.size == 0 and free > self.s_draft + self.tau_low:
+            return MemoryAction(reload_draft=True)
+        return None
+
+
+# --- the system -----------------------------------------------------------------------------------------------------
+
+
+class Nightjar(Policy):
+    uses_draft_model = True
+
+    def __init__(self, max_gamma: int = 5, selector: Selector = "adabingreedy", switch_cost: bool = True,
+                 offload: bool = False, tau_low: float = 0.10, t_persist: int = 5, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
+        self.max_gamma = check_positive_int("max_gamma", max_gamma)
+        self.num_arms = max_gamma + 1
+        self.selector_kind: Selector = selector
+        make_selector(selector, self.num_arms, max_num_seqs)  # checks the name early
+        self.use_switch_cost = switch_cost
+        self.offload = offload
+        if not 0.0 <= tau_low < 1.0:
+            raise ValueError(f"tau_low must be a fraction of the KV pool in [0, 1), not {tau_low!r}")
+        self.tau_low = tau_low
+        self.t_persist = check_positive_int("t_persist", t_persist)
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.watermark = watermark
+        self.prev_gamma = 0  # γ of the last decode step
+        self._played: tuple[int, int] | None = None  # (batch size, γ) of the step awaiting its reward
+
+    def bind(self, ctx: PolicyContext) -> None:
+        super().bind(ctx)
+        cost = ctx.cost
+        if cost.draft is None:
+            raise ValueError("nightjar needs a draft model (model pair with a draft)")
+        self.selector = make_selector(self.selector_kind, self.num_arms, self.max_num_seqs)
+        self.c_prefill = profile_c_prefill(cost, 4096, self.max_num_seqs)
+        self.memory: ElasticMemory | None = None
+        if self.offload:
+            with_draft = cost.kv_capacity_blocks(draft_resident=True)
+            without = cost.kv_capacity_blocks(draft_resident=False)
+            self.memory = ElasticMemory(tau_low=round(self.tau_low * with_draft), s_draft=without - with_draft,
+                                        persist=self.t_persist)
+
+    def schedule(self, view: View) -> StepPlan:
+        self._played = None
+        mem = self.memory.action(view, self.prev_gamma == 0) if self.memory is not None else None
+        plan = self._plan(view, mem)
+        if self.memory is None or (plan.is_idle and mem is None):
+            return plan
+        # the step trace tells the elastic-memory operations apart (Table 6): 1 = expansion, 2 = contraction
+        op = 0.0 if mem is None else 1.0 if mem.offload_draft else 2.0
+        return replace(plan, telemetry={**(plan.telemetry or {}), "memory_op": op})
+
+    def _plan(self, view: View, mem: MemoryAction | None) -> StepPlan:
+        resident = view.draft_resident and not (mem is not None and mem.offload_draft)
+        adm, decode, preempt = prefill_prioritized(
+            view, max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+            watermark=self.watermark, lookahead=self.prev_gamma if resident else 0)
+        if adm.rids.size:
+            return StepPlan(prefill_ids=adm.rids, prefill_tokens=adm.tokens, memory=mem,
+                            draft_sync=resident and self.prev_gamma > 0)
+        if decode.size == 0 and preempt.size == 0:
+            return StepPlan(memory=mem) if mem is not None else IDLE
+        if not resident or decode.size == 0:
+            self.prev_gamma = 0
+            return StepPlan(decode_ids=decode, preempt_ids=preempt, memory=mem, telemetry={"gamma": 0.0})
+        batch = int(decode.size)
+        lag = view.num_computed[decode] - view.num_draft_computed[decode]
+        c = self.c_prefill(int(lag.max()), batch) if self.use_switch_cost else 0.0
+        gamma, explored = self.selector.select(batch, self.ctx.rng, switch_costs(self.num_arms, self.prev_gamma, c))
+        gamma = min(gamma, self._fits(view, decode, preempt))
+        self.prev_gamma = gamma
+        self._played = (batch, gamma)
+        return StepPlan(decode_ids=decode, k=np.full(batch, gamma, dtype=np.int64), preempt_ids=preempt,
+                        memory=mem, telemetry={"gamma": float(gamma), "explore": float(explored)})
+
+    def _fits(self, view: View, decode: np.ndarray, preempt: np.ndarray) -> int:
+        """The largest γ whose KV slots fit once the preempted requests' blocks are freed."""
+        free = view.free_blocks + int(view.kv_blocks[preempt].sum())
+        need = kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode], np.ones(decode.size, dtype=bool),
+                                view.block_size, self.max_gamma)
+        ok = np.nonzero(need <= free)[0]
+        return int(ok.max()) if ok.size else 0
+
+    def observe(self, result: StepResult) -> None:
+        if self._played is None or result.latency_s <= 0:
+            return
+        batch, gamma = self._played
+        self.selector.update(batch, gamma, float(result.num_emitted.sum()) / result.latency_s)
