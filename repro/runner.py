@@ -446,5 +446,5 @@ def run_experiment(
     from repro import render
 
     render.render(out, manifest, points)
-    verdicts = claim_verdicts(spec, points) if spec.kind == "sweep" else {}
+    verdicts = claim_verdicts(spec, points) if spec.kind != "calibration" else {}
     return ExperimentResult(spec.name, out, points, manifest, num_run, time.perf_counter() - t0, verdicts)

@@ -40,6 +40,9 @@ Deviations:
   costs (capacity without it − with it: its weights and, under vLLM v0's layout, its KV share). Costs: the offload
   is free (a host copy is kept, §5.4); expansion and the reload's dispatch are the engine profile's Table 6 values;
   contraction migrates the used blocks of the reclaimed region; the reload's transfer overlaps the steps after it.
+- ``selector: adabingreedy_pow2`` (ours, not the paper's): one ADA-BINGREEDY state per power-of-two bucket of batch
+  sizes (1, 2, 3-4, 5-8, ...), for users testing whether coarser contexts learn faster; the default is the paper's
+  state per batch size.
 - LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on features (1, B / B_max), rewards scaled by
   the largest reward seen; α = 1 (LinUCB), v = 0.25 (LinTS). No switching term (they are the plain bandits).
 """
@@ -59,7 +62,7 @@ from repro.state import View
 from systems.lib import check_positive_int, prefill_prioritized
 from systems.turbospec import kv_blocks_needed
 
-Selector = Literal["adabingreedy", "adabingreedy_nocontext", "linucb", "lints"]
+Selector = Literal["adabingreedy", "adabingreedy_pow2", "adabingreedy_nocontext", "linucb", "lints"]
 
 
 # --- Algorithm 1: ADA-BINGREEDY for one context -------------------------------------------------------------------
@@ -138,13 +141,14 @@ class ArmSelector(Protocol):
 class AdaBinGreedy:
     """Independent :class:`BinGreedy` state per batch size (``contextual``), or one for every batch size."""
 
-    def __init__(self, num_arms: int, contextual: bool = True) -> None:
+    def __init__(self, num_arms: int, contextual: bool = True, pow2: bool = False) -> None:
         self.num_arms = num_arms
         self.contextual = contextual
+        self.pow2 = pow2
         self.state: dict[int, BinGreedy] = {}
 
     def of(self, batch: int) -> BinGreedy:
-        key = batch if self.contextual else 0
+        key = (batch if not self.pow2 else 1 << (batch - 1).bit_length()) if self.contextual else 0
         st = self.state.get(key)
         if st is None:
             st = self.state[key] = BinGreedy(self.num_arms)
@@ -197,13 +201,16 @@ class LinearBandit:
 def make_selector(kind: Selector, num_arms: int, max_batch: int) -> ArmSelector:
     if kind == "adabingreedy":
         return AdaBinGreedy(num_arms)
+    if kind == "adabingreedy_pow2":
+        return AdaBinGreedy(num_arms, pow2=True)
     if kind == "adabingreedy_nocontext":
         return AdaBinGreedy(num_arms, contextual=False)
     if kind == "linucb":
         return LinearBandit(num_arms, max_batch, thompson=False)
     if kind == "lints":
         return LinearBandit(num_arms, max_batch, thompson=True)
-    raise ValueError(f"selector must be adabingreedy | adabingreedy_nocontext | linucb | lints, not {kind!r}")
+    raise ValueError(f"selector must be adabingreedy | adabingreedy_pow2 | adabingreedy_nocontext | linucb | lints, "
+                     f"not {kind!r}")
 
 
 # --- c_prefill (§4.2, Table 3) --------------------------------------------------------------------------------------

@@ -82,6 +82,9 @@ def test_per_batch_size_state_is_independent_unless_contextless() -> None:
     flat = AdaBinGreedy(3, contextual=False)
     flat.update(8, 1, 50.0)
     assert flat.of(16).visits[1] == 1
+    buckets = AdaBinGreedy(3, pow2=True)  # ours: batch sizes 5-8 share a state, 9-16 the next
+    buckets.update(5, 2, 50.0)
+    assert buckets.of(8).visits[2] == 1 and buckets.of(9).visits.sum() == 0 and buckets.of(4).visits.sum() == 0
 
 
 # --- Eq. 3 ---------------------------------------------------------------------------------------------------------
