@@ -30,7 +30,7 @@ from repro.policy import Policy, ReplicaSpec
 from repro.proposers import DRAFT, RemoteDraftServer
 
 #: Keys of one entry of ``engine.draft_servers``.
-DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp")
+DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp", "bandwidth_mbps")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,7 @@ class DraftServerSpec:
     rtt_s: float = 0.0
     tp: int = 1
     stream: str = DRAFT
+    bandwidth_bps: float = float("inf")
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,7 +75,7 @@ class Deployment:
         servers = tuple(  # each server's cost model runs its draft model on its own hardware (``draft_hardware``)
             RemoteDraftServer(CostModel(s.hardware, model, tp=1, draft=s.model, draft_hardware=s.hardware,
                                         draft_tp=s.tp, engine=profile), name=f"server{i}", stream=s.stream,
-                              rtt_s=s.rtt_s)
+                              rtt_s=s.rtt_s, bandwidth_bps=s.bandwidth_bps)
             for i, s in enumerate(draft_servers))
         return cls(policy, replicas, specs is not None, hardware, model, draft, tp, draft_tp, gpu_memory_utilization,
                    profile, servers)
@@ -104,7 +105,9 @@ def engine_profile(cfg: Any) -> EngineProfile:
 
 def draft_server_specs(cfg: Any) -> tuple[DraftServerSpec, ...]:
     """``engine.draft_servers`` of a composed config: each entry's ``hardware`` (a conf/hardware name), ``model``
-    (a conf/model name; default: the run's draft), ``rtt_ms`` (default 0) and ``tp`` (default 1)."""
+    (a conf/model name; default: the run's draft), ``rtt_ms`` (default 0), ``tp`` (default 1) and
+    ``bandwidth_mbps`` (its link, megabits per second each way; default unlimited). A server whose model is not the
+    run's draft draws its acceptance from the oracle stream of its own model (``stream`` = the model's name)."""
     from repro.cost.spec import load_hardware, load_model
 
     out = []
@@ -112,7 +115,10 @@ def draft_server_specs(cfg: Any) -> tuple[DraftServerSpec, ...]:
         unknown = set(srv) - set(DRAFT_SERVER_KEYS)
         if unknown:
             raise ConfigError(f"engine.draft_servers[{i}]: unknown key(s) {sorted(unknown)}")
-        out.append(DraftServerSpec(hardware=load_hardware(str(srv["hardware"])),
-                                   model=load_model(str(srv.get("model", cfg.draft.name))),
-                                   rtt_s=float(srv.get("rtt_ms", 0.0)) / 1e3, tp=int(srv.get("tp", 1))))
+        model = str(srv.get("model", cfg.draft.name))
+        bw = srv.get("bandwidth_mbps")
+        out.append(DraftServerSpec(hardware=load_hardware(str(srv["hardware"])), model=load_model(model),
+                                   rtt_s=float(srv.get("rtt_ms", 0.0)) / 1e3, tp=int(srv.get("tp", 1)),
+                                   stream=DRAFT if model == str(cfg.draft.name) else model,
+                                   bandwidth_bps=float("inf") if bw is None else float(bw) * 1e6))
     return tuple(out)

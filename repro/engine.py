@@ -187,6 +187,9 @@ class Replica:
             service[pre.ids] += draft_s + verify_s
         # outcome: the oracle's acceptance, tokens emitted, requests finished
         proposed, accepted, matched = self._accept(prop, servers, dec)
+        send_s = self._send_s(servers, dec, accepted)
+        accept_prob = self._accept_prob(prop, servers, dec) if self.policy.observes_accept_prob else None
+        end_at += send_s
         emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
         done_pre = self._apply_prefill(plan, prop, pre, end_at)
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
@@ -196,8 +199,33 @@ class Replica:
         result = StepResult(
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=memory_s, num_batched_tokens=shape.num_tokens)
+            memory_s=memory_s, num_batched_tokens=shape.num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:
+        """Per decoding request, the verifier's Σ min(1, p/q) over its drafted chain (0 without one; trees and
+        prompt lookup: not computed), each on the stream of the proposer that drafted it."""
+        out = np.zeros(dec.ids.size)
+        chain = dec.k > 0
+        if dec.trees or prop.proposes_first or not chain.any():
+            return out
+        for srv in (np.unique(servers[chain]).tolist() if servers is not None else [-1]):
+            m = chain if servers is None else chain & (servers == srv)
+            by = prop if srv < 0 else self.proposers.remote[srv]
+            out[m] = self.oracle.accept_prob_sum(dec.ids[m], dec.gen[m], dec.k[m], by)
+        return out
+
+    def _send_s(self, servers: np.ndarray | None, dec: DecodeBatch, accepted: np.ndarray) -> float:
+        """The downlink after verification: every remote draft server that drafted this step gets its requests'
+        accepted tokens and its next allocation back (``RemoteDraftServer.downlink_s``); the slowest sets the time."""
+        if servers is None or not dec.ids.size:
+            return 0.0
+        t = 0.0
+        drafted = dec.drafted
+        for srv in np.unique(servers[drafted & (servers >= 0)]).tolist():
+            m = servers == srv
+            t = max(t, self.proposers.remote[srv].downlink_s(int(accepted[m].sum()) + int(m.sum())))
+        return t
 
     def _arm_rewards(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
                      memory_s: float) -> np.ndarray:
@@ -527,7 +555,8 @@ class Engine:
     ``observers`` (the run's :class:`SimOutput` then holds its records and telemetry), ``record_rounds`` a
     :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``). ``counterfactual_arms`` = N scores every
     decode step's uniform chain lengths 0..N as well (:meth:`Replica._arm_rewards`; the step trace then holds each
-    step's best and realized goodput and the cumulative regret, Nightjar Eq. 2).
+    step's best and realized goodput and the cumulative regret, Nightjar Eq. 2). ``max_steps`` stops a replica after
+    that many steps (GoodSpeed's rounds); ``client`` gives each request's client (``View.client``).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
@@ -535,7 +564,8 @@ class Engine:
                  oracle: TokenOracle, rng: np.random.Generator, drafter: Drafter | None = None,
                  block_size: int = 16, max_model_len: int = 4096, record_steps: bool = False,
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
-                 counterfactual_arms: int | None = None, max_sim_time_s: float | None = None) -> None:
+                 counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
+                 max_steps: int | None = None, client: np.ndarray | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -548,9 +578,13 @@ class Engine:
         servers = deployment.draft_servers
         self.replicas: list[Replica] = []
         cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
+        self.max_steps = max_steps
         for i, spec in enumerate(deployment.replicas):
             cost = deployment.cost_model(spec.tp)
-            self.replicas.append(Replica(i, spec.policy, RequestState(*cols), cost, oracle, block_size=block_size,
+            state = RequestState(*cols)
+            if client is not None:
+                state.client[:] = np.asarray(client, dtype=np.int64)
+            self.replicas.append(Replica(i, spec.policy, state, cost, oracle, block_size=block_size,
                                          max_model_len=max_model_len, proposers=colocated(cost, servers),
                                          drafter=drafter, observers=watchers, arms=counterfactual_arms))
         self.multi = deployment.routed
@@ -573,6 +607,7 @@ class Engine:
         now = 0.0
         limit = self.max_sim_time_s
         idle_steps = 0
+        stopped = False
         while heap:
             t, kind, _, idx = heapq.heappop(heap)
             if t < now:
@@ -592,6 +627,9 @@ class Engine:
                     heapq.heappush(heap, (now, _STEP, next(seq), rep.index))
             else:
                 rep = reps[idx]
+                if self.max_steps is not None and rep.num_steps >= self.max_steps:
+                    stopped = True  # the run's step budget (GoodSpeed's rounds): this replica stops here
+                    continue
                 end = rep.step(now)
                 if end is None:
                     rep.busy = False
@@ -602,7 +640,7 @@ class Engine:
                         raise SimulationError(f"replica {idx} keeps planning steps that take no time")
                     heapq.heappush(heap, (end, _STEP, next(seq), idx))
         else:
-            stuck = [r.index for r in reps if r.has_work()]
+            stuck = [] if stopped else [r.index for r in reps if r.has_work()]
             if stuck:
                 r = reps[stuck[0]]
                 raise SimulationError(

@@ -322,6 +322,21 @@ def _extras(
         if "mean_k" in dec.columns:
             # Mean proposed length per decoding iteration (TurboSpec Fig. 10): the step's mean k over its requests.
             x["mean_proposed_len"] = float(dec["mean_k"].mean()) if len(dec) else _NAN
+    if steps is not None and len(steps) and "send_s" in steps.columns and float(steps["send_s"].sum()) > 0:
+        # GoodSpeed Fig. 3: a run's wall time split into receiving (the slowest draft server's drafting and uplink),
+        # verifying (the target's pass) and sending (the downlink of accepted tokens and allocations)
+        for name, col in (("receive", "draft_s"), ("verify", "verify_s"), ("send", "send_s")):
+            x[f"{name}_time_s"] = float(steps[col].sum())
+        wall = float(steps["latency_s"].sum())
+        x["send_share"] = x["send_time_s"] / wall if wall > 0 else _NAN
+        x["receive_verify_share"] = (x["receive_time_s"] + x["verify_time_s"]) / wall if wall > 0 else _NAN
+    if steps is not None and len(steps) and "goodput_est" in steps.columns:
+        # GoodSpeed Fig. 2: the allocation's expected tokens (x̂ at the smoothed α̂) against the tokens emitted,
+        # summed over the rounds: the estimator's bias (0 = unbiased)
+        est = steps["goodput_est"].to_numpy(dtype=np.float64)
+        rounds = np.isfinite(est)
+        real = float(steps.loc[rounds, "num_emitted"].sum())
+        x["goodput_est_bias"] = float(est[rounds].sum()) / real - 1.0 if real > 0 else _NAN
     if steps is not None and len(steps) and "memory_op" in steps.columns:
         # Nightjar Table 6: the elastic-memory operations the run performed and what the engine charged for them
         # (memory_s of the step that carried one: 1 = KV expansion (draft offloaded), 2 = contraction + reload)

@@ -332,6 +332,16 @@ class _TokenStream:
     def reported(self, p0: np.ndarray) -> np.ndarray:
         return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
 
+    def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Σ over each chain's k drafted positions of the probability that the target keeps the draft's token
+        (the position's p0: the true token is the draft's top-1 with that probability)."""
+        kmax = int(k.max()) if k.size else 0
+        if kmax == 0:
+            return np.zeros(k.shape, dtype=np.float64)
+        idx = self.store.locate(rids[:, None], pos[:, None] + _AR[:kmax])
+        p0 = self.store.pools["p0"][idx].astype(np.float64)
+        return np.where(_AR[:kmax] < k[:, None], p0, 0.0).sum(axis=1)
+
     def _positions(self, rids: np.ndarray, pos: np.ndarray,
                    depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What a tree of ``depth`` layers over each request's next positions reads: the true p0 and rank per
@@ -578,6 +588,19 @@ class TokenOracle:
                    drift=drift, pair=f"{draft}/{target}")
         oracle._missing.update(missing)
         return oracle
+
+    def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                        proposer: str | Proposer = DRAFT) -> np.ndarray:
+        """Per chain, Σ_j min(1, p_j(s_j) / q_j(s_j)) over its ``k`` drafted tokens as a verifier computes it in its
+        one pass over every drafted position (GoodSpeed Eq. 3): here each position's probability that the target
+        keeps the draft's token, the sum's expectation. A policy sees it only through ``StepResult.accept_prob``."""
+        return self._stream(proposer).accept_prob_sum(np.asarray(rids, dtype=np.int64),
+                                                      np.asarray(pos, dtype=np.int64), np.asarray(k, dtype=np.int64))
+
+    def level(self, rid: int, proposer: str | Proposer = DRAFT) -> float:
+        """Request ``rid``'s per-token acceptance level a_r on a draft stream: the ground truth a simulation may
+        report (GoodSpeed's optimum x*), never something a policy reads."""
+        return self._stream(proposer).level(rid)[0]
 
     def _any_stream(self, proposer: str | Proposer) -> _TokenStream | _PldStream:
         """The stream a stream name or a proposer (its ``stream``) is scored on."""

@@ -162,7 +162,10 @@ class StepResult:
 
     Arrays are aligned with the plan's ``decode_ids``: ``num_proposed`` draft tokens scored, ``num_accepted`` of them
     accepted (the bonus token is not counted), ``num_emitted`` tokens appended (``accepted + 1`` capped at what the
-    request still had to generate). Times are simulated seconds.
+    request still had to generate). Times are simulated seconds: memory actions, drafting (``draft_s``, remote
+    servers' uplinks included), verification, then ``send_s`` (the remote servers' downlinks). ``accept_prob``
+    (only for a policy whose ``observes_accept_prob`` is set) is what a verifier computes in its pass over every
+    drafted position: per request, Σ_j min(1, p_j / q_j) over its drafted tokens (GoodSpeed Eq. 3).
     """
 
     start_at: float
@@ -177,6 +180,8 @@ class StepResult:
     verify_s: float
     memory_s: float
     num_batched_tokens: int
+    send_s: float = 0.0  # after the target's pass: the downlink to the remote draft servers (GoodSpeed step 6)
+    accept_prob: np.ndarray | None = None  # per decode id: Σ min(1, p/q) over its drafted tokens (policies that ask)
 
     @property
     def latency_s(self) -> float:

@@ -53,6 +53,7 @@ class Policy:
     """
 
     uses_draft_model: bool = False
+    observes_accept_prob: bool = False  # ask for StepResult.accept_prob (the verifier's Σ min(1, p/q) per request)
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -16,8 +16,10 @@ Four kinds:
 - :class:`PromptLookup`: n-gram matching against the prompt on the host (:meth:`CostModel.pld_s`); it proposes a
   request's continuation only where a match exists.
 - :class:`RemoteDraftServer`: a draft model on its own hardware (GoodSpeed), reached over the network: its passes
-  are priced by its own cost model (the server's GPU and draft model) plus ``rtt_s`` per step; it takes nothing from
-  the replica's memory. Each server names its own oracle stream, so heterogeneous servers can accept differently
+  are priced by its own cost model (the server's GPU and draft model), then the uplink of its drafts and their
+  distributions (half the round trip ``rtt_s`` plus the bytes over ``bandwidth_bps``); the step ends with the
+  downlink of the accepted tokens (the other half, ``StepResult.send_s``); it takes nothing from the replica's
+  memory. Each server names its own oracle stream, so heterogeneous servers can accept differently
   (the default is the run's draft model's stream).
 
 A replica's proposers (:class:`Proposers`) are built by its deployment (:mod:`repro.deployment`) around the replica's
@@ -109,6 +111,7 @@ class RemoteDraftServer(Proposer):
     name: str = "remote"
     stream: str = DRAFT
     rtt_s: float = 0.0
+    bandwidth_bps: float = float("inf")  # the server's network link, bits per second each way
 
     which: ClassVar[Which] = "draft"
     keeps_kv: ClassVar[bool] = True
@@ -117,6 +120,19 @@ class RemoteDraftServer(Proposer):
     def __post_init__(self) -> None:
         if self.rtt_s < 0.0:
             raise ValueError(f"draft server {self.name!r}: rtt_s must be >= 0, not {self.rtt_s}")
+        if not self.bandwidth_bps > 0.0:
+            raise ValueError(f"draft server {self.name!r}: bandwidth_bps must be > 0, not {self.bandwidth_bps}")
+
+    def uplink_s(self, num_tokens: int) -> float:
+        """Sending ``num_tokens`` drafts to the verifier: half the round trip, then each token's id (4 bytes) and
+        the draft's distribution over its vocabulary (fp16) over the link (GoodSpeed Algorithm 1 line 10)."""
+        vocab = self.cost.draft.vocab_size if self.cost.draft is not None else 0
+        return self.rtt_s / 2.0 + num_tokens * (4 + 2 * vocab) * 8.0 / self.bandwidth_bps
+
+    def downlink_s(self, num_tokens: int) -> float:
+        """Sending ``num_tokens`` accepted tokens and the next allocation back: half the round trip plus 4 bytes
+        each (GoodSpeed step 6)."""
+        return self.rtt_s / 2.0 + (num_tokens + 1) * 4 * 8.0 / self.bandwidth_bps
 
     @property
     def hardware(self) -> HardwareSpec:

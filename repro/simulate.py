@@ -86,6 +86,7 @@ class Built:
     cost: CostModel
     baseline_tpot_s: float
     deployment: Deployment | None = None
+    oracle: Any = None
 
 
 def build(cfg: DictConfig) -> Built:
@@ -104,8 +105,13 @@ def build(cfg: DictConfig) -> Built:
                                max_model_len=model.max_context, baseline_tpot_s=baseline)
     except ValueError as exc:  # the workload's own checks name the bad key or value
         raise ConfigError(f"workload config: {exc}") from None
+    clients, servers = getattr(table, "client", None), deployment.draft_servers
+    if clients is not None and servers and int(clients.max(initial=0)) >= len(servers):
+        raise ConfigError(f"workload.clients: {int(clients.max()) + 1} clients (datasets) but {len(servers)} "
+                          "engine.draft_servers: give one draft server per client")
     oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
                                   draft=str(cfg.draft.name), target=model.name)
+    add_server_streams(oracle, cfg, deployment, model.name)
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     deployment=deployment, oracle=oracle, rng=np.random.default_rng(ss_policy),
@@ -113,8 +119,21 @@ def build(cfg: DictConfig) -> Built:
                     record_steps=bool(cfg.engine.record_steps),
                     record_rounds=bool(cfg.engine.get("record_rounds", False)),
                     counterfactual_arms=cfg.engine.get("counterfactual_arms"),
-                    max_sim_time_s=cfg.get("max_sim_time_s"))
-    return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment)
+                    max_sim_time_s=cfg.get("max_sim_time_s"), max_steps=cfg.get("max_steps"),
+                    client=getattr(table, "client", None))
+    return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
+                 oracle=oracle)
+
+
+def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, target: str) -> None:
+    """An oracle stream per remote draft server model that is not the run's draft (``DraftServerSpec.stream``):
+    the model's own acceptance table with the target (``oracle.accept[model][target]``), on its own seed."""
+    table = cfg.oracle["accept"]
+    for i, name in enumerate(sorted({s.stream for s in deployment.draft_servers} - {"draft"})):
+        if name not in table or target not in table[name]:
+            raise ConfigError(f"engine.draft_servers: no acceptance table for draft {name!r} with target {target!r} "
+                              "in oracle.accept")
+        oracle.add_stream(name, dict(table[name][target]), key=100 + i)
 
 
 def run_point(cfg: DictConfig) -> PointResult:
@@ -127,6 +146,9 @@ def run_point(cfg: DictConfig) -> PointResult:
     requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
+    if getattr(built.table, "client", None) is not None and built.deployment is not None \
+            and built.deployment.draft_servers and hasattr(built.engine.policy, "capacity"):
+        metrics.update(edge_optimum(built, out, steps))
     window = cfg.get("peak_window_s")
     if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
         metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
@@ -162,6 +184,7 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
         "service_s": s.service_s,
         "swap_s": s.swap_s,
         "replica": out.replica_of,
+        **({"client": np.asarray(table.client)} if getattr(table, "client", None) is not None else {}),
         **out.request_columns,
     })
 
@@ -170,3 +193,32 @@ def steps_frame(out: SimOutput) -> pd.DataFrame:
     """One row per step (:class:`repro.trace.StepRecord`), plus a column per plan telemetry name where plans carried
     any (:func:`repro.trace.steps_frame`)."""
     return trace.steps_frame(out.steps, out.step_telemetry)
+
+
+def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> dict[str, float]:
+    """GoodSpeed's yardstick, which the simulator alone can compute: each client's true per-token acceptance (the
+    mean level a_r, on its server's oracle stream, of the requests it got tokens for), the optimal long-term
+    goodput x* of problem (1) for the policy's budget C (:func:`repro.fairness.optimal_goodput`), and the run's own
+    utility U(x̄) with x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` is added to it
+    as a column (the line the utility converges to)."""
+    from repro.fairness import optimal_goodput, utility
+
+    assert built.deployment is not None
+    servers = built.deployment.draft_servers
+    client = np.asarray(built.table.client)
+    n = len(servers)
+    gen = out.state.num_generated
+    alpha = np.full(n, np.nan)
+    for i, srv in enumerate(servers):
+        served = np.flatnonzero((client == i) & (gen > 0))
+        if served.size:
+            alpha[i] = float(np.mean([built.oracle.level(int(r), srv) for r in served]))
+    rounds = max(out.num_steps, 1)
+    xbar = np.bincount(client, weights=gen.astype(np.float64), minlength=n)[:n] / rounds
+    opt = optimal_goodput(np.nan_to_num(alpha, nan=0.0), int(built.engine.policy.capacity))  # type: ignore[attr-defined]
+    u_opt, u = utility(opt), utility(xbar)
+    if steps is not None:
+        steps["utility_opt"] = u_opt
+    return {"utility": u, "utility_opt": u_opt, "utility_gap": u_opt - u,
+            "mean_true_acceptance": float(np.nanmean(alpha)), "rounds": float(out.num_steps)}
+

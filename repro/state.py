@@ -53,6 +53,7 @@ class RequestState:
         self.num_generated = np.zeros(n, dtype=np.int64)
         self.num_computed = np.zeros(n, dtype=np.int64)  # tokens with KV on the GPU (or on the host if swapped)
         self.num_draft_computed = np.zeros(n, dtype=np.int64)  # tokens with KV in the draft model's cache
+        self.client = np.zeros(n, dtype=np.int64)  # the client that sent the request (workload.clients; else 0)
         self.kv_blocks = np.zeros(n, dtype=np.int64)
         self.first_token_at = np.full(n, np.nan)
         self.first_decode_at = np.full(n, np.nan)  # start of the first decode step after the first token
@@ -113,6 +114,7 @@ class View:
         self.num_generated = _readonly(state.num_generated)
         self.num_computed = _readonly(state.num_computed)
         self.num_draft_computed = _readonly(state.num_draft_computed)  # what a real server's draft cache holds
+        self.client = _readonly(state.client)  # who sent each request (GoodSpeed: its draft server)
         self.kv_blocks = _readonly(state.kv_blocks)
         self.first_token_at = _readonly(state.first_token_at)
         self.last_token_at = _readonly(state.last_token_at)

@@ -46,6 +46,7 @@ class StepRecord:
     verify_s: float
     overhead_s: float  # fixed costs inside verify_s (per step, layer, request)
     memory_s: float  # swaps and draft offload/reload before the step
+    send_s: float  # the downlink to remote draft servers after the target's pass (GoodSpeed)
     mean_k: float
     replica: int
     schedule_wall_s: float  # wall-clock CPU time the policy took to plan the step (not simulated time)
@@ -96,7 +97,7 @@ class StepTracer:
             res.start_at, res.end_at - res.start_at, n_pre + n_dec, n_dec, n_pre, res.num_batched_tokens,
             int(res.num_emitted.sum()) + int(pre.completes.sum()), int(res.num_proposed.sum()),
             int(res.num_accepted.sum()), int(event.num_matched.sum()), res.draft_s, res.verify_s, event.overhead_s,
-            res.memory_s, float(dec.k.mean()) if n_dec else 0.0, event.replica, event.schedule_wall_s)
+            res.memory_s, res.send_s, float(dec.k.mean()) if n_dec else 0.0, event.replica, event.schedule_wall_s)
         self._records.setdefault(event.replica, []).append(rec)
         tel = event.plan.telemetry
         if tel:

@@ -44,6 +44,11 @@ class FixedOracle:
         accepted = np.minimum(k, self.accept)
         return k.copy(), accepted, accepted.copy()
 
+    def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                        proposer: str = "draft") -> np.ndarray:
+        """Σ min(1, p/q) over each chain: the first ``accept`` positions are kept for sure, the rest never."""
+        return np.minimum(np.asarray(k), self.accept).astype(np.float64)
+
     def accept_tree(self, tree: TreeSpec, proposer: str = "draft") -> int:
         cand, depth = tree.cand, 0
         on = {-1}

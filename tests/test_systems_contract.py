@@ -13,9 +13,16 @@ from repro.state import Status
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "system").glob("*.yaml"))
 
+# Systems that only run on a deployment of their own: GoodSpeed's need a remote draft server per client
+_EDGE = ["hardware=h100-80g", "model=qwen3-14b", "model@draft=qwen3-0.6b", "workload=goodspeed_4",
+         "workload.output_len=40",
+         "engine.draft_servers=[" + ",".join(["{hardware:l4,rtt_ms:0.2,bandwidth_mbps:1000}"] * 4) + "]"]
+DEPLOYMENT = {"goodspeed": _EDGE, "fixed_s": _EDGE, "random_s": _EDGE}
+
 
 def _run(system: str, seed: int = 0) -> tuple[object, object, list[StepResult]]:
-    cfg = compose([f"system={system}", "num_requests=50", "rps=8", f"seed={seed}", "workload.source=embedded"])
+    cfg = compose([f"system={system}", "num_requests=50", "rps=8", f"seed={seed}", "workload.source=embedded",
+                   *DEPLOYMENT.get(system, [])])
     built = build(cfg)
     seen: list[StepResult] = []
     pol = built.engine.replicas[0].policy

@@ -68,6 +68,7 @@ class RequestTable:
     classes: tuple[str, ...]  # class names (("default",) when none configured)
     source: str  # one line: where the lengths and arrivals came from (the provenance details joined)
     provenance: tuple[DataSource, ...] = ()  # one entry per source used, in order of first use
+    client: np.ndarray | None = None  # int64 client (dataset index) per request, with ``workload.clients``
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -142,8 +143,11 @@ def build_workload(
     prompt = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
     dataset = np.empty(n, dtype=object)
+    client = np.full(n, -1, dtype=np.int64)
     keep = np.ones(n, dtype=bool)
     for ds, idx in groups:
+        if spec.clients:
+            client[idx] = next(j for j, d in enumerate(spec.datasets) if d is ds)
         if ds.name == "trace" and trace is None:
             # no trace file (its arrivals came from the embedded gaps): lengths from its embedded table
             assert spec.arrival.trace is not None
@@ -187,6 +191,7 @@ def build_workload(
         classes=names,
         source="; ".join(ctx.notes),
         provenance=tuple(ctx.provenance),
+        client=client[sel] if spec.clients else None,
     )
 
 
@@ -319,7 +324,10 @@ def _assign_datasets(
         w = np.array([d.weight for d in mix], dtype=np.float64)
         if w.sum() <= 0:
             raise ValueError("dataset weights must not all be 0")
-        pick = rng.choice(len(mix), size=len(idx), p=w / w.sum()) if len(mix) > 1 else np.zeros(len(idx), int)
+        if spec.clients:  # one client per dataset: dealt round-robin, so every client gets its share
+            pick = np.arange(len(idx)) % len(mix)
+        else:
+            pick = rng.choice(len(mix), size=len(idx), p=w / w.sum()) if len(mix) > 1 else np.zeros(len(idx), int)
         groups += [(d, idx[pick == j]) for j, d in enumerate(mix) if (pick == j).any()]
     return groups
 

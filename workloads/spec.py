@@ -200,7 +200,9 @@ class WorkloadSpec:
     ``output_len``: defaults for every dataset that does not set its own (``fixed`` lengths, Sonnet length, a
     fixed output length). ``name``: label for logs. ``path`` / ``format``: the user's trace file that
     ``arrival.trace: trace_file`` replays (``workload=trace_file workload.path=FILE``) and its column names
-    (auto | vidur | azure | vllm; see ``workloads.tracefile``).
+    (auto | vidur | azure | vllm; see ``workloads.tracefile``). ``clients``: every dataset entry is a client of
+    its own (GoodSpeed's draft servers, each serving its own prompts): requests are dealt to the datasets
+    round-robin in arrival order and ``RequestTable.client`` holds each one's dataset index.
     """
 
     num_requests: int
@@ -218,6 +220,7 @@ class WorkloadSpec:
     name: str = ""
     path: str | None = None
     format: str = "auto"
+    clients: bool = False
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:

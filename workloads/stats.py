@@ -53,6 +53,11 @@ ASSUMED: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "instructcode": ((230.0, 150.0), (200.0, 140.0)),
     "chatbot_instruction_prompts": ((40.0, 40.0), (160.0, 160.0)),
     "minithinky": ((110.0, 100.0), (650.0, 400.0)),
+    # GoodSpeed's hub-only sets (generation there is capped at 50 / 150 tokens, so their prompts matter most):
+    # OpenOrca 1M-GPT4-Augmented (system prompt + question, GPT-4 answers) and HLE (long expert questions, short
+    # exact answers); chosen, not measured
+    "openorca": ((160.0, 180.0), (280.0, 250.0)),
+    "hle": ((220.0, 260.0), (40.0, 60.0)),
 }
 
 

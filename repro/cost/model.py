@@ -104,7 +104,7 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
         1 if m.kind == "eagle_head" else 0
     )  # fc counts as one more layer of launches
     return _Coeffs(
-        lin_mem_s=m.linear_params * b / tp / (bw * hw.mem_efficiency),
+        lin_mem_s=m.linear_params * m.linear_weight_bytes / tp / (bw * hw.mem_efficiency),
         lin_tok_s=2 * m.linear_params / tp / (peak * hw.compute_efficiency),
         head_mem_s=m.lm_head_params * b / tp / (bw * hw.mem_efficiency),
         head_tok_s=2 * m.lm_head_params / tp / (peak * hw.compute_efficiency),

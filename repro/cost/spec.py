@@ -134,6 +134,7 @@ class ModelSpec:
     tokenizer: Tokenizer
     head_dim: int | None = None
     dtype_bytes: int = 2
+    weight_bits: int | None = None
     tie_embeddings: bool = False
     kind: ModelKind = "decoder"
     source: str = ""
@@ -194,8 +195,17 @@ class ModelSpec:
         return self.linear_params + self.embedding_params + head
 
     @property
+    def linear_weight_bytes(self) -> float:
+        """Bytes per parameter of the decoder layers' linear weights: ``weight_bits`` / 8 for a weight-quantized
+        model (AWQ INT4: 0.5, streamed as such and dequantized in the kernel), else ``dtype_bytes``."""
+        return self.weight_bits / 8 if self.weight_bits is not None else float(self.dtype_bytes)
+
+    @property
     def weight_bytes(self) -> int:
-        return self.weight_params * self.dtype_bytes
+        """The weights' bytes: the decoder layers' linear weights at :attr:`linear_weight_bytes`, the embedding and
+        LM head (kept in 16 bits by weight-only quantization) at ``dtype_bytes``."""
+        rest = self.weight_params - self.linear_params
+        return round(self.linear_params * self.linear_weight_bytes + rest * self.dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -145,7 +145,7 @@ class StepCoster:
                 spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray, *, draft_resident: bool) -> float:
         """Seconds of drafting before the target's pass with proposer ``prop``: its host time, then (a model-based
         proposer) its passes for the requests in ``spec``, locally or on the remote draft servers ``plan`` places
-        them on (the slowest server and its round trip)."""
+        them on (the slowest server, its passes and then the uplink of its drafts: ``uplink_s``)."""
         host_s = prop.host_s(int(np.count_nonzero(spec)))
         if prop.which is None:  # runs on the host (prompt lookup), for every request asked, matched or not
             return host_s
@@ -162,7 +162,8 @@ class StepCoster:
                 t = max(t, self._draft_pass(prop, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
             else:
                 ds = self.draft_servers[srv]
-                t = max(t, ds.rtt_s + self._draft_pass(ds, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0]))
+                t = max(t, self._draft_pass(ds, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0])
+                        + ds.uplink_s(int(k[mask].sum())))
         return host_s + t
 
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,

@@ -127,9 +127,10 @@ def test_a_lagging_draft_catches_up_in_its_first_pass() -> None:
     assert got == pytest.approx(cost.spec_round_s() + first, rel=1e-12)
 
 
-def test_remote_draft_servers_pay_their_round_trip_and_the_slowest_sets_the_time() -> None:
+def test_remote_draft_servers_pay_their_uplink_and_the_slowest_sets_the_time() -> None:
     # request 0 drafts on server 0 (an A100 5 ms away), request 1 on server 1 (an L4 1 ms away); the step waits for
-    # the later of the two, each its own k = 2 chain on its server's cost model
+    # the later of the two, each its own k = 2 chain on its server's cost model, then half its round trip (the
+    # uplink; the link's bandwidth is unlimited by default, the other half is the downlink after verification)
     a100, l4 = make_cost(), make_cost(hardware="l4")
     servers = (RemoteDraftServer(a100, rtt_s=0.005), RemoteDraftServer(l4, rtt_s=0.001))
     s = _state([100, 100], [100, 100])
@@ -142,7 +143,7 @@ def test_remote_draft_servers_pay_their_round_trip_and_the_slowest_sets_the_time
         return (c.forward_s(1, 1, kv_read_tokens=101, lm_head_tokens=1, decode_only=True, which="draft")
                 + c.forward_s(1, 1, kv_read_tokens=102, decode_only=True, which="draft"))
 
-    expect = max(0.005 + chain(a100), 0.001 + chain(l4))
+    expect = max(0.0025 + chain(a100), 0.0005 + chain(l4))
     assert got == pytest.approx(coster.cost.spec_round_s() + expect, rel=1e-12)
     assert chain(l4) > chain(a100)  # the L4 is the slower GPU
 
@@ -181,7 +182,7 @@ def test_an_eagle_head_drafts_on_the_targets_gpu_and_never_catches_up() -> None:
 
 def test_a_remote_server_drafts_on_its_own_hardware_plus_its_round_trip() -> None:
     # every request placed on one L4 server 2 ms away, its draft model on two L4s: the drafting is the server's own
-    # passes (its cost model: draft on l4, draft_tp 2) + 2 ms + the replica's round overhead; the local draft model
+    # passes (its cost model: draft on l4, draft_tp 2) + 1 ms of uplink + the round overhead; the local draft model
     # need not be resident, and a request left local (-1) drafts on the replica's GPU beside it (the slower wins)
     target = make_cost()
     server_cost = CostModel(target.hardware, target.model, draft=target.draft, draft_hardware=make_cost("l4").hardware,
@@ -195,13 +196,13 @@ def test_a_remote_server_drafts_on_its_own_hardware_plus_its_round_trip() -> Non
     plan = StepPlan(decode_ids=dids, k=k, draft_server=ids([0, 0]))
     got = coster.draft_s(local, plan, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=False)
     on_server = server_cost.forward_s(2, 2, kv_read_tokens=502, lm_head_tokens=2, decode_only=True, which="draft")
-    assert got == pytest.approx(target.spec_round_s() + 0.002 + on_server, rel=1e-12)
+    assert got == pytest.approx(target.spec_round_s() + 0.001 + on_server, rel=1e-12)
     assert on_server != target.forward_s(2, 2, kv_read_tokens=502, lm_head_tokens=2, decode_only=True,
                                          which="draft")
     mixed = StepPlan(decode_ids=dids, k=k, draft_server=ids([0, -1]))
     got = coster.draft_s(local, mixed, dids, dc, k, k > 0, {}, NO_INT, NO_INT, draft_resident=True)
     here = target.forward_s(1, 1, kv_read_tokens=301, lm_head_tokens=1, decode_only=True, which="draft")
-    there = 0.002 + server_cost.forward_s(1, 1, kv_read_tokens=201, lm_head_tokens=1, decode_only=True,
+    there = 0.001 + server_cost.forward_s(1, 1, kv_read_tokens=201, lm_head_tokens=1, decode_only=True,
                                           which="draft")
     assert got == pytest.approx(target.spec_round_s() + max(here, there), rel=1e-12)
 
@@ -213,3 +214,15 @@ def test_prompt_lookup_is_host_time_only_even_with_requests_that_do_not_speculat
     assert pld.host_s(3) == pytest.approx(cost.hardware.pld_step_s + 3 * cost.hardware.pld_request_s)
     with pytest.raises(ValueError, match="rtt_s"):
         RemoteDraftServer(cost, rtt_s=-1.0)
+    with pytest.raises(ValueError, match="bandwidth_bps"):
+        RemoteDraftServer(cost, bandwidth_bps=0.0)
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 4, 9])
+def test_the_uplink_carries_each_draft_with_its_vocabulary_sized_distribution(tokens: int) -> None:
+    # GoodSpeed: a server sends S tokens and their fp16 distributions over the draft's vocabulary (Qwen3: 151,936
+    # entries, 303,876 bytes a token with its 4-byte id) over a 1 Gbit/s link, after half of a 2 ms round trip
+    target = make_cost("h100-80g", "qwen3-14b", "qwen3-0.6b")
+    server = RemoteDraftServer(target, rtt_s=0.002, bandwidth_bps=1e9)
+    assert server.uplink_s(tokens) == pytest.approx(0.001 + tokens * (4 + 2 * 151_936) * 8 / 1e9)
+    assert server.downlink_s(tokens) == pytest.approx(0.001 + (tokens + 1) * 32 / 1e9)
