@@ -32,7 +32,7 @@ from repro.grid import group_overrides
 from repro.results import CONF_DIR
 from repro.runner import run_experiment
 
-LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "model", "oracle", "backend")
+LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
 COMMANDS = ("list", "check", "all")
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from repro.cost.model import CostModel
+from repro.cost.model import CostModel, TargetProfile
 from repro.cost.serving import EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 from repro.errors import ConfigError
@@ -62,11 +63,13 @@ class Deployment:
     gpu_memory_utilization: float = 0.9
     engine: EngineProfile = field(default_factory=EngineProfile)
     draft_servers: tuple[RemoteDraftServer, ...] = ()  # shared by every replica (``StepPlan.draft_server`` indexes)
+    target_profile: TargetProfile | None = None  # cost=profile: measured target passes
 
     @classmethod
     def of(cls, policy: Policy, *, hardware: HardwareSpec, model: ModelSpec, draft: ModelSpec | None = None,
            tp: int = 1, draft_tp: int = 1, gpu_memory_utilization: float = 0.9, engine: EngineProfile | None = None,
-           draft_servers: Sequence[DraftServerSpec] = ()) -> Deployment:
+           draft_servers: Sequence[DraftServerSpec] = (), target_profile: TargetProfile | None = None
+           ) -> Deployment:
         """The deployment of ``policy``: one replica per spec its :meth:`~repro.policy.Policy.replicas` declares
         (each with its own policy and tensor parallelism), else one replica at ``tp`` run by ``policy`` itself."""
         specs = policy.replicas()
@@ -78,7 +81,7 @@ class Deployment:
                               rtt_s=s.rtt_s, bandwidth_bps=s.bandwidth_bps)
             for i, s in enumerate(draft_servers))
         return cls(policy, replicas, specs is not None, hardware, model, draft, tp, draft_tp, gpu_memory_utilization,
-                   profile, servers)
+                   profile, servers, target_profile)
 
     @classmethod
     def from_cfg(cls, cfg: Any, policy: Policy) -> Deployment:
@@ -86,13 +89,40 @@ class Deployment:
         return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
                       gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg),
-                      draft_servers=draft_server_specs(cfg))
+                      draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg))
 
     def cost_model(self, tp: int | None = None) -> CostModel:
         """The cost model of a replica of ``tp`` GPUs (default: the deployment's ``tp``), with the co-located draft."""
         return CostModel(self.hardware, self.model, tp=self.tp if tp is None else tp, draft=self.draft,
                          draft_tp=self.draft_tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                         engine=self.engine)
+                         engine=self.engine, target_profile=self.target_profile)
+
+
+def target_profile(cfg: Any) -> TargetProfile | None:
+    """``cost=profile``: the target's measured profile table (``cost.table``, a CSV in the format of
+    :mod:`repro.cost.profile`: absolute, or relative to the working directory or the repository); ``cost=analytic``
+    (the default): None. A missing file or a malformed table is a one-line ConfigError naming it."""
+    from repro.cost.profile import ProfileCostModel
+
+    node = cfg.get("cost") or {}
+    kind = str(node.get("kind", "analytic"))
+    if kind == "analytic":
+        return None
+    if kind != "profile":
+        raise ConfigError(f"cost.kind must be 'analytic' or 'profile', not {kind!r}")
+    table = node.get("table")
+    if not table:
+        raise ConfigError("cost=profile needs cost.table=PATH (a CSV of num_tokens,context,latency_ms: python -m "
+                          "repro.profile writes one)")
+    path = Path(str(table))
+    if not path.is_absolute() and not path.is_file():
+        path = Path(__file__).resolve().parents[1] / path
+    if not path.is_file():
+        raise ConfigError(f"cost.table: no file {table}")
+    try:
+        return ProfileCostModel(path)
+    except ValueError as exc:
+        raise ConfigError(f"cost.table: {exc}") from None
 
 
 def engine_profile(cfg: Any) -> EngineProfile:

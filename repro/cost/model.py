@@ -33,7 +33,7 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
@@ -148,6 +148,12 @@ def _parts(
     return linear, attention, lm_head, allreduce, overhead
 
 
+class TargetProfile(Protocol):
+    """Measured latencies of the target's passes (:class:`repro.cost.profile.ProfileCostModel`)."""
+
+    def forward_s(self, num_tokens: int, num_seqs: int, kv_read_tokens: float = 0.0) -> float: ...
+
+
 class CostModel:
     """Step latencies of the target, its draft model or EAGLE head, plus memory and transfer costs.
 
@@ -155,6 +161,8 @@ class CostModel:
     sharing its memory) with ``draft_tp`` GPUs. ``activation_reserve_gb`` (GiB per GPU) is kept free for activations
     and the CUDA graphs' workspace (vLLM's profiling run reserves a similar amount). ``engine`` is the serving
     engine's profile (default: an ideal multi-query engine with CUDA graphs everywhere and no host costs).
+    ``target_profile`` (``cost=profile``): the target's passes are read from a measured profile table instead of the
+    roofline (its whole latency is reported as ``linear_s``); drafts, memory and transfers stay analytic.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class CostModel:
         gpu_memory_utilization: float = 0.9,
         activation_reserve_gb: float = 2.0,
         engine: EngineProfile | None = None,
+        target_profile: TargetProfile | None = None,
     ) -> None:
         if tp < 1 or draft_tp < 1:
             raise ValueError("tp and draft_tp must be ≥ 1")
@@ -182,6 +191,7 @@ class CostModel:
         self.gpu_memory_utilization = gpu_memory_utilization
         self.activation_reserve_gb = activation_reserve_gb
         self.engine = engine if engine is not None else EngineProfile()
+        self.target_profile = target_profile  # measured target passes (cost=profile) in place of the roofline
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
         self._coeffs: dict[str, _Coeffs] = {
             "target": _coeffs(hardware, model, tp),
@@ -208,6 +218,10 @@ class CostModel:
             or shape.query_pairs < 0
         ):
             raise ValueError(f"negative quantity in {shape}")
+        if which == "target" and self.target_profile is not None:
+            return ForwardCost(self.forward_s(shape.num_tokens, shape.num_seqs, shape.kv_read_tokens,
+                                              shape.prefill_attn_pairs, shape.lm_head_tokens, shape.decode_only,
+                                              shape.query_pairs), 0.0, 0.0, 0.0, 0.0)
         return ForwardCost(
             *_parts(
                 self._c(which),
@@ -233,6 +247,8 @@ class CostModel:
         which: Which = "target",
     ) -> float:
         """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
+        if which == "target" and self.target_profile is not None:
+            return self.target_profile.forward_s(num_tokens, num_seqs, kv_read_tokens)
         a, b, c, d, e = _parts(
             self._c(which),
             num_tokens,
