@@ -54,6 +54,10 @@ class Policy:
 
     uses_draft_model: bool = False
     observes_accept_prob: bool = False  # ask for StepResult.accept_prob (the verifier's Σ min(1, p/q) per request)
+    #: the draft tokens a round may verify across the remote draft servers (GoodSpeed's C), for systems that split
+    #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget
+    #: (:func:`repro.simulate.edge_optimum`). None for every other system.
+    round_budget: int | None = None
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -147,7 +147,7 @@ def run_point(cfg: DictConfig) -> PointResult:
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
     if getattr(built.table, "client", None) is not None and built.deployment is not None \
-            and built.deployment.draft_servers and hasattr(built.engine.policy, "capacity"):
+            and built.deployment.draft_servers and built.engine.policy.round_budget is not None:
         metrics.update(edge_optimum(built, out, steps))
     window = cfg.get("peak_window_s")
     if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
@@ -198,7 +198,8 @@ def steps_frame(out: SimOutput) -> pd.DataFrame:
 def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> dict[str, float]:
     """GoodSpeed's yardstick, which the simulator alone can compute: each client's true per-token acceptance (the
     mean level a_r, on its server's oracle stream, of the requests it got tokens for), the optimal long-term
-    goodput x* of problem (1) for the policy's budget C (:func:`repro.fairness.optimal_goodput`), and the run's own
+    goodput x* of problem (1) for the policy's ``round_budget`` C (:func:`repro.fairness.optimal_goodput`), and the
+    run's own
     utility U(x̄) with x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` is added to it
     as a column (the line the utility converges to)."""
     from repro.fairness import optimal_goodput, utility
@@ -215,7 +216,7 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
             alpha[i] = float(np.mean([built.oracle.level(int(r), srv) for r in served]))
     rounds = max(out.num_steps, 1)
     xbar = np.bincount(client, weights=gen.astype(np.float64), minlength=n)[:n] / rounds
-    opt = optimal_goodput(np.nan_to_num(alpha, nan=0.0), int(built.engine.policy.capacity))  # type: ignore[attr-defined]
+    opt = optimal_goodput(np.nan_to_num(alpha, nan=0.0), int(built.engine.policy.round_budget or 0))
     u_opt, u = utility(opt), utility(xbar)
     if steps is not None:
         steps["utility_opt"] = u_opt

@@ -34,6 +34,7 @@ import numpy as np
 from repro.fairness import allocate as gradient_allocation
 from repro.fairness import expected_tokens, utility
 from repro.plan import IDLE, StepPlan, StepResult, ids
+from repro.policy import PolicyContext
 from repro.state import Status, View
 from systems.lib import pending_tokens
 
@@ -55,6 +56,13 @@ class EdgeRounds:
     rounds: int = 0
     _client: np.ndarray | None = None
     _s: np.ndarray | None = None  # the allocation played this round, by client
+
+    @classmethod
+    def bound(cls, ctx: PolicyContext, eta: float = 0.2, beta: float = 0.5, init_acceptance: float = 0.5,
+              init_goodput: float = 1.0) -> EdgeRounds:
+        """The protocol for a policy bound to ``ctx``: one client per remote draft server of its deployment."""
+        servers = len(ctx.proposers.remote) if ctx.proposers is not None else 0
+        return cls(servers, eta, beta, init_acceptance, init_goodput)
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:

@@ -42,14 +42,14 @@ class GoodSpeed(Policy):
 
     def __init__(self, capacity: int = 20, eta: float = 0.2, beta: float = 0.5, init_acceptance: float = 0.5,
                  init_goodput: float = 1.0) -> None:
-        self.capacity = check_positive_int("capacity", capacity)
+        self.capacity = self.round_budget = check_positive_int("capacity", capacity)
         self.eta, self.beta = eta, beta
         self.init_acceptance, self.init_goodput = init_acceptance, init_goodput
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
-        servers = ctx.proposers.remote if ctx.proposers is not None else ()
-        self.rounds = EdgeRounds(len(servers), self.eta, self.beta, self.init_acceptance, self.init_goodput)
+        self.rounds = EdgeRounds.bound(ctx, eta=self.eta, beta=self.beta, init_acceptance=self.init_acceptance,
+                                       init_goodput=self.init_goodput)
 
     def allocation(self, decoding: np.ndarray) -> np.ndarray:
         """Eq. 5 over the clients that decode this round, weights ∇U_i(X_i) = 1 / X_i."""

@@ -35,12 +35,12 @@ class RandomS(Policy):
     observes_accept_prob = True  # Eq. 3 reads the verifier's min(1, p/q) of every drafted token
 
     def __init__(self, capacity: int = 20) -> None:
-        self.capacity = check_positive_int("capacity", capacity)
+        self.capacity = self.round_budget = check_positive_int("capacity", capacity)
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         self.rng = np.random.default_rng(ctx.rng.integers(2**63))  # the policy's own stream, from the run's seed
-        self.rounds = EdgeRounds(len(ctx.proposers.remote) if ctx.proposers is not None else 0)
+        self.rounds = EdgeRounds.bound(ctx)
 
     def schedule(self, view: View) -> StepPlan:
         rid, decoding = self.rounds.current(view)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repro import runner
@@ -212,6 +213,15 @@ def data(request: pytest.FixtureRequest) -> str:
     """The data mode a claims test runs in, each in turn: the real files (skipped without them) and none at all
     (embedded statistics); a claim must hold on both. Which files an experiment reads is said in its test module."""
     return str(request.param)
+
+
+def point_value(points: pd.DataFrame, system: str, metric: str, **where: object) -> float:
+    """Mean of ``metric`` over the points of ``system`` whose columns equal ``where`` (there must be some)."""
+    rows = points[points["system"] == system]
+    for key, value in where.items():
+        rows = rows[rows[key] == value]
+    assert len(rows), (system, where)
+    return float(rows[metric].mean())
 
 
 def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:

@@ -13,17 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.conftest import QuickRuns
+from tests.conftest import QuickRuns, point_value
 
 pytestmark = pytest.mark.slow
-
-
-def _at(points: pd.DataFrame, system: str, metric: str, **where: object) -> float:
-    rows = points[points["system"] == system]
-    for key, value in where.items():
-        rows = rows[rows[key] == value]
-    assert len(rows), (system, where)
-    return float(rows[metric].mean())
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +35,10 @@ def test_fig3_sending_is_negligible_and_receiving_and_verifying_dominate(fig3: p
     # a 0.2 ms round trip): sending 0.06 % for GoodSpeed, 0.07-0.08 % for Random-S and 0.11 % for Fixed-S, whose
     # rounds are the shortest; receiving + verifying above 99.8 %. Tolerance: the paper's bound for GoodSpeed,
     # 0.2 % for the baselines.
-    assert _at(fig3, "goodspeed", "send_share") < 0.001
+    assert point_value(fig3, "goodspeed", "send_share") < 0.001
     for system in ("goodspeed", "fixed_s", "random_s"):
-        assert _at(fig3, system, "send_share") < 0.002
-        assert _at(fig3, system, "receive_verify_share") > 0.99
+        assert point_value(fig3, system, "send_share") < 0.002
+        assert point_value(fig3, system, "receive_verify_share") > 0.99
 
 
 def test_fig4_goodspeed_ends_above_both_baselines_and_nearer_the_optimum(quick_runs: QuickRuns, data: str) -> None:
@@ -55,9 +47,11 @@ def test_fig4_goodspeed_ends_above_both_baselines_and_nearer_the_optimum(quick_r
     # above both, and at most half Fixed-S's gap.
     pts = quick_runs.get("goodspeed_fig4", data).points
     where = {"config": "Llama3 8 clients"}
-    gs = _at(pts, "goodspeed", "utility", **where)
-    assert gs > _at(pts, "fixed_s", "utility", **where) and gs > _at(pts, "random_s", "utility", **where)
-    assert _at(pts, "goodspeed", "utility_gap", **where) <= 0.5 * _at(pts, "fixed_s", "utility_gap", **where)
+    gs = point_value(pts, "goodspeed", "utility", **where)
+    assert gs > point_value(pts, "fixed_s", "utility", **where)
+    assert gs > point_value(pts, "random_s", "utility", **where)
+    gap = point_value(pts, "goodspeed", "utility_gap", **where)
+    assert gap <= 0.5 * point_value(pts, "fixed_s", "utility_gap", **where)
 
 
 @pytest.mark.xfail(strict=True, reason="GoodSpeed's wall time is 1.8x Fixed-S's in the quick run (full run "
@@ -65,10 +59,10 @@ def test_fig4_goodspeed_ends_above_both_baselines_and_nearer_the_optimum(quick_r
                    "servers with the best acceptance, and the slowest server's sequential drafting on its L4 (plus "
                    "its distributions' uplink) sets the round")
 def test_fig3_goodspeed_wall_time_comparable_to_fixed_s(fig3: pd.DataFrame) -> None:
-    assert _at(fig3, "goodspeed", "wall_vs_fixed") <= 1.05
+    assert point_value(fig3, "goodspeed", "wall_vs_fixed") <= 1.05
 
 
 @pytest.mark.xfail(strict=True, reason="Random-S takes 1.35-1.36x Fixed-S's wall time in the quick run (full run "
                    "1.36x; paper 1.05-1.25x): a uniformly random split often gives one server most of C")
 def test_fig3_random_s_costs_5_to_25_percent_more(fig3: pd.DataFrame) -> None:
-    assert 1.05 <= _at(fig3, "random_s", "wall_vs_fixed") <= 1.25
+    assert 1.05 <= point_value(fig3, "random_s", "wall_vs_fixed") <= 1.25

@@ -15,19 +15,11 @@ import pandas as pd
 import pytest
 
 from repro.cost.spec import load_model
-from tests.conftest import QuickRuns
+from tests.conftest import QuickRuns, point_value
 
 pytestmark = pytest.mark.slow
 
 GiB = 2**30
-
-
-def _at(points: pd.DataFrame, system: str, metric: str, **where: object) -> float:
-    rows = points[points["system"] == system]
-    for key, value in where.items():
-        rows = rows[rows[key] == value]
-    assert len(rows), (system, where)
-    return float(rows[metric].mean())
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +38,15 @@ def fig9(quick_runs: QuickRuns, data: str) -> pd.DataFrame:
 def test_fig2_speculation_pays_at_low_load_and_hurts_at_high_load(fig2: pd.DataFrame) -> None:
     # Paper: γ = 3 above no speculation at low load, below it at high load (up to 30 % lower). Quick run (200
     # requests): 1.09-1.10x at 5 req/s, 0.86x at 30 req/s. Tolerance: above 1 at 5, at most 0.95 at 30.
-    assert _at(fig2, "static_sd_k3", "thr_vs_ar", rps=5) > 1.0
-    assert _at(fig2, "static_sd_k3", "thr_vs_ar", rps=30) <= 0.95
+    assert point_value(fig2, "static_sd_k3", "thr_vs_ar", rps=5) > 1.0
+    assert point_value(fig2, "static_sd_k3", "thr_vs_ar", rps=30) <= 0.95
 
 
 def test_fig9_speculation_below_no_speculation_at_high_load(fig9: pd.DataFrame) -> None:
     # Paper: at high request rates SD is inferior to no speculation. Quick run: γ = 3 at 0.95x at 16 req/s and
     # 1.04x at 2 req/s. Tolerance: below 1 at 16, at least 1 at 2.
-    assert _at(fig9, "static_sd_k3", "thr_vs_ar", rps=16) < 1.0
-    assert _at(fig9, "static_sd_k3", "thr_vs_ar", rps=2) >= 1.0
+    assert point_value(fig9, "static_sd_k3", "thr_vs_ar", rps=16) < 1.0
+    assert point_value(fig9, "static_sd_k3", "thr_vs_ar", rps=2) >= 1.0
 
 
 @pytest.mark.xfail(strict=True, reason="Nightjar does not switch speculation off at high load: at 16 req/s it "
@@ -62,8 +54,8 @@ def test_fig9_speculation_below_no_speculation_at_high_load(fig9: pd.DataFrame) 
                    "where no speculation is best); per batch size, Algorithm 1's blocks restart with an exploring "
                    "bin, so after a few hundred visits a third or more of the steps still draw γ uniformly from 0..5")
 def test_fig9_nightjar_matches_the_best_method_at_high_load(fig9: pd.DataFrame) -> None:
-    best = max(_at(fig9, s, "total_token_throughput", rps=16) for s in ("vllm", "static_sd_k3"))
-    assert _at(fig9, "nightjar", "total_token_throughput", rps=16) >= 0.99 * best
+    best = max(point_value(fig9, s, "total_token_throughput", rps=16) for s in ("vllm", "static_sd_k3"))
+    assert point_value(fig9, "nightjar", "total_token_throughput", rps=16) >= 0.99 * best
 
 
 # --- Fig. 3: a resident draft shrinks the KV cache -----------------------------------------------------------------
@@ -86,8 +78,8 @@ def test_fig13_offloading_the_draft_raises_throughput_under_load(quick_runs: Qui
     # offloaded once and throughput rises 1.14-1.24x (full run: 1.22x; with the draft gone, speculation also stops
     # for good, which here matters more than the KV capacity). Tolerance: at least 1.03x, one offload or more.
     pts = quick_runs.get("nightjar_fig13", data).points
-    assert _at(pts, "nightjar_offload", "num_expand") >= 1
-    assert _at(pts, "nightjar_offload", "offload_gain") >= 1.03
+    assert point_value(pts, "nightjar_offload", "num_expand") >= 1
+    assert point_value(pts, "nightjar_offload", "offload_gain") >= 1.03
 
 
 def test_table6_elastic_memory_costs(quick_runs: QuickRuns, data: str) -> None:
@@ -95,9 +87,10 @@ def test_table6_elastic_memory_costs(quick_runs: QuickRuns, data: str) -> None:
     # contraction migrates the used blocks of the reclaimed region at the L20's memory bandwidth (4.6-4.7 ms in the
     # quick run). Tolerance: expansion exact; contraction within 4x of the paper's.
     pts = quick_runs.get("nightjar_table6", data).points
-    assert _at(pts, "nightjar_offload", "num_expand") >= 1 and _at(pts, "nightjar_offload", "num_contract") >= 1
-    assert _at(pts, "nightjar_offload", "mean_expand_ms") == pytest.approx(143.9)
-    assert 11.9 / 4 <= _at(pts, "nightjar_offload", "mean_contract_ms") <= 11.9 * 4
+    assert point_value(pts, "nightjar_offload", "num_expand") >= 1
+    assert point_value(pts, "nightjar_offload", "num_contract") >= 1
+    assert point_value(pts, "nightjar_offload", "mean_expand_ms") == pytest.approx(143.9)
+    assert 11.9 / 4 <= point_value(pts, "nightjar_offload", "mean_contract_ms") <= 11.9 * 4
 
 
 # --- Fig. 11 and Tables 4, 15: Nightjar against the baselines ------------------------------------------------------
@@ -107,19 +100,19 @@ def test_fig11_peak_throughput_of_the_trace(quick_runs: QuickRuns, data: str) ->
     # Paper: Nightjar peaks at about 3,800 tok/s. Quick run (the first 120 arrivals of the trace segment): 3,420-4,060
     # tok/s in 3-s bins, set by the segment's 21 req/s first minute. Tolerance: within 25 %.
     pts = quick_runs.get("nightjar_fig11", data).points
-    assert _at(pts, "nightjar", "peak_total_token_throughput") == pytest.approx(3800, rel=0.25)
+    assert point_value(pts, "nightjar", "peak_total_token_throughput") == pytest.approx(3800, rel=0.25)
 
 
 @pytest.mark.xfail(strict=True, reason="Nightjar stays below the best fixed γ (quick run at 4 req/s: 0.93-0.99x; "
                    "full run 0.92-1.00x; paper: 1.01-1.16x): its exploration keeps playing γ far from the best")
 def test_fig15_nightjar_never_falls_behind_the_best_fixed_gamma(quick_runs: QuickRuns, data: str) -> None:
     pts = quick_runs.get("nightjar_fig15", data).points
-    best = max(_at(pts, s, "total_token_throughput") for s in ("static_sd_k2", "static_sd_k4"))
-    assert _at(pts, "nightjar", "total_token_throughput") >= best
+    best = max(point_value(pts, s, "total_token_throughput") for s in ("static_sd_k2", "static_sd_k4"))
+    assert point_value(pts, "nightjar", "total_token_throughput") >= best
 
 
 @pytest.mark.xfail(strict=True, reason="Nightjar's throughput is not above standard SD's (γ = 3) under the dynamic "
                    "rate: quick run 0.95-0.97x, full run 0.9-1.0x per model and dataset (paper: up to 1.148x)")
 def test_table4_nightjar_above_standard_sd(quick_runs: QuickRuns, data: str) -> None:
     pts = quick_runs.get("nightjar_table4", data).points
-    assert _at(pts, "nightjar", "vs_sd") >= 1.148 * 0.95
+    assert point_value(pts, "nightjar", "vs_sd") >= 1.148 * 0.95
