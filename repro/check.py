@@ -75,6 +75,7 @@ class Outcome:
     reference: Path | None
     changes: list[Change] = field(default_factory=list)
     problem: str = ""  # no reference, data sources differ
+    skipped: str = ""  # not run here (an experiment whose modules this Python lacks: ExpSpec.requires)
     wall_s: float = 0.0
     num_points: int = 0
 
@@ -98,8 +99,10 @@ def _close(old: str, new: str, tol: float) -> bool:
     return tol > 0 and abs(a - b) <= tol * max(abs(a), abs(b))
 
 
-def compare(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str], tol: float = 0.0) -> list[Change]:
-    """Cells of ``new`` that differ from ``old`` (both read as text), rows matched on ``keys``."""
+def compare(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str], tol: float = 0.0,
+            only: Sequence[str] = ()) -> list[Change]:
+    """Cells of ``new`` that differ from ``old`` (both read as text), rows matched on ``keys``; ``only``: compare
+    just these columns (an experiment's ``exp.compare``)."""
     keys = [k for k in keys if k in old.columns or k in new.columns]
     exp = str(old["exp"].iloc[0]) if "exp" in old.columns and len(old) else ""
 
@@ -108,7 +111,8 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str], tol: floa
         return {tuple(r.get(k, "") for k in keys): r for r in rows}
 
     a, b = index(old), index(new)
-    cols = [c for c in dict.fromkeys([*old.columns, *new.columns]) if c not in WALL_CLOCK and c not in keys]
+    cols = [c for c in dict.fromkeys([*old.columns, *new.columns]) if c not in WALL_CLOCK and c not in keys
+            and (not only or c in only)]
     out: list[Change] = []
 
     def label(key: tuple[str, ...]) -> tuple[str, str]:
@@ -167,7 +171,7 @@ def against_reference(result: runner.ExperimentResult, ref: Path,
     keys = [*KEY_COLS, *(read_manifest(folder).get("grid_keys") or [])]
     old = pd.read_csv(folder / "points.csv", dtype=str, keep_default_na=False)
     new = pd.read_csv(result.out_dir / "points.csv", dtype=str, keep_default_na=False)
-    return folder, "", compare(old, new, keys, tol)
+    return folder, "", compare(old, new, keys, tol, result.manifest.get("compare") or ())
 
 
 # ------------------------------------------------------------------------------------------------- running
@@ -179,10 +183,22 @@ def _compose(name: str, quick: bool, extra: Sequence[str]) -> tuple[Any, list[st
         return compose_config(overrides), overrides
 
 
+def spec_of(name: str, quick: bool, extra: Sequence[str] = ()) -> ExpSpec:
+    cfg, _ = _compose(name, quick, extra)
+    return ExpSpec.parse(apply_quick(to_dict(cfg.exp), quick)[0])
+
+
+def skip_reason(name: str, quick: bool, extra: Sequence[str] = ()) -> str:
+    """Why this Python cannot run experiment ``name`` (its ``exp.requires`` modules are missing), or ``""``."""
+    missing = spec_of(name, quick, extra).missing()
+    return f"skipped: needs {', '.join(missing)} ({runner.REAL_INSTALL})" if missing else ""
+
+
 def count_points(name: str, quick: bool, extra: Sequence[str] = ()) -> int:
     """How many points an experiment runs (for one progress bar over several)."""
-    cfg, _ = _compose(name, quick, extra)
-    spec = ExpSpec.parse(apply_quick(to_dict(cfg.exp), quick)[0])
+    spec = spec_of(name, quick, extra)
+    if spec.missing():
+        return 0
     if spec.kind != "sweep":
         return 1
     return len(expand_points(spec, group_overrides(CONF_DIR)))
@@ -238,6 +254,11 @@ def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: i
     scratch = REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
     for name in names:
         ref = reference_dir(name, quick, results)
+        skip = skip_reason(name, quick, extra)
+        if skip:
+            print(f"{name}: {skip}", flush=True)
+            out.append(Outcome(name, None, skipped=skip))
+            continue
         t0 = time.perf_counter()
         result = run_one(name, quick, scratch / name, extra, n_jobs=n_jobs)
         o = Outcome(name, None, wall_s=time.perf_counter() - t0, num_points=len(result.points))
@@ -289,6 +310,10 @@ def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
     try:
         for name in names:
             ref = reference_dir(name, quick, results)
+            skip = skip_reason(name, quick)
+            if skip:
+                tqdm.write(f"{name}: {skip}", file=sys.stderr)
+                continue
             with tempfile.TemporaryDirectory(prefix=f"repro-{name}-") as tmp:
                 target = Path(tmp) if quick or not data_present() else ref
                 result = run_one(name, quick, target, progress=tick, n_jobs=n_jobs)

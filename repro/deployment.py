@@ -64,12 +64,13 @@ class Deployment:
     engine: EngineProfile = field(default_factory=EngineProfile)
     draft_servers: tuple[RemoteDraftServer, ...] = ()  # shared by every replica (``StepPlan.draft_server`` indexes)
     target_profile: TargetProfile | None = None  # cost=profile: measured target passes
+    draft_profile: TargetProfile | None = None  # cost=profile cost.draft_table: measured draft passes
 
     @classmethod
     def of(cls, policy: Policy, *, hardware: HardwareSpec, model: ModelSpec, draft: ModelSpec | None = None,
            tp: int = 1, draft_tp: int = 1, gpu_memory_utilization: float = 0.9, engine: EngineProfile | None = None,
-           draft_servers: Sequence[DraftServerSpec] = (), target_profile: TargetProfile | None = None
-           ) -> Deployment:
+           draft_servers: Sequence[DraftServerSpec] = (), target_profile: TargetProfile | None = None,
+           draft_profile: TargetProfile | None = None) -> Deployment:
         """The deployment of ``policy``: one replica per spec its :meth:`~repro.policy.Policy.replicas` declares
         (each with its own policy and tensor parallelism), else one replica at ``tp`` run by ``policy`` itself."""
         specs = policy.replicas()
@@ -81,7 +82,7 @@ class Deployment:
                               rtt_s=s.rtt_s, bandwidth_bps=s.bandwidth_bps)
             for i, s in enumerate(draft_servers))
         return cls(policy, replicas, specs is not None, hardware, model, draft, tp, draft_tp, gpu_memory_utilization,
-                   profile, servers, target_profile)
+                   profile, servers, target_profile, draft_profile)
 
     @classmethod
     def from_cfg(cls, cfg: Any, policy: Policy) -> Deployment:
@@ -89,19 +90,22 @@ class Deployment:
         return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
                       gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg),
-                      draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg))
+                      draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg),
+                      draft_profile=target_profile(cfg, "draft_table"))
 
     def cost_model(self, tp: int | None = None) -> CostModel:
         """The cost model of a replica of ``tp`` GPUs (default: the deployment's ``tp``), with the co-located draft."""
         return CostModel(self.hardware, self.model, tp=self.tp if tp is None else tp, draft=self.draft,
                          draft_tp=self.draft_tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                         engine=self.engine, target_profile=self.target_profile)
+                         engine=self.engine, target_profile=self.target_profile,
+                         draft_profile=self.draft_profile)
 
 
-def target_profile(cfg: Any) -> TargetProfile | None:
+def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
     """``cost=profile``: the target's measured profile table (``cost.table``, a CSV in the format of
-    :mod:`repro.cost.profile`: absolute, or relative to the working directory or the repository); ``cost=analytic``
-    (the default): None. A missing file or a malformed table is a one-line ConfigError naming it."""
+    :mod:`repro.cost.profile`: absolute, or relative to the working directory or the repository), or with ``key =
+    "draft_table"`` the draft model's (optional: None when unset); ``cost=analytic`` (the default): None. A missing
+    file or a malformed table is a one-line ConfigError naming it."""
     from repro.cost.profile import ProfileCostModel
 
     node = cfg.get("cost") or {}
@@ -110,7 +114,9 @@ def target_profile(cfg: Any) -> TargetProfile | None:
         return None
     if kind != "profile":
         raise ConfigError(f"cost.kind must be 'analytic' or 'profile', not {kind!r}")
-    table = node.get("table")
+    table = node.get(key)
+    if not table and key != "table":
+        return None
     if not table:
         raise ConfigError("cost=profile needs cost.table=PATH (a CSV of num_tokens,context,latency_ms: python -m "
                           "repro.profile writes one)")
@@ -118,11 +124,11 @@ def target_profile(cfg: Any) -> TargetProfile | None:
     if not path.is_absolute() and not path.is_file():
         path = Path(__file__).resolve().parents[1] / path
     if not path.is_file():
-        raise ConfigError(f"cost.table: no file {table}")
+        raise ConfigError(f"cost.{key}: no file {table}")
     try:
         return ProfileCostModel(path)
     except ValueError as exc:
-        raise ConfigError(f"cost.table: {exc}") from None
+        raise ConfigError(f"cost.{key}: {exc}") from None
 
 
 def engine_profile(cfg: Any) -> EngineProfile:

@@ -32,6 +32,7 @@ from repro.state import RequestState, Status, View
 from repro.trace import RoundTracer, StepEvent, StepRecord, StepTracer
 
 if TYPE_CHECKING:
+    from repro.backends.hf import HfBackend
     from repro.cost.model import CostModel, ForwardCost
     from repro.deployment import Deployment
     from repro.oracle import Drafter, TokenOracle
@@ -69,8 +70,9 @@ class Replica:
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
                  *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
                  drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
-                 arms: int | None = None) -> None:
+                 arms: int | None = None, backend: HfBackend | None = None) -> None:
         self.index = index
+        self.backend = backend  # a real backend executes the steps (time and acceptance) instead of the models
         self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
         self.policy = policy
         self.s = state
@@ -168,27 +170,36 @@ class Replica:
             raise PlanError(f"engine {self.cost.engine.name}: a step cannot both prefill and speculate (the engine "
                             "runs speculation without chunked prefill)")
         # time: drafting, then one target forward over every scheduled token
-        drafting = bool(dec.drafted.any()) or plan.draft_sync
-        draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
-                                      pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
-        shape, host_s = verify_pass(self.cost.engine, pre, dec)
-        fwd = self.cost.forward(shape) if shape.num_seqs else None
-        verify_s = fwd.total_s + host_s if fwd is not None else 0.0
+        real = self.backend.run_step(self.s, plan, prop, pre, dec) if self.backend is not None else None
+        if real is not None:  # measured on real models
+            draft_s, verify_s, num_tokens, fwd, host_s = real.draft_s, real.verify_s, real.num_tokens, None, 0.0
+        else:
+            drafting = bool(dec.drafted.any()) or plan.draft_sync
+            draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
+                                          pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
+            shape, host_s = verify_pass(self.cost.engine, pre, dec)
+            fwd = self.cost.forward(shape) if shape.num_seqs else None
+            verify_s = fwd.total_s + host_s if fwd is not None else 0.0
+            num_tokens = shape.num_tokens
         if plan.host_s < 0.0:
             raise PlanError("host_s must be >= 0")
         draft_s += plan.host_s  # the policy's own host work before drafting, reported with the drafting
         end_at = now + memory_s + draft_s + verify_s
         arm_rewards = self._arm_rewards(plan, prop, pre, dec, memory_s) \
-            if self.arms is not None and dec.ids.size and not dec.trees and servers is None else None
+            if self.arms is not None and dec.ids.size and not dec.trees and servers is None and real is None else None
         service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
         if dec.ids.size:
             service[dec.ids] += draft_s + verify_s
         if pre.ids.size:
             service[pre.ids] += draft_s + verify_s
-        # outcome: the oracle's acceptance, tokens emitted, requests finished
-        proposed, accepted, matched = self._accept(prop, servers, dec)
-        send_s = self._send_s(servers, dec, accepted)
-        accept_prob = self._accept_prob(prop, servers, dec) if self.policy.observes_accept_prob else None
+        # outcome: the oracle's (or the real models') acceptance, tokens emitted, requests finished
+        if real is not None:
+            proposed, accepted, matched, send_s = real.proposed, real.accepted, real.matched, 0.0
+            accept_prob = real.accept_prob if self.policy.observes_accept_prob else None
+        else:
+            proposed, accepted, matched = self._accept(prop, servers, dec)
+            send_s = self._send_s(servers, dec, accepted)
+            accept_prob = self._accept_prob(prop, servers, dec) if self.policy.observes_accept_prob else None
         end_at += send_s
         emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
         done_pre = self._apply_prefill(plan, prop, pre, end_at)
@@ -199,7 +210,7 @@ class Replica:
         result = StepResult(
             start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=memory_s, num_batched_tokens=shape.num_tokens, send_s=send_s, accept_prob=accept_prob)
+            memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
 
     def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:
@@ -307,11 +318,14 @@ class Replica:
                 raise PlanError(f"proposer {prop.name!r} proposes before verification and cannot share a step "
                                 "with remote draft servers")
             proposed = np.zeros(n, dtype=np.int64)
-            accepted = np.zeros(n, dtype=np.int64)
-            matched = np.zeros(n, dtype=np.int64)
-            proposed[drafted], accepted[drafted], matched[drafted] = self.oracle.score_chain(
-                dids[drafted], gen[drafted], k[drafted], prop)
-            first = (proposed, accepted, matched)
+            if self.backend is not None:  # the real tokens' match; accepted when the target verifies them
+                proposed[drafted] = self.backend.lookup(dids[drafted], k[drafted])
+            else:
+                accepted = np.zeros(n, dtype=np.int64)
+                matched = np.zeros(n, dtype=np.int64)
+                proposed[drafted], accepted[drafted], matched[drafted] = self.oracle.score_chain(
+                    dids[drafted], gen[drafted], k[drafted], prop)
+                first = (proposed, accepted, matched)
             k = proposed
         if trees:
             k = k.copy()
@@ -441,6 +455,8 @@ class Replica:
         s.running = [r for r in s.running if r not in gone]
         for rid in gone:
             self.oracle.release(rid)
+            if self.backend is not None:
+                self.backend.release(rid)
 
     # --- preemption, swapping, memory actions -------------------------------------------------------------------
     def _preempt(self, plan: StepPlan) -> float:
@@ -458,7 +474,11 @@ class Replica:
             s.status[ids_] = _SWAPPED
             s.swapped.extend(ids_.tolist())
             self._charge_swaps(ids_)
+            if self.backend is not None:  # the real caches go to host memory: the copy's measured time
+                return self.backend.swap(ids_, to_host=True)
             return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
+        if self.backend is not None:
+            self.backend.drop(ids_)
         s.status[ids_] = _WAITING
         s.num_computed[ids_] = 0
         s.num_draft_computed[ids_] = 0
@@ -478,6 +498,8 @@ class Replica:
         s.status[ids_] = _RUNNING
         self.kv.allocate(ids_, s.num_computed[ids_])
         self._charge_swaps(ids_)
+        if self.backend is not None:
+            return self.backend.swap(ids_, to_host=False)
         return self.cost.swap_s(int(s.num_computed[ids_].sum()), self._draft_kv_tokens(ids_))
 
     def _charge_swaps(self, rids: np.ndarray) -> None:
@@ -565,7 +587,8 @@ class Engine:
                  block_size: int = 16, max_model_len: int = 4096, record_steps: bool = False,
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
                  counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
-                 max_steps: int | None = None, client: np.ndarray | None = None) -> None:
+                 max_steps: int | None = None, client: np.ndarray | None = None,
+                 backend: HfBackend | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -586,7 +609,8 @@ class Engine:
                 state.client[:] = np.asarray(client, dtype=np.int64)
             self.replicas.append(Replica(i, spec.policy, state, cost, oracle, block_size=block_size,
                                          max_model_len=max_model_len, proposers=colocated(cost, servers),
-                                         drafter=drafter, observers=watchers, arms=counterfactual_arms))
+                                         drafter=drafter, observers=watchers, arms=counterfactual_arms,
+                                         backend=backend))
         self.multi = deployment.routed
         if self.multi:
             cost = deployment.cost_model()

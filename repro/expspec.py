@@ -19,6 +19,11 @@ Quick mode
     With ``quick=true``, each ``exp.quick`` entry named in :data:`QUICK_EXP_KEYS` replaces the ``exp`` key of that
     name; any other ``exp.quick`` key is a config override every point gets (``num_requests: 100``), see
     :func:`apply_quick`.
+Real backends
+    ``exp.requires`` names the Python modules an experiment needs beyond the core (``[torch, transformers]`` for one
+    on ``backend=hf``): without them the runner refuses it with the install command and ``repro check`` / ``all``
+    skip it, saying so (:meth:`ExpSpec.missing`). ``exp.compare`` restricts ``repro check`` to the points.csv
+    columns a measured run reproduces (token counts, not latencies).
 Figures, claims, derived columns
     ``exp.figures`` and ``exp.claims`` are lists of maps, checked where they are drawn (:mod:`repro.figures`) and
     evaluated (:mod:`repro.claims`); ``exp.derived`` entries are :class:`repro.derived.Derived`.
@@ -81,6 +86,8 @@ class ExpSpec:
     figures: tuple[Mapping[str, Any], ...] = ()
     claims: tuple[Mapping[str, Any], ...] = ()
     derived: tuple[Derived, ...] = ()
+    requires: tuple[str, ...] = ()  # Python modules the experiment needs (a real backend: torch, transformers)
+    compare: tuple[str, ...] = ()  # points.csv columns `repro check` compares (empty: all but the wall-clock ones)
     source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -112,10 +119,18 @@ class ExpSpec:
             figures=tuple(_maps(raw, "figures")),
             claims=tuple(_maps(raw, "claims")),
             derived=tuple(Derived.parse(d) for d in _list(raw, "derived", "{name, metric, ...} maps")),
+            requires=tuple(str(m) for m in _list(raw, "requires", "Python module names")),
+            compare=tuple(str(c) for c in _list(raw, "compare", "points.csv column names")),
             source=raw,
         )
         check(spec.derived, [SEED_KEY, *spec.grid_columns()])
         return spec
+
+    def missing(self) -> list[str]:
+        """The modules of ``requires`` this Python cannot import."""
+        import importlib.util
+
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
     def case_list(self) -> tuple[Case, ...]:
         """The cases, or one unlabelled case with ``exp.grid`` and ``exp.systems`` when the experiment has none."""

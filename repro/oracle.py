@@ -431,6 +431,50 @@ class _TokenStream:
         return beam, np.concatenate(depths)
 
 
+class _TraceStream(_TokenStream):
+    """A recorded draft model (``oracle=trace``): per request and output position, the draft's top-1 probability
+    and the rank of the target's token among the draft's top tokens, as ``backend=hf backend.record=PATH`` wrote
+    them (:meth:`repro.backends.hf.HfBackend.records_frame`). Request ``r`` replays recorded request
+    ``r mod (number recorded)``; a chain is then accepted exactly as on the real models. A position the recording
+    does not cover counts as a miss (rank ``W``) at the request's mean recorded p0. The request's level a_r is its
+    recorded fraction of rank-0 positions. Lower ranks' probabilities follow the oracle's geometric profile given
+    the recorded p0, and off-path tree nodes the oracle's own draws at that level (the recording holds the true
+    path only)."""
+
+    def __init__(self, name: str, key: int, base: np.random.SeedSequence, record: Any, num_requests: int, *,
+                 width: int, pos_concentration: float, decay: float, confidence: float) -> None:
+        recorded = np.unique(np.asarray(record["rid"], dtype=np.int64))
+        if recorded.size == 0:
+            raise ValueError("the acceptance recording is empty (record a run that speculates)")
+        self._p0_by: dict[int, np.ndarray] = {}
+        self._rank_by: dict[int, np.ndarray] = {}
+        level = {}
+        for rr, grp in record.groupby("rid", sort=True):
+            pos = np.asarray(grp["pos"], dtype=np.int64)
+            p0 = np.clip(np.asarray(grp["p0"], dtype=np.float64), P_FLOOR, 1.0 - P_FLOOR)
+            rank = np.minimum(np.asarray(grp["rank"], dtype=np.int64), width)
+            arr_p0 = np.full(int(pos.max()) + 1, float(p0.mean()), dtype=np.float32)
+            arr_rank = np.full(int(pos.max()) + 1, width, dtype=np.int8)
+            arr_p0[pos], arr_rank[pos] = p0, rank
+            self._p0_by[int(rr)], self._rank_by[int(rr)] = arr_p0, arr_rank
+            level[int(rr)] = float(np.clip((rank == 0).mean(), 0.01, 0.99))
+        self._map = recorded[np.arange(num_requests) % recorded.size]
+        means = np.array([level[int(r)] for r in self._map])
+        super().__init__(name, key, base, means, spread=0.0, pos_concentration=pos_concentration, drift=None,
+                         width=width, decay=decay, confidence=confidence)
+
+    def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        rr = int(self._map[rid])
+        src_p0, src_rank = self._p0_by[rr], self._rank_by[rr]
+        lo = chunk * CHUNK
+        p0 = np.full(CHUNK, float(src_p0.mean()), dtype=np.float32)
+        rank = np.full(CHUNK, self.width, dtype=np.int8)
+        hi = min(lo + CHUNK, src_p0.size)
+        if hi > lo:
+            p0[: hi - lo], rank[: hi - lo] = src_p0[lo:hi], src_rank[lo:hi]
+        return {"p0": p0, "rank": rank}
+
+
 class _PldStream:
     """Prompt lookup decoding: per position, whether the context matches the prompt, the length of the
     continuation it offers and whether the target accepts the copied token."""
@@ -587,7 +631,27 @@ class TokenOracle:
                    decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
                    drift=drift, pair=f"{draft}/{target}")
         oracle._missing.update(missing)
+        if cfg.get("kind", "model") == "trace":
+            oracle.use_trace(cfg.get("path"))
         return oracle
+
+    def use_trace(self, path: Any) -> None:
+        """Replace the draft model's stream with a recording (:class:`_TraceStream`) read from ``path`` (a parquet
+        file written by ``backend=hf backend.record=PATH``)."""
+        import pandas as pd
+
+        if not path:
+            raise FileNotFoundError("oracle=trace needs oracle.path=PATH: an acceptance recording written by "
+                                    "backend=hf backend.record=PATH")
+        try:
+            record = pd.read_parquet(str(path), columns=["rid", "pos", "rank", "p0"])
+        except (FileNotFoundError, OSError) as exc:
+            raise FileNotFoundError(f"oracle.path: cannot read the acceptance recording {str(path)!r} ({exc}); "
+                                    "write one with backend=hf backend.record=PATH") from None
+        self._streams[DRAFT] = _TraceStream(DRAFT, DRAFT_KEY, self._base, record, self._dataset.size,
+                                            width=self.width, pos_concentration=self._kappa, decay=self._decay,
+                                            confidence=self._gamma)
+        self._missing.pop(DRAFT, None)
 
     def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
                         proposer: str | Proposer = DRAFT) -> np.ndarray:

@@ -55,7 +55,7 @@ class CandidateTree:
     ``rank[i]``-th most probable token of the draft at its parent (0 = top-1), hangs below ``parent[i]`` (-1 for the
     root) and carries the draft's conditional probability ``prob[i]`` and path probability ``path_prob[i]`` (the
     product of ``prob`` along its path: AdaServe's Eq. 7 approximation of f(v)). Nodes are listed in
-    breadth-first order, so every parent precedes its children.
+    breadth-first order, so every parent precedes its children. A real drafter (``backend=hf``) adds their token ids.
     """
 
     rid: int
@@ -67,6 +67,7 @@ class CandidateTree:
     path_prob: np.ndarray
     draft_depth: int
     draft_width: int
+    tokens: np.ndarray | None = None  # the nodes' token ids (a real drafter's trees, backend=hf; None: simulated)
 
     @property
     def size(self) -> int:

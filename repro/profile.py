@@ -10,7 +10,14 @@ random (bf16 on a GPU, fp32 on a CPU).
 The grid, one row per (``num_tokens``, ``context``) as the profile table defines them:
 
 - ``context = 0``: a prefill pass of one sequence of ``num_tokens`` prompt tokens (causal attention);
-- ``context = c > 0``: a decode pass of ``num_tokens`` sequences, each scoring one token against ``c`` cached ones.
+- ``context = c > 0``: a decode pass of ``num_tokens`` sequences, each scoring one token against ``c`` cached ones;
+- with ``--k``: verification passes, a row per (batch ``b`` of ``--batches``, ``k``, ``c > 0``) with ``num_seqs = b``
+  sequences each scoring its last token plus ``k`` drafts (``num_tokens = b·(1 + k)``, logits at every position)
+  against ``c`` cached ones. A token tree of ``k`` nodes is the same pass with another mask: profile tree sizes as
+  ``k`` values.
+
+``--draft NAME`` profiles the draft model's passes too (its own CSV, ``<out>`` with ``.draft.csv``), for
+``cost.draft_table``; ``--k`` applies to the target only (the draft proposes one token per sequence per pass).
 
 Each point is timed as the median of ``--repeat`` passes after ``--warmup`` (CUDA events on a GPU, the wall clock on
 a CPU). The CSV (``num_tokens,context,latency_ms``) gets a JSON sidecar (``<csv>.json``) with its provenance: model,
@@ -40,6 +47,7 @@ from typing import Any
 from repro.cost.spec import ModelSpec, load_model
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCHES = (1, 4, 16, 64)  # verification passes (--k): sequences per pass
 CONTEXTS = (0, 128, 512, 2048)
 
 
@@ -77,8 +85,10 @@ class RandomDecoder:
         return [(self.torch.randn(shape, device=self.device, dtype=self.dtype),
                  self.torch.randn(shape, device=self.device, dtype=self.dtype)) for _ in range(s.num_layers)]
 
-    def forward(self, tokens: Any, cache: list[tuple[Any, Any]] | None) -> Any:
-        """One pass: ``tokens`` is [batch, new]; each sequence attends its cache (if any) plus its new tokens."""
+    def forward(self, tokens: Any, cache: list[tuple[Any, Any]] | None, all_logits: bool = False) -> Any:
+        """One pass: ``tokens`` is [batch, new]; each sequence attends its cache (if any) plus its new tokens
+        (causally among them); the LM head runs over each sequence's last token, or every token (``all_logits``:
+        a verification pass)."""
         torch, s = self.torch, self.spec
         f = torch.nn.functional
         b, n = tokens.shape
@@ -93,13 +103,18 @@ class RandomDecoder:
             if cache is not None:
                 kh = torch.cat([cache[i][0], kh], dim=2)
                 vh = torch.cat([cache[i][1], vh], dim=2)
-            att = f.scaled_dot_product_attention(qh, kh, vh, is_causal=cache is None and n > 1,
+            mask = None
+            if cache is not None and n > 1:  # the new tokens see the cache and, causally, each other
+                c = kh.shape[2] - n
+                mask = torch.ones(n, c + n, dtype=torch.bool, device=x.device).tril(diagonal=c)
+            att = f.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, is_causal=cache is None and n > 1,
                                                  enable_gqa=nkv != nh)
             x = x + att.transpose(1, 2).reshape(b, n, nh * hd) @ lay["o"].T
             y = f.rms_norm(x, (s.hidden_size,))
             gate, up = (y @ lay["gate_up"].T).chunk(2, dim=-1)
             x = x + (f.silu(gate) * up) @ lay["down"].T
-        return f.rms_norm(x[:, -1], (s.hidden_size,)) @ self.head.T  # LM head over each sequence's last token
+        last = x if all_logits else x[:, -1]
+        return f.rms_norm(last, (s.hidden_size,)) @ self.head.T  # LM head over the last (or every) token
 
 
 def _timer(torch: Any, device: str) -> Any:
@@ -121,8 +136,9 @@ def _timer(torch: Any, device: str) -> Any:
 
 
 def profile(spec: ModelSpec, device: str = "cpu", tokens: Sequence[int] = TOKENS,
-            contexts: Sequence[int] = CONTEXTS, warmup: int = 2, repeat: int = 5) -> list[tuple[int, int, float]]:
-    """``(num_tokens, context, latency_ms)`` for every grid point (module docstring)."""
+            contexts: Sequence[int] = CONTEXTS, warmup: int = 2, repeat: int = 5, ks: Sequence[int] = (),
+            batches: Sequence[int] = BATCHES) -> list[tuple[int, int, float, int]]:
+    """``(num_tokens, context, latency_ms, num_seqs)`` for every grid point (module docstring)."""
     torch = _torch()
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = RandomDecoder(spec, device, dtype)
@@ -138,7 +154,16 @@ def profile(spec: ModelSpec, device: str = "cpu", tokens: Sequence[int] = TOKENS
                 for _ in range(warmup):
                     model.forward(ids, cache)
                 times = [timer(lambda ids=ids, cache=cache: model.forward(ids, cache)) for _ in range(repeat)]
-                rows.append((n, c, statistics.median(times)))
+                rows.append((n, c, statistics.median(times), 1 if c == 0 else n))
+        for b in batches if ks else ():
+            for k in ks:
+                for c in (c for c in contexts if c > 0):
+                    ids, cache = torch.randint(spec.vocab_size, (b, 1 + k), device=device), model.cache(b, c)
+                    for _ in range(warmup):
+                        model.forward(ids, cache, all_logits=True)
+                    times = [timer(lambda ids=ids, cache=cache: model.forward(ids, cache, all_logits=True))
+                             for _ in range(repeat)]
+                    rows.append((b * (1 + k), c, statistics.median(times), b))
     return rows
 
 
@@ -159,13 +184,13 @@ def provenance(spec: ModelSpec, device: str, warmup: int, repeat: int) -> dict[s
     return info
 
 
-def write(path: Path, rows: Sequence[tuple[int, int, float]], info: dict[str, Any]) -> None:
+def write(path: Path, rows: Sequence[tuple[int, int, float, int]], info: dict[str, Any]) -> None:
     """The profile CSV and its provenance sidecar (``<path>.json``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["num_tokens", "context", "latency_ms"])
-        out.writerows((n, c, f"{ms:.4f}") for n, c, ms in rows)
+        out.writerow(["num_tokens", "context", "latency_ms", "num_seqs"])
+        out.writerows((n, c, f"{ms:.4f}", b) for n, c, ms, b in rows)
     path.with_suffix(path.suffix + ".json").write_text(json.dumps(info, indent=1) + "\n")
 
 
@@ -176,18 +201,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default profiles/<device>-<model>.csv)")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="num_tokens grid")
     parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS), help="context grid (0 = prefill)")
+    parser.add_argument("--k", type=int, nargs="*", default=[], dest="ks",
+                        help="verification passes: drafted tokens (or tree nodes) per sequence, e.g. --k 1 3 7")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="sequences per verification pass")
+    parser.add_argument("--draft", default=None, help="also profile this conf/model draft (its own CSV: .draft.csv)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     try:
         spec = load_model(args.model)
+        draft = load_model(args.draft) if args.draft else None
     except Exception as exc:  # an unknown name: say which ones exist
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = profile(spec, args.device, args.tokens, args.contexts, args.warmup, args.repeat)
+    rows = profile(spec, args.device, args.tokens, args.contexts, args.warmup, args.repeat, args.ks, args.batches)
     out = args.out or Path("profiles") / f"{args.device.replace(':', '')}-{spec.name}.csv"
     write(out, rows, provenance(spec, args.device, args.warmup, args.repeat))
-    print(f"{out}: {len(rows)} points ({spec.name} on {args.device}); use it with cost=profile cost.table={out}")
+    use = f"cost=profile cost.table={out}"
+    if draft is not None:
+        drows = profile(draft, args.device, args.tokens, args.contexts, args.warmup, args.repeat)
+        dout = out.with_suffix(".draft.csv")
+        write(dout, drows, {**provenance(draft, args.device, args.warmup, args.repeat), "role": "draft",
+                            "target": spec.name})
+        print(f"{dout}: {len(drows)} points ({draft.name}, the draft)")
+        use += f" cost.draft_table={dout}"
+    print(f"{out}: {len(rows)} points ({spec.name} on {args.device}); use it with {use}")
     return 0
 
 

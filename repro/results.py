@@ -95,6 +95,8 @@ def config_hash(cfg: DictConfig) -> str:
     assert isinstance(data, dict)
     for key in RUN_CONTROL_KEYS:
         data.pop(key, None)
+    if data.get("backend") == {"kind": "sim"}:  # the default backend: hashes as before backends existed
+        data.pop("backend")
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_LEN]
 
@@ -322,4 +324,5 @@ def build_manifest(
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 3),
         "config": {**config, "exp": spec.source},
+        **({"compare": list(spec.compare)} if spec.compare else {}),
     }

@@ -5,11 +5,11 @@ and the command line), reads its ``exp`` block into an :class:`~repro.expspec.Ex
 command line's narrowing, :mod:`repro.narrow`) and runs the experiment's kind (:data:`KINDS`). A sweep expands the
 points (:mod:`repro.grid`), composes each point's config with Hydra's compose API (the command line's overrides, then
 the point's own), refuses an impossible point before anything runs (:func:`repro.validate.check_point`), and runs
-the points through :func:`repro.simulate.run_point`, in-process (``n_jobs=1``) or in a process pool, with a progress
-bar (a progress line every 10 s when the output is not a terminal). Each finished point is appended to points.csv at
-once; at the end the file is rewritten in grid order with the experiment's derived columns (:mod:`repro.derived`),
-manifest.json is written (:mod:`repro.results` describes the files) and the figures and summary.md are drawn
-(:mod:`repro.render`).
+the points through :func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real
+backend) or in a process pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
+Each finished point is appended to points.csv at once; at the end the file is rewritten in grid order with the
+experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes the
+files) and the figures and summary.md are drawn (:mod:`repro.render`).
 
 ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point of this run and computes the
 rest; a plain run truncates points.csv first. The calibration kind writes the cost model's calibration table as
@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
@@ -57,6 +57,9 @@ from repro.results import (
     write_table,
 )
 from repro.validate import check_keys, check_point, check_values
+
+#: How to install what the real backends need (ConfigError messages, check's skip lines).
+REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
 
 # ------------------------------------------------------------------------------------------ running
 
@@ -272,8 +275,11 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
         if outer:
             outer()
 
+    # real backends run their points one at a time in this process: measured step times must not share the machine
+    # with other points, and a forked worker cannot use a PyTorch the parent has already run
+    real = any(str(OmegaConf.select(cfgs[i], "backend.kind", default="sim")) != "sim" for i in todo)
     try:
-        _execute(todo, cfgs, keep, ctx.n_jobs, progress)
+        _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress)
     finally:
         bar.close()
 
@@ -426,6 +432,9 @@ def run_experiment(
         say(f"narrowed: {line}")
     if spec.kind not in KINDS:
         raise ConfigError(f"exp.kind: unknown kind '{spec.kind}' (known: {', '.join(KINDS)})")
+    if spec.missing():
+        raise ConfigError(f"experiment {spec.name} runs on real models and needs {', '.join(spec.missing())}: "
+                          f"{REAL_INSTALL}")
     out = Path(out_dir or cfg.get("out_dir") or default_out_dir(spec.name, quick))
     out.mkdir(parents=True, exist_ok=True)
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)

@@ -87,6 +87,7 @@ class Built:
     baseline_tpot_s: float
     deployment: Deployment | None = None
     oracle: Any = None
+    backend: Any = None  # backend=hf: the real models (repro.backends.hf.HfBackend)
 
 
 def build(cfg: DictConfig) -> Built:
@@ -109,20 +110,65 @@ def build(cfg: DictConfig) -> Built:
     if clients is not None and servers and int(clients.max(initial=0)) >= len(servers):
         raise ConfigError(f"workload.clients: {int(clients.max()) + 1} clients (datasets) but {len(servers)} "
                           "engine.draft_servers: give one draft server per client")
-    oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
-                                  draft=str(cfg.draft.name), target=model.name)
+    try:
+        oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
+                                      draft=str(cfg.draft.name), target=model.name)
+    except (FileNotFoundError, ValueError) as exc:  # oracle=trace: a missing or empty recording
+        raise ConfigError(f"oracle config: {exc}") from None
     add_server_streams(oracle, cfg, deployment, model.name)
+    backend = real_backend(cfg, table, deployment)
     engine = Engine(arrival_s=table.arrival_s, prompt_len=table.prompt_len, output_len=table.output_len,
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     deployment=deployment, oracle=oracle, rng=np.random.default_rng(ss_policy),
-                    drafter=Drafter(oracle), block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
+                    drafter=backend.drafter if backend is not None else Drafter(oracle),
+                    block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
                     record_steps=bool(cfg.engine.record_steps),
                     record_rounds=bool(cfg.engine.get("record_rounds", False)),
                     counterfactual_arms=cfg.engine.get("counterfactual_arms"),
                     max_sim_time_s=cfg.get("max_sim_time_s"), max_steps=cfg.get("max_steps"),
-                    client=getattr(table, "client", None))
+                    client=getattr(table, "client", None), backend=backend)
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
-                 oracle=oracle)
+                 oracle=oracle, backend=backend)
+
+
+def backend_kind(cfg: DictConfig) -> str:
+    """The run's backend (``backend.kind``: sim | hf | openai); ``sim`` when the config has no backend node."""
+    node = cfg.get("backend")
+    return str(node.get("kind", "sim")) if node is not None else "sim"
+
+
+def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
+    """``backend=hf``: the real models that execute the run's steps (:mod:`repro.backends.hf`); ``None`` for the
+    simulator."""
+    kind = backend_kind(cfg)
+    if kind == "sim":
+        return None
+    if kind != "hf":
+        raise ConfigError(f"backend.kind: {kind!r} runs no engine (known: sim, hf, openai)")
+    b = cfg.backend
+    if deployment.draft_servers:
+        raise ConfigError("backend=hf runs co-located proposers only (engine.draft_servers is set)")
+    try:
+        from repro.backends.hf import HfBackend
+        from repro.backends.models import build_model, noisy_copy
+    except ImportError as exc:
+        raise ConfigError(str(exc)) from None
+    def where(path: Any, node: Any) -> str | None:  # "source": the conf/model's Hugging Face id, from the local cache
+        return str(node.source) if path == "source" else (str(path) if path else None)
+
+    try:
+        target = build_model(str(cfg.model.name), tiny=bool(b.tiny), seed=int(b.target_seed),
+                             path=where(b.target_path, cfg.model), device=str(b.device), dtype=b.dtype)
+        if b.share_weights or b.get("draft_noise"):
+            draft = noisy_copy(target, float(b.draft_noise), seed=int(b.draft_seed)) if b.get("draft_noise") \
+                else target
+        else:
+            draft = build_model(str(cfg.draft.name), tiny=bool(b.tiny), seed=int(b.draft_seed),
+                                path=where(b.draft_path, cfg.draft), device=str(b.device), dtype=b.dtype)
+        return HfBackend(target, draft, table.prompt_len, seed=int(cfg.seed), temperature=float(b.temperature),
+                         record=b.record is not None, record_width=int(b.record_width), max_width=int(b.max_width))
+    except (ImportError, FileNotFoundError, ValueError) as exc:
+        raise ConfigError(f"backend=hf: {exc}") from None
 
 
 def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, target: str) -> None:
@@ -141,8 +187,15 @@ def run_point(cfg: DictConfig) -> PointResult:
     from repro.metrics import peak_token_rate, summarize, with_latencies
 
     t0 = time.perf_counter()
+    if backend_kind(cfg) == "openai":
+        return run_openai(cfg, t0)
     built = build(cfg)
     out = built.engine.run()
+    record = cfg.backend.get("record") if built.backend is not None else None
+    if record:
+        path = Path(str(record))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        built.backend.records_frame().to_parquet(path, index=False)
     requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps)
@@ -157,6 +210,51 @@ def run_point(cfg: DictConfig) -> PointResult:
     provenance = [asdict(d) for d in getattr(built.table, "provenance", ())]
     return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source],
                        provenance=provenance, rounds=out.rounds)
+
+
+def run_openai(cfg: DictConfig, t0: float) -> PointResult:
+    """``backend=openai``: replay the point's workload against a live server (:mod:`repro.backends.openai`) and
+    summarize it like a simulated point, plus vLLM's serving metrics (``mean_itl_ms``, ``p99_ttft_ms``, ...)."""
+    from repro.backends.openai import replay, vllm_metrics
+    from repro.metrics import summarize, with_latencies
+    from workloads import build_workload
+
+    b = cfg.backend
+    if not b.get("url"):
+        raise ConfigError("backend=openai needs backend.url (the server's base URL, e.g. http://127.0.0.1:8000/v1)")
+    from repro.cost.spec import load_model
+
+    model = load_model(str(cfg.model.name))
+    try:
+        table = build_workload(cfg.workload, seed=np.random.SeedSequence(int(cfg.seed)).spawn(3)[0],
+                               tokenizer=model.tokenizer, max_model_len=model.max_context, baseline_tpot_s=None)
+    except ValueError as exc:
+        raise ConfigError(f"workload config: {exc}") from None
+    n = len(table)
+    res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url),
+                 model=str(b.model or model.name), vocab_size=int(b.vocab_size or model.vocab_size),
+                 seed=int(cfg.seed), timeout_s=float(b.timeout_s), max_concurrency=b.max_concurrency)
+    r = res.requests
+    ok = r["success"].to_numpy(dtype=bool)
+    nan = np.full(n, np.nan)
+    zero = np.zeros(n, dtype=np.int64)
+    requests = pd.DataFrame({
+        "rid": np.arange(n), "dataset": table.dataset,
+        "slo_class": np.asarray(table.classes or ("default",), dtype=object)[np.asarray(table.slo_class)],
+        "arrival_s": r["sent_at"].to_numpy(), "first_token_at": np.where(ok, r["first_token_at"], np.nan),
+        "first_decode_at": nan, "finish_at": np.where(ok, r["finish_at"], np.nan),
+        "prompt_len": table.prompt_len, "output_len": r["output_len"].to_numpy(),
+        "num_proposed": zero, "num_accepted": zero, "num_matched": zero, "num_decode_steps": zero,
+        "num_spec_steps": zero, "tpot_slo_s": table.tpot_slo_s, "ttft_slo_s": table.ttft_slo_s,
+        "num_preemptions": zero, "service_s": nan, "swap_s": np.zeros(n), "replica": zero,
+    })
+    metrics = summarize(requests, float(res.duration_s), None)
+    metrics.update(vllm_metrics(res))
+    metrics["failed"] = float((~ok).sum())
+    metrics["wall_s"] = time.perf_counter() - t0
+    return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
+                       notes=[f"{table.source}; replayed against {b.url}"],
+                       provenance=[asdict(d) for d in getattr(table, "provenance", ())])
 
 
 def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:

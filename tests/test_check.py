@@ -85,6 +85,29 @@ def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
     assert row.split()[:2] == ["smoke", "vllm"] and "123.456" in row
 
 
+def test_an_experiment_on_real_models_is_checked_on_its_token_counts_or_skipped(tmp_path: Path) -> None:
+    """real_smoke's latencies are this machine's clock: ``exp.compare`` limits the check to its token counts, and
+    without PyTorch + transformers ``check`` skips it, saying what to install, and still exits 0."""
+    import importlib.util
+
+    results = tmp_path / "results"
+    shutil.copytree(reference_dir("real_smoke", quick=True), results / "quick" / "real_smoke")
+    points = results / "quick" / "real_smoke" / "points.csv"
+    df = pd.read_csv(points, dtype=str, keep_default_na=False)
+    df.loc[0, "mean_tpot_ms"] = "123.456"  # a latency: not compared
+    df.to_csv(points, index=False)
+    res = _cli("check", "real_smoke", "--quick", "--results", str(results))
+    assert res.returncode == 0, res.stdout + res.stderr
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        assert "real_smoke: skipped: needs" in res.stdout and "pip install" in res.stdout
+        return
+    assert "real_smoke: ok" in res.stdout
+    df.loc[0, "total_output_tokens"] = "1"  # a token count: compared
+    df.to_csv(points, index=False)
+    res = _cli("check", "real_smoke", "--quick", "--results", str(results))
+    assert res.returncode == 1 and "total_output_tokens" in res.stdout
+
+
 def test_check_names_an_unknown_experiment() -> None:
     res = _cli("check", "no_such_exp")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown experiment") and "no_such_exp" in res.stderr

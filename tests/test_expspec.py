@@ -31,6 +31,8 @@ def test_an_unknown_key_is_named_with_the_known_ones() -> None:
         ({"systems": [{"system": "vllm", "bogus": 1}]}, r"unknown key\(s\) \['bogus'\] in entry for 'vllm'"),
         ({"systems": ["vllm", "vllm"]}, "duplicate labels"),
         ({"title": ["a"]}, "exp.title: expected a string"),
+        ({"requires": "torch"}, "exp.requires: expected a list of Python module names"),
+        ({"compare": {"a": 1}}, "exp.compare: expected a list of points.csv column names"),
         ({"cases": [{"grid": {}}]}, "needs a 'label'"),
         ({"cases": [{"label": "a", "sytems": []}]}, r"unknown key\(s\) \['sytems'\] in case 'a'"),
         ({"cases": [{"label": "a", "systems": "vllm"}]}, r"exp.cases\[a\].systems: expected a list"),

@@ -9,16 +9,25 @@ number cannot be reproduced by any consistent model carry ``checked=False`` and 
 expect those to fail (strictly: a row that starts to pass must be marked checked) and hold each to the error band it
 states, so a change that moves it shows. A ratio of two passes (verify / decode) is judged on its excess over 1: a
 modelled 1.03 against a measured 1.06 misses half the extra cost (−50 %), not 3 %.
+
+Committed GPU profiles (``profiles/*.csv`` with their ``.json`` provenance, written by ``python -m repro.profile`` on
+a GPU this project's ``conf/hardware`` describes) add one row per measured pass (``kind="profile"``, unchecked): the
+analytic model of the same pass on that GPU, for the profiled model (or as the draft, for a ``.draft.csv``). The
+profiler runs a plain PyTorch decoder (no paged attention, no CUDA graphs, no serving engine around it), so these rows
+report how far the roofline is from raw model passes; they are not tuned against.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 
 import pandas as pd
 
-from repro.cost.model import CostModel, ForwardShape
+from repro.cost.model import CostModel, ForwardShape, Which
 from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
 from repro.cost.step import decode_pass_s
@@ -395,9 +404,48 @@ def _laps_row() -> _Row:
     )
 
 
-def calibration_table() -> pd.DataFrame:
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+PROFILE_TOL = 0.25  # reported against, never checked (module docstring)
+
+
+def hardware_for(gpu: str) -> str | None:
+    """The ``conf/hardware`` id of a GPU as PyTorch names it (``NVIDIA H100 80GB HBM3`` → ``h100-80g``), or None:
+    the longest id whose model (``h100``) appears in the name and whose memory (``80g``), if it has one, too."""
+    name = gpu.lower().replace("-", "").replace(" ", "")
+    found = [p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "hardware").glob("*.yaml")
+             if p.stem.partition("-")[0] in name
+             and (not p.stem.partition("-")[2] or p.stem.partition("-")[2].rstrip("g") + "gb" in name)]
+    return max(found, key=len) if gpu and found else None
+
+
+def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
+    """One unchecked row per pass of every committed GPU profile (module docstring)."""
+    rows: list[_Row] = []
+    for path in sorted(folder.glob("*.csv")) if folder.is_dir() else ():
+        side = path.with_suffix(path.suffix + ".json")
+        info = json.loads(side.read_text()) if side.is_file() else {}
+        hw = hardware_for(str(info.get("gpu") or ""))
+        if hw is None:  # a CPU profile, or a GPU conf/hardware does not describe
+            continue
+        role: Which = "draft" if info.get("role") == "draft" else "target"
+        target = str(info.get("target", info["model"])) if role == "draft" else str(info["model"])
+        cm = _cm(hw, target, draft=str(info["model"]) if role == "draft" else None)
+        with path.open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                n, c, ms = int(float(r["num_tokens"])), int(float(r["context"])), float(r["latency_ms"])
+                seqs = int(float(r.get("num_seqs") or (1 if c == 0 else n)))
+                modelled = cm.forward_s(n, seqs, kv_read_tokens=seqs * c + n,
+                                        prefill_attn_pairs=n * (n + 1) / 2 if c == 0 else 0.0,
+                                        lm_head_tokens=n if seqs < n and c > 0 else seqs, which=role) * 1e3
+                rows.append(_Row(f"{info.get('gpu')} {info['model']} profile", "tokens", n, ms, modelled, PROFILE_TOL,
+                                 "profile", f"{path.name}: context {c}, {seqs} sequences; random weights, plain "
+                                 f"PyTorch (python -m repro.profile, {info.get('date', '?')})", checked=False))
+    return rows
+
+
+def calibration_table(profiles: Path = PROFILES_DIR) -> pd.DataFrame:
     """One row per measured number: measured vs modelled, relative error, tolerance, kind, note."""
-    rows = _linear_rows() + _anchor_rows()
+    rows = _linear_rows() + _anchor_rows() + _profile_rows(profiles)
     df = pd.DataFrame(
         {
             "table": [r.table for r in rows],

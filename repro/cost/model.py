@@ -162,7 +162,8 @@ class CostModel:
     and the CUDA graphs' workspace (vLLM's profiling run reserves a similar amount). ``engine`` is the serving
     engine's profile (default: an ideal multi-query engine with CUDA graphs everywhere and no host costs).
     ``target_profile`` (``cost=profile``): the target's passes are read from a measured profile table instead of the
-    roofline (its whole latency is reported as ``linear_s``); drafts, memory and transfers stay analytic.
+    roofline (its whole latency is reported as ``linear_s``), and ``draft_profile`` the draft model's passes likewise;
+    the EAGLE head, memory and transfers stay analytic.
     """
 
     def __init__(
@@ -177,6 +178,7 @@ class CostModel:
         activation_reserve_gb: float = 2.0,
         engine: EngineProfile | None = None,
         target_profile: TargetProfile | None = None,
+        draft_profile: TargetProfile | None = None,
     ) -> None:
         if tp < 1 or draft_tp < 1:
             raise ValueError("tp and draft_tp must be ≥ 1")
@@ -192,6 +194,8 @@ class CostModel:
         self.activation_reserve_gb = activation_reserve_gb
         self.engine = engine if engine is not None else EngineProfile()
         self.target_profile = target_profile  # measured target passes (cost=profile) in place of the roofline
+        self.draft_profile = draft_profile  # measured draft-model passes (cost=profile cost.draft_table)
+        self._profiles = {k: v for k, v in (("target", target_profile), ("draft", draft_profile)) if v is not None}
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
         self._coeffs: dict[str, _Coeffs] = {
             "target": _coeffs(hardware, model, tp),
@@ -218,10 +222,10 @@ class CostModel:
             or shape.query_pairs < 0
         ):
             raise ValueError(f"negative quantity in {shape}")
-        if which == "target" and self.target_profile is not None:
+        if which in self._profiles:
             return ForwardCost(self.forward_s(shape.num_tokens, shape.num_seqs, shape.kv_read_tokens,
                                               shape.prefill_attn_pairs, shape.lm_head_tokens, shape.decode_only,
-                                              shape.query_pairs), 0.0, 0.0, 0.0, 0.0)
+                                              shape.query_pairs, which), 0.0, 0.0, 0.0, 0.0)
         return ForwardCost(
             *_parts(
                 self._c(which),
@@ -247,8 +251,8 @@ class CostModel:
         which: Which = "target",
     ) -> float:
         """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
-        if which == "target" and self.target_profile is not None:
-            return self.target_profile.forward_s(num_tokens, num_seqs, kv_read_tokens)
+        if self._profiles and which in self._profiles:
+            return self._profiles[which].forward_s(num_tokens, num_seqs, kv_read_tokens)
         a, b, c, d, e = _parts(
             self._c(which),
             num_tokens,

@@ -8,6 +8,12 @@ CSV format (header required, one row per measured target forward pass, any row o
     64,0,9.9
     ...
 
+An optional ``num_seqs`` column adds speculative verification passes: a row with ``0 < num_seqs < num_tokens``
+and ``context > 0`` is ``num_seqs`` sequences each scoring ``num_tokens / num_seqs`` tokens (the last token plus k
+drafts, or a tree) against ``context`` cached ones. Those rows must form their own full grid over (``num_seqs``,
+tokens per sequence, ``context``), interpolated trilinearly for passes whose sequences score more than one token;
+every other pass uses the main grid. (``python -m repro.profile --k 1 3 7`` writes both.)
+
 ``num_tokens`` is the number of tokens through the model in the pass (Σ q_i), ``context`` the mean KV context
 each sequence attends (``kv_read_tokens / num_seqs``; 0 for prefill-only passes) and ``latency_ms`` the
 measured
@@ -41,16 +47,22 @@ def _bracket(axis: tuple[float, ...], x: float) -> tuple[int, float]:
 
 
 class ProfileCostModel:
-    """Interpolates a measured (num_tokens × context) latency grid; ``which`` must be ``"target"``."""
+    """Interpolates a measured (num_tokens × context) latency grid of one model (and its verification grid, if the
+    table has one)."""
 
     def __init__(self, path: str | Path) -> None:
         with Path(path).open(newline="") as fh:
             reader = csv.DictReader(fh)
             if reader.fieldnames is None or set(COLUMNS) - set(reader.fieldnames):
                 raise ValueError(f"{path}: profile CSV needs columns {', '.join(COLUMNS)}")
-            table = {
-                (float(r["num_tokens"]), float(r["context"])): float(r["latency_ms"]) / 1e3 for r in reader
-            }
+            table, spec = {}, {}
+            for r in reader:
+                n, c, t = float(r["num_tokens"]), float(r["context"]), float(r["latency_ms"]) / 1e3
+                seqs = float(r.get("num_seqs") or 0)
+                if c > 0 and 0 < seqs < n:
+                    spec[seqs, n / seqs, c] = t
+                else:
+                    table[n, c] = t
         self.tokens = tuple(sorted({t for t, _ in table}))
         self.contexts = tuple(sorted({c for _, c in table}))
         missing = [(t, c) for t in self.tokens for c in self.contexts if (t, c) not in table]
@@ -59,6 +71,28 @@ class ProfileCostModel:
                 f"{path}: profile is not a full grid; missing (num_tokens, context) {missing[:5]}"
             )
         self._grid = [[table[t, c] for c in self.contexts] for t in self.tokens]
+        self._spec: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] | None = None
+        if spec:
+            axes = tuple(tuple(sorted({key[i] for key in spec})) for i in range(3))
+            gaps = [(b, q, c) for b in axes[0] for q in axes[1] for c in axes[2] if (b, q, c) not in spec]
+            if gaps:
+                raise ValueError(f"{path}: the verification rows (num_seqs < num_tokens) are not a full grid; missing "
+                                 f"(num_seqs, tokens per sequence, context) {gaps[:5]}")
+            self._spec = (axes[0], axes[1], axes[2])
+            self._spec_table = spec
+
+    def _verify_s(self, num_seqs: float, per_seq: float, ctx: float) -> float:
+        """Trilinear interpolation (linear extrapolation outside) over the verification grid."""
+        assert self._spec is not None
+        (i, u), (j, v), (k, w) = (_bracket(ax, x) for ax, x in zip(self._spec, (num_seqs, per_seq, ctx), strict=True))
+        total = 0.0
+        for di, wi in ((0, 1.0 - u), (1, u)):
+            for dj, wj in ((0, 1.0 - v), (1, v)):
+                for dk, wk in ((0, 1.0 - w), (1, w)):
+                    key = tuple(ax[min(idx + d, len(ax) - 1)] for ax, idx, d in
+                                zip(self._spec, (i, j, k), (di, dj, dk), strict=True))
+                    total += wi * wj * wk * self._spec_table[key]  # type: ignore[index]
+        return max(0.0, total)
 
     def forward_s(
         self,
@@ -70,11 +104,13 @@ class ProfileCostModel:
         decode_only: bool = False,
         which: str = "target",
     ) -> float:
-        """Interpolated latency of a target pass (prefill pairs, LM-head tokens and decode_only are in the
-        profile)."""
-        if which != "target":
-            raise ValueError("ProfileCostModel profiles the target only")
+        """Interpolated latency of a pass of the profiled model (prefill pairs, LM-head tokens and decode_only are
+        in the profile)."""
         ctx = kv_read_tokens / num_seqs if num_seqs > 0 else 0.0
+        if self._spec is not None and 0 < num_seqs < num_tokens:
+            per_seq = num_tokens / num_seqs
+            if ctx > per_seq and per_seq <= self._spec[1][-1]:  # verification, not prefill chunks: cached context
+                return self._verify_s(num_seqs, per_seq, ctx - per_seq)
         i, u = _bracket(self.tokens, num_tokens)
         j, v = _bracket(self.contexts, ctx)
         g = self._grid

@@ -83,15 +83,19 @@ def test_repro_profile_measures_a_tiny_random_model_into_a_table(tmp_path: Path)
 
     tiny = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, intermediate_size=128,
                      vocab_size=256, max_context=512, tokenizer="llama2")
-    rows = profile.profile(tiny, "cpu", tokens=(1, 8), contexts=(0, 16), warmup=1, repeat=2)
-    assert [(n, c) for n, c, _ in rows] == [(1, 0), (1, 16), (8, 0), (8, 16)]
-    assert all(ms > 0 for _, _, ms in rows)
+    rows = profile.profile(tiny, "cpu", tokens=(1, 8), contexts=(0, 16), warmup=1, repeat=2, ks=(1, 3),
+                           batches=(1, 2))
+    assert [(n, c, b) for n, c, _, b in rows[:4]] == [(1, 0, 1), (1, 16, 1), (8, 0, 1), (8, 16, 8)]
+    # verification passes: b sequences of 1 + k tokens on 16 cached ones
+    assert [(n, c, b) for n, c, _, b in rows[4:]] == [(2, 16, 1), (4, 16, 1), (4, 16, 2), (8, 16, 2)]
+    assert all(ms > 0 for _, _, ms, _ in rows)
     out = tmp_path / "cpu-tiny.csv"
     profile.write(out, rows, profile.provenance(tiny, "cpu", 1, 2))
     table = ProfileCostModel(out)
-    for n, c, ms in rows:
-        seqs = 1 if c == 0 else n
-        assert table.forward_s(n, seqs, seqs * c) == pytest.approx(round(ms, 4) / 1e3, rel=1e-6)
+    for n, c, ms, b in rows:
+        # a verification pass reads b·(c + q) KV tokens, a decode pass n·(c + 1), a prefill n
+        kv = b * c + n if b < n and c > 0 else (n * c if c else 0)
+        assert table.forward_s(n, b, kv) == pytest.approx(round(ms, 4) / 1e3, rel=1e-6), (n, c, b)
     meta = (tmp_path / "cpu-tiny.csv.json").read_text()
     assert '"model": "tiny"' in meta and '"torch"' in meta
 
@@ -106,3 +110,54 @@ def test_the_random_decoder_runs_every_architecture_shape() -> None:
     with torch.inference_mode():
         assert tuple(model.forward(torch.zeros(1, 5, dtype=torch.long), None).shape) == (1, 100)  # prefill
         assert tuple(model.forward(torch.zeros(3, 1, dtype=torch.long), model.cache(3, 7)).shape) == (3, 100)
+
+
+def test_a_draft_profile_prices_the_drafts(table: Path) -> None:
+    """``cost.draft_table``: the draft's passes come from their own table (here the target's, so a draft pass costs
+    what a target pass of the same shape costs), the target's from ``cost.table``."""
+    built = build(compose(["system=static_sd_k3", "num_requests=5", "cost=profile", f"cost.table={table}",
+                           f"cost.draft_table={table}"]))
+    cost = built.cost
+    assert cost.forward_s(8, 8, kv_read_tokens=8 * 512, which="draft") == cost.forward_s(8, 8, kv_read_tokens=8 * 512)
+    with pytest.raises(ConfigError, match=r"cost\.draft_table: no file"):
+        build(compose(["system=vllm", "num_requests=5", "cost=profile", f"cost.table={table}",
+                       "cost.draft_table=no/such.csv"]))
+
+
+def test_verification_rows_form_their_own_grid(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    rows = ["num_tokens,context,latency_ms,num_seqs"]
+    rows += [f"{n},{c},{1.0 + n / 100 + c / 1000},{1 if c == 0 else n}" for n in (1, 16) for c in (0, 128)]
+    rows += [f"{b * (1 + k)},128,{5.0 + b + k},{b}" for b in (1, 4) for k in (1, 3)]
+    path.write_text("\n".join(rows) + "\n")
+    prof = ProfileCostModel(path)
+    assert prof.forward_s(8, 4, 4 * 128 + 8) == pytest.approx(5e-3 + 4e-3 + 1e-3)  # b=4, k=1: a grid point
+    assert prof.forward_s(12, 4, 4 * 128 + 12) == pytest.approx((5.0 + 4 + 2) / 1e3)  # k=2: between k=1 and 3
+    assert prof.forward_s(16, 16, 16 * 128) == pytest.approx((1.0 + 0.16 + 0.128) / 1e3)  # plain decode: main grid
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(rows[:-1]) + "\n")
+    with pytest.raises(ValueError, match="not a full grid"):
+        ProfileCostModel(bad)
+
+
+def test_calibration_reports_the_analytic_model_against_committed_gpu_profiles(tmp_path: Path) -> None:
+    from repro.cost.calibration import _cm, calibration_table
+
+    cm = _cm("a100-80g", "llama2-7b")  # the engine calibration compares under: eager passes (no CUDA graphs)
+
+    def eager_ms(n: int, c: int) -> float:
+        seqs = 1 if c == 0 else n
+        return cm.forward_s(n, seqs, kv_read_tokens=seqs * c + n, prefill_attn_pairs=n * (n + 1) / 2 if c == 0 else 0,
+                            lm_head_tokens=seqs) * 1e3
+
+    with (tmp_path / "a100-llama2-7b.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["num_tokens", "context", "latency_ms", "num_seqs"])
+        w.writerows((n, c, 1.1 * eager_ms(n, c), 1 if c == 0 else n) for n in (1, 64) for c in (0, 512))
+    (tmp_path / "a100-llama2-7b.csv.json").write_text('{"model": "llama2-7b", "gpu": "NVIDIA A100-SXM4-80GB"}')
+    (tmp_path / "cpu-tiny.csv").write_text("num_tokens,context,latency_ms\n1,0,1.0\n")  # a CPU profile: skipped
+    df = calibration_table(tmp_path)
+    rows = df[df["kind"] == "profile"]
+    assert len(rows) == 4 and not rows["checked"].any()
+    assert rows["rel_err"].to_numpy() == pytest.approx(1 / 1.1 - 1, rel=1e-6)  # modelled = measured / 1.1
+    assert (calibration_table(tmp_path / "none")["kind"] != "profile").all()

@@ -1,0 +1,4 @@
+"""Real backends: the engine contract on real models (:mod:`repro.backends.hf`), an OpenAI-compatible client that
+replays a workload against a live server (:mod:`repro.backends.openai`) and a minimal server for it
+(:mod:`repro.backends.openai_server`). They need the ``real`` extra (PyTorch + transformers); the simulator does not.
+"""

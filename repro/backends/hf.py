@@ -1,0 +1,634 @@
+"""``backend=hf``: the engine's steps executed on real models with PyTorch + transformers.
+
+The engine (:mod:`repro.engine`) still asks the policy for a plan, checks it, keeps the request state and the KV
+block accounting; :class:`HfBackend` executes what the plan asks on a target model and a draft model and reports what
+happened, in place of the cost model (time) and the token oracle (acceptance). A policy never knows which backend
+runs it. Per step:
+
+- **drafting** (measured as ``draft_s``): for each speculating request, the draft model first catches its KV cache up
+  to the request's last token (every true token it has not seen), then proposes its chain greedily, one token per
+  pass, batched over requests (``proposer: draft``); prompt lookup (``pld``) proposes the continuation of the latest
+  earlier occurrence of the text's last n-gram (n = 3, 2, 1) in the request's real tokens; token trees come from the
+  policy's ``view.drafter``, here :class:`RealDrafter`, whose beam search (AdaServe §4.3 Step 1) and fixed expansions
+  (SpecInfer) run on the draft model and carry their token ids (``CandidateTree.tokens``). Drafting the policy's
+  drafter did while scheduling the step is charged to the step too.
+- **one target pass** (measured as ``verify_s``) over every scheduled token of the step: prefill chunks (chunked
+  prefill included) and, per decoding request, its last token followed by its chain or tree, in one ragged batch: each
+  sequence attends to its own KV cache and, inside its new tokens, to its ancestors only (a causal mask for chunks and
+  chains, the tree attention mask for trees; positions = context + depth).
+- **acceptance**: greedy (``temperature: 0``): the longest drafted path whose every token is the target's argmax
+  given its prefix, then the target's own next token (the bonus); at ``temperature > 0`` chains use speculative
+  (rejection) sampling: accept d with probability min(1, p(d)/q(d)), else sample from norm(max(0, p − q)). The KV
+  of the accepted path is kept, the rest dropped.
+
+Each request has its own target and draft KV cache (one tensor per request: layers × {K, V} × heads × tokens × head
+dim). The target's cache is cut back to the engine's ``num_computed`` at the start of a step and a recompute
+preemption drops both caches, so the request's tokens are recomputed for real; the draft's cache only ever holds
+true tokens. Prompts are deterministic random token ids of the workload's prompt lengths (random-weight models have
+no tokenizer); the step's time is the measured wall clock of its model passes (``torch.cuda.synchronize`` around
+each phase on a GPU), so the engine's clock, and with it every request's TTFT and TPOT, advances by what the
+hardware took.
+
+With ``record`` the backend keeps, per request and output position, the draft's top-``w`` tokens and probabilities on
+the true context and the target's token there: :meth:`HfBackend.records_frame`, the recording ``oracle=trace``
+replays in the simulator (:mod:`repro.oracle`).
+
+Deviations (from a serving engine):
+    - the batch is padded to its longest sequence (no paged attention, no CUDA graphs): the timings show the model on
+      this device, not vLLM's kernels; use ``python -m repro.profile`` + ``cost=profile`` for engine-grade tables;
+    - tree candidates are recomputed per beam layer (the draft sees the partial tree each layer) instead of being
+      cached; chains draft incrementally;
+    - the draft's memory actions (Nightjar) are not physically moved: their time is the cost model's; the KV block
+      accounting (admission, preemption) is the engine's simulated pool for the configured GPU; a swap moves the
+      caches for real (its measured time is the step's), but each request's ``swap_s`` column stays the model's;
+    - tree verification is greedy only (``temperature > 0`` is for chains);
+    - the policy's own Python time is not charged (as in the simulator).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from repro.backends.models import require_torch
+from repro.plan import CandidateTree, PlanError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from repro.cost.step import DecodeBatch, PrefillBatch
+    from repro.plan import StepPlan
+    from repro.proposers import Proposer
+    from repro.state import RequestState
+
+PLD_NGRAMS = (3, 2, 1)  # prompt lookup: the n-gram sizes tried, longest first
+
+
+@dataclass
+class Executed:
+    """What the backend measured and decided for one step (arrays aligned with the step's decode ids)."""
+
+    draft_s: float
+    verify_s: float
+    proposed: np.ndarray
+    accepted: np.ndarray
+    matched: np.ndarray
+    accept_prob: np.ndarray
+    num_tokens: int
+
+
+@dataclass
+class _Item:
+    """One sequence of a ragged pass: its cache, new tokens, their positions and which new tokens each one sees."""
+
+    cache: Any  # [layers, 2, kv_heads, L, head_dim] or None
+    tokens: list[int]
+    positions: list[int]
+    mask: Any  # [q, q] bool: row i attends to new token j
+
+
+def _chain_mask(torch: Any, q: int, device: Any) -> Any:
+    return torch.tril(torch.ones(q, q, dtype=torch.bool, device=device))
+
+
+def _tree_mask(torch: Any, parent: Sequence[int], device: Any) -> Any:
+    """Ancestor mask of a root (index 0) followed by nodes whose ``parent`` (-1 = the root) indexes the nodes."""
+    q = len(parent) + 1
+    m = torch.zeros(q, q, dtype=torch.bool, device=device)
+    m[0, 0] = True
+    for i, p in enumerate(parent, start=1):
+        m[i] = m[p + 1 if p >= 0 else 0]
+        m[i, i] = True
+    return m
+
+
+class Runner:
+    """Ragged batched passes of one causal LM over per-sequence KV caches (module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        self.torch, _ = require_torch()
+        self.model = model
+        cfg = model.config
+        self.cfg = cfg
+        self.layers = int(cfg.num_hidden_layers)
+        self.vocab = int(cfg.vocab_size)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def forward(self, items: Sequence[_Item]) -> tuple[list[Any], list[Any]]:
+        """Per item: logits of its new tokens [q, vocab] and their KV [layers, 2, kv_heads, q, head_dim]."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        dev, dt = self.device, self.dtype
+        b = len(items)
+        lens = [0 if it.cache is None else int(it.cache.shape[3]) for it in items]
+        qs = [len(it.tokens) for it in items]
+        lm, qm = max(lens), max(qs)
+        ids = torch.zeros(b, qm, dtype=torch.long)
+        pos = torch.zeros(b, qm, dtype=torch.long)
+        allow = torch.zeros(b, qm, lm + qm, dtype=torch.bool, device=dev)
+        for i, (it, n, q) in enumerate(zip(items, lens, qs, strict=True)):
+            ids[i, :q] = torch.tensor(it.tokens, dtype=torch.long)
+            pos[i, :q] = torch.tensor(it.positions, dtype=torch.long)
+            allow[i, :q, :n] = True
+            allow[i, :q, lm:lm + q] = it.mask
+            pad = torch.arange(q, qm, device=dev)
+            allow[i, pad, lm + pad] = True  # padding rows see themselves only (no empty softmax)
+        mask = torch.zeros(b, 1, qm, lm + qm, dtype=dt, device=dev)
+        mask.masked_fill_(~allow[:, None], torch.finfo(dt).min)
+        cache = DynamicCache(config=self.cfg)
+        if lm:
+            shape = next(it.cache for it in items if it.cache is not None).shape
+            past = torch.zeros(b, self.layers, 2, shape[2], lm, shape[4], dtype=dt, device=dev)
+            for i, (it, n) in enumerate(zip(items, lens, strict=True)):
+                if n:
+                    past[i, :, :, :, :n] = it.cache
+            for layer in range(self.layers):
+                cache.update(past[:, layer, 0], past[:, layer, 1], layer)
+        out = self.model(input_ids=ids.to(dev), position_ids=pos.to(dev), attention_mask=mask, use_cache=True,
+                         **{self._cache_kw: cache})
+        layers: Any = cache.layers
+        keys = torch.stack([torch.stack([layers[j].keys[:, :, lm:], layers[j].values[:, :, lm:]], dim=1)
+                            for j in range(self.layers)], dim=1)  # [b, layers, 2, kv_heads, qm, head_dim]
+        return [out.logits[i, :q].float() for i, q in enumerate(qs)], [keys[i, :, :, :, :q] for i, q in enumerate(qs)]
+
+
+class HfBackend:
+    """Executes an engine's plans on a target and (optionally) a draft model (module docstring).
+
+    ``prompt_len`` gives each request's prompt length; its prompt is random token ids seeded by (``seed``, request).
+    ``record``: keep the draft's top-``record_width`` distribution at every output position it saw on the true
+    context (:meth:`records_frame`).
+    """
+
+    def __init__(self, target: Any, draft: Any | None, prompt_len: np.ndarray, *, seed: int = 0,
+                 temperature: float = 0.0, record: bool = False, record_width: int = 16,
+                 max_width: int = 16) -> None:
+        self.torch, _ = require_torch()
+        self.target = Runner(target)
+        self.draft = Runner(draft) if draft is not None else None
+        if self.draft is not None and self.draft.vocab != self.target.vocab:
+            raise ValueError(f"draft vocabulary ({self.draft.vocab}) differs from the target's ({self.target.vocab})")
+        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
+        self.seed, self.temperature = int(seed), float(temperature)
+        self.record, self.record_width, self.max_width = bool(record), int(record_width), int(max_width)
+        self.gen = self.torch.Generator(device="cpu").manual_seed(self.seed)
+        self.toks: dict[int, list[int]] = {}  # prompt + output tokens the engine has emitted
+        self.beyond: dict[int, list[int]] = {}  # target tokens verified past a request's end (the record's truth)
+        self.tkv: dict[int, Any] = {}
+        self.dkv: dict[int, Any] = {}
+        self.lookup_tokens: dict[int, list[int]] = {}  # prompt-lookup proposals of the step being planned
+        self.pending_draft_s = 0.0  # drafting the policy's drafter did while the step was being scheduled
+        self.rec: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+        self.done_tokens: dict[int, list[int]] = {}  # finished requests' output tokens (for tests and records)
+
+    # ---------------------------------------------------------------------------------------------- tokens
+    def tokens(self, rid: int) -> list[int]:
+        """The request's real tokens (prompt + emitted output)."""
+        t = self.toks.get(rid)
+        if t is None:
+            rng = np.random.default_rng([self.seed, rid])
+            t = self.toks[rid] = rng.integers(0, self.target.vocab, int(self.prompt_len[rid])).tolist()
+        return t
+
+    def output_tokens(self, rid: int) -> list[int]:
+        if rid in self.done_tokens:
+            return self.done_tokens[rid]
+        return self.tokens(rid)[int(self.prompt_len[rid]):]
+
+    def release(self, rid: int) -> None:
+        """A finished request: free its caches, keep its output tokens. When recording, the draft first reads the
+        request's last tokens it never saw (outside any step's time), so the recording covers every output
+        position."""
+        if self.record and self.draft is not None and rid in self.toks:
+            with self.torch.inference_mode():
+                self.catch_up([rid], [len(self.toks[rid])])
+        self.done_tokens[rid] = self.output_tokens(rid)
+        for d in (self.tkv, self.dkv, self.lookup_tokens):
+            d.pop(rid, None)
+        self.toks.pop(rid, None)
+
+    def drop(self, rids: np.ndarray) -> None:
+        """A recompute preemption: the requests' caches are freed (their tokens are recomputed when they return)."""
+        for rid in rids.tolist():
+            self.tkv.pop(rid, None)
+            self.dkv.pop(rid, None)
+
+    def swap(self, rids: np.ndarray, *, to_host: bool) -> float:
+        """A swap preemption (``to_host``) or a swap-in: the requests' target and draft caches move between the
+        device and host memory; returns the measured seconds."""
+        dev = "cpu" if to_host else self.target.device
+        t0 = self._sync()
+        for rid in rids.tolist():
+            for d in (self.tkv, self.dkv):
+                if rid in d:
+                    d[rid] = d[rid].to(dev, non_blocking=False)
+        return self._sync() - t0
+
+    def _sync(self) -> float:
+        if self.target.device.type == "cuda":
+            self.torch.cuda.synchronize()
+        return time.perf_counter()
+
+    # ------------------------------------------------------------------------------------------- drafting
+    def _record(self, rid: int, logits: Any, first_index: int) -> None:
+        """Keep the draft's top-w at output positions predicted by ``logits`` (row j predicts token index
+        ``first_index + j``; indices before the prompt's end are skipped)."""
+        if not self.record:
+            return
+        p = int(self.prompt_len[rid])
+        probs = self.torch.softmax(logits, dim=-1)
+        top = self.torch.topk(probs, min(self.record_width, probs.shape[-1]), dim=-1)
+        ids, vals = top.indices.cpu().numpy().astype(np.int32), top.values.cpu().numpy().astype(np.float32)
+        store = self.rec.setdefault(rid, {})
+        for j in range(logits.shape[0]):
+            t = first_index + j - p
+            if t >= 0:
+                store[t] = (ids[j], vals[j])
+
+    def catch_up(self, rids: Sequence[int], upto: Sequence[int]) -> list[Any]:
+        """Run the draft over each request's true tokens it has not seen, through index ``upto[i] - 1``; return the
+        draft's logits at the last of them (the distribution of token index ``upto[i]``)."""
+        assert self.draft is not None
+        torch = self.torch
+        items, out, need = [], [], []
+        for rid, n in zip(rids, upto, strict=True):
+            toks = self.tokens(rid)
+            cache = self.dkv.get(rid)
+            have = 0 if cache is None else int(cache.shape[3])
+            if have >= n:  # already there: recompute the last token's logits from the cache before it
+                assert cache is not None
+                cache = cache[:, :, :, : n - 1] if n > 1 else None
+                have = n - 1
+            new = toks[have:n]
+            items.append(_Item(cache, new, list(range(have, n)), _chain_mask(torch, len(new), self.draft.device)))
+            need.append((rid, have))
+        logits, kv = self.draft.forward(items)
+        for (rid, have), it, lg, k in zip(need, items, logits, kv, strict=True):
+            self.dkv[rid] = k if it.cache is None else torch.cat([it.cache, k], dim=3)
+            self._record(rid, lg, have + 1)
+            out.append(lg[-1])
+        return out
+
+    def _pick(self, logits: Any) -> tuple[int, Any]:
+        """The draft's token at a position (argmax; sampled at temperature) and its distribution q."""
+        torch = self.torch
+        if self.temperature > 0:
+            q = torch.softmax(logits / self.temperature, dim=-1)
+            return int(torch.multinomial(q.cpu(), 1, generator=self.gen)), q
+        return int(logits.argmax()), None
+
+    def draft_chains(self, rids: list[int], ks: list[int]) -> tuple[list[list[int]], list[list[Any]], list[Any]]:
+        """Greedy (or sampled) chains of ``ks[i]`` tokens after each request's last token: tokens, their q's (at
+        temperature) and the draft's logits at every chain position (for the record)."""
+        assert self.draft is not None
+        torch = self.torch
+        ctx = [len(self.tokens(r)) for r in rids]
+        first = self.catch_up(rids, ctx)
+        chains: list[list[int]] = [[] for _ in rids]
+        qs: list[list[Any]] = [[] for _ in rids]
+        lgs: list[list[Any]] = [[lg] for lg in first]
+        for i, lg in enumerate(first):
+            tok, q = self._pick(lg)
+            chains[i].append(tok)
+            qs[i].append(q)
+        for step in range(1, max(ks)):
+            live = [i for i, k in enumerate(ks) if k > step]
+            items = [_Item(self.dkv[rids[i]], [chains[i][-1]], [ctx[i] + step - 1],
+                           _chain_mask(torch, 1, self.draft.device)) for i in live]
+            logits, kv = self.draft.forward(items)
+            for i, lg, k in zip(live, logits, kv, strict=True):
+                self.dkv[rids[i]] = torch.cat([self.dkv[rids[i]], k], dim=3)
+                tok, q = self._pick(lg[-1])
+                chains[i].append(tok)
+                qs[i].append(q)
+                lgs[i].append(lg[-1])
+        return chains, qs, lgs
+
+    def lookup(self, rids: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """Prompt lookup for each request: the tokens after the latest earlier occurrence of its last n-gram
+        (n = 3, 2, 1), at most ``ks[i]`` of them; returns how many each proposes (0: no match)."""
+        out = np.zeros(rids.size, dtype=np.int64)
+        for i, (rid, k) in enumerate(zip(rids.tolist(), ks.tolist(), strict=True)):
+            toks = self.tokens(rid)
+            prop: list[int] = []
+            for n in PLD_NGRAMS:
+                if len(toks) <= n:
+                    continue
+                tail = toks[-n:]
+                for s in range(len(toks) - n - 1, -1, -1):
+                    if toks[s:s + n] == tail:
+                        prop = toks[s + n: s + n + k]
+                        break
+                if prop:
+                    break
+            self.lookup_tokens[rid] = prop
+            out[i] = len(prop)
+        return out
+
+    @property
+    def drafter(self) -> RealDrafter:
+        return RealDrafter(self)
+
+    # ------------------------------------------------------------------------------------------------ step
+    def run_step(self, s: RequestState, plan: StepPlan, prop: Proposer, pre: PrefillBatch,
+                 dec: DecodeBatch) -> Executed:
+        """Execute one checked step (module docstring); emit its tokens into the backend's token lists."""
+        with self.torch.inference_mode():
+            return self._run_step(s, plan, prop, pre, dec)
+
+    def _run_step(self, s: RequestState, plan: StepPlan, prop: Proposer, pre: PrefillBatch,
+                 dec: DecodeBatch) -> Executed:
+        torch = self.torch
+        n = dec.ids.size
+        proposed = np.zeros(n, dtype=np.int64)
+        accepted = np.zeros(n, dtype=np.int64)
+        matched = np.zeros(n, dtype=np.int64)
+        accept_prob = np.zeros(n)
+        for rid in [*pre.ids.tolist(), *dec.ids.tolist()]:  # the target's cache never runs ahead of the engine
+            c = int(s.num_computed[rid])
+            if rid in self.tkv and self.tkv[rid].shape[3] > c:
+                if c:
+                    self.tkv[rid] = self.tkv[rid][:, :, :, :c]
+                else:
+                    del self.tkv[rid]
+        t0 = self._sync()
+        draft_s = self.pending_draft_s
+        self.pending_draft_s = 0.0
+        # ---- drafting: chains (draft model or prompt lookup); trees were drafted by the policy's drafter
+        trees = dec.trees or {}
+        spec: dict[int, tuple[list[int], list[int], list[Any], list[Any]]] = {}  # i -> (tokens, parents, qs, lgs)
+        chain_i = [i for i in range(n) if dec.k[i] > 0 and int(dec.ids[i]) not in trees]
+        if chain_i:
+            rids = [int(dec.ids[i]) for i in chain_i]
+            if prop.proposes_first:
+                for i, rid in zip(chain_i, rids, strict=True):
+                    toks = self.lookup_tokens.pop(rid, [])[: int(dec.k[i])]
+                    spec[i] = (toks, list(range(-1, len(toks) - 1)), [None] * len(toks), [])
+            else:
+                if prop.which != "draft" or self.draft is None:
+                    raise PlanError(f"backend=hf drafts with its draft model or prompt lookup, not {prop.name!r}"
+                                    + ("" if self.draft is not None else " (no draft model configured)"))
+                chains, qs, lgs = self.draft_chains(rids, [int(dec.k[i]) for i in chain_i])
+                for i, toks, q, lg in zip(chain_i, chains, qs, lgs, strict=True):
+                    spec[i] = (toks, list(range(-1, len(toks) - 1)), q, lg)
+        if plan.draft_sync and self.draft is not None:  # keep the draft's cache in step with the target's
+            sync = [int(r) for r in pre.ids.tolist()]
+            ends = [int(s.num_computed[r] + t) for r, t in zip(pre.ids.tolist(), pre.tokens.tolist(), strict=True)]
+            plain = [int(dec.ids[i]) for i in range(n) if i not in spec and int(dec.ids[i]) not in trees]
+            if sync or plain:
+                self.catch_up(sync + plain, ends + [len(self.tokens(r)) for r in plain])
+        t1 = self._sync()
+        if spec or plan.draft_sync:
+            draft_s += t1 - t0
+        # ---- one target pass over every scheduled token
+        items: list[_Item] = []
+        dev = self.target.device
+        for rid, chunk in zip(pre.ids.tolist(), pre.tokens.tolist(), strict=True):
+            c = int(s.num_computed[rid])
+            toks = self.tokens(rid)[c:c + chunk]
+            items.append(_Item(self.tkv.get(rid), toks, list(range(c, c + chunk)), _chain_mask(torch, chunk, dev)))
+        for i, rid in enumerate(dec.ids.tolist()):
+            toks = self.tokens(rid)
+            ctx = len(toks) - 1
+            t = trees.get(rid)
+            if t is not None:
+                if t.cand.tokens is None:
+                    raise PlanError(f"request {rid}: a tree from a simulated drafter has no tokens (backend=hf "
+                                    "verifies trees its own view.drafter built)")
+                nodes = np.sort(np.asarray(t.nodes, dtype=np.int64))
+                where = {int(v): j for j, v in enumerate(nodes.tolist())}
+                parents = [where[int(p)] if p >= 0 else -1 for p in t.cand.parent[nodes].tolist()]
+                spec[i] = (t.cand.tokens[nodes].tolist(), parents, [None] * nodes.size, [])
+            new, parents = spec[i][:2] if i in spec else ([], [])
+            depth = [0]
+            for p in parents:
+                depth.append(depth[p + 1] + 1 if p >= 0 else 1)
+            items.append(_Item(self.tkv.get(rid), [toks[-1], *new], [ctx + d for d in depth],
+                               _tree_mask(torch, parents, dev)))
+        logits, kv = self.target.forward(items) if items else ([], [])
+        t2 = self._sync()
+        # ---- outcome
+        npre = pre.ids.size
+        for j, rid in enumerate(pre.ids.tolist()):
+            cache = self.tkv.get(rid)
+            self.tkv[rid] = kv[j] if cache is None else torch.cat([cache, kv[j]], dim=3)
+            if pre.completes[j]:
+                self.tokens(rid).append(self._sample(logits[j][-1]))
+        for i, rid in enumerate(dec.ids.tolist()):
+            lg, k_new = logits[npre + i], kv[npre + i]
+            new, parents, qs, dlg = spec.get(i, ([], [], [], []))
+            keep, out = self._verify(lg, new, parents, qs)
+            acc = len(out) - 1
+            proposed[i], accepted[i] = len(new), acc
+            if new and all(p == j - 1 for j, p in enumerate(parents)):  # a chain: every position the target agrees
+                am = lg[:-1].argmax(dim=-1).tolist()
+                matched[i] = sum(int(a == b) for a, b in zip(am, new, strict=True))
+                if dlg:
+                    accept_prob[i] = self._accept_prob(lg, new, dlg)
+            else:
+                matched[i] = acc
+            idx = torch.tensor(keep, dtype=torch.long, device=k_new.device)
+            cache = self.tkv.get(rid)
+            kept = k_new.index_select(3, idx)
+            self.tkv[rid] = kept if cache is None else torch.cat([cache, kept], dim=3)
+            toks = self.tokens(rid)
+            remaining = int(s.output_len[rid] - s.num_generated[rid])
+            emit = min(len(out), remaining)
+            ctx = len(toks) - 1
+            if self.record and dlg:  # the draft's distributions on the true context (positions of the kept path)
+                for j in range(1, min(acc, len(dlg) - 1) + 1):
+                    self._record(rid, dlg[j][None], ctx + 1 + j)
+            toks.extend(out[:emit])
+            if emit < len(out):
+                self.beyond[rid] = out[emit:]
+            if self.tkv[rid].shape[3] > ctx + emit:  # a capped last step keeps only what was emitted
+                self.tkv[rid] = self.tkv[rid][:, :, :, : ctx + emit]
+            limit = ctx + 1 + min(acc, emit)  # the draft keeps true, emitted tokens only (d_1..d_j with j <= both)
+            if rid in self.dkv and self.dkv[rid].shape[3] > limit:
+                self.dkv[rid] = self.dkv[rid][:, :, :, :limit]
+        return Executed(draft_s=draft_s, verify_s=t2 - t1, proposed=proposed, accepted=accepted, matched=matched,
+                        accept_prob=accept_prob, num_tokens=sum(len(it.tokens) for it in items))
+
+    def _sample(self, logits: Any) -> int:
+        if self.temperature > 0:
+            p = self.torch.softmax(logits / self.temperature, dim=-1).cpu()
+            return int(self.torch.multinomial(p, 1, generator=self.gen))
+        return int(logits.argmax())
+
+    def _accept_prob(self, lg: Any, new: list[int], dlg: list[Any]) -> float:
+        """Σ_j min(1, p_j(d_j) / q_j(d_j)) over the drafted chain (GoodSpeed Eq. 3), at temperature 1."""
+        torch = self.torch
+        p = torch.softmax(lg[: len(new)], dim=-1)
+        q = torch.softmax(torch.stack(dlg[: len(new)]), dim=-1)
+        d = torch.tensor(new, device=p.device)[:, None]
+        return float(torch.clamp(p.gather(1, d) / q.gather(1, d), max=1.0).sum())
+
+    def _verify(self, lg: Any, new: list[int], parents: list[int], qs: list[Any]) -> tuple[list[int], list[int]]:
+        """Walk the drafted tree from the root (row 0 of ``lg``): the rows whose KV is kept (root + accepted path)
+        and the tokens emitted (accepted drafts + the target's next token). Greedy: follow the child that is the
+        target's argmax. At temperature (chains): speculative sampling, accept d with probability min(1, p(d)/q(d))
+        (a copied prompt-lookup token is a point mass, q(d) = 1), else sample norm(max(0, p - q)) and stop."""
+        torch = self.torch
+        children: dict[int, list[int]] = {}
+        for j, p in enumerate(parents):
+            children.setdefault(p, []).append(j)
+        keep, out, cur = [0], [], -1
+        while True:
+            row = lg[cur + 1]
+            kids = children.get(cur, [])
+            if self.temperature <= 0 or not kids:
+                want = self._sample(row)
+                out.append(want)
+                nxt = next((j for j in kids if new[j] == want), None)
+                if nxt is None:
+                    return keep, out
+                keep.append(nxt + 1)
+                cur = nxt
+                continue
+            if len(kids) > 1:
+                raise PlanError("backend=hf verifies trees greedily only (set backend.temperature=0)")
+            j = kids[0]
+            d = new[j]
+            p = torch.softmax(row / self.temperature, dim=-1)
+            q = qs[j]
+            if q is None:
+                q = torch.zeros_like(p)
+                q[d] = 1.0
+            if float(torch.rand(1, generator=self.gen)) < min(1.0, float(p[d] / q[d])):
+                keep.append(j + 1)
+                out.append(d)
+                cur = j
+                continue
+            resid = torch.clamp(p - q, min=0.0)
+            resid = resid if float(resid.sum()) > 0 else p
+            out.append(int(torch.multinomial((resid / resid.sum()).cpu(), 1, generator=self.gen)))
+            return keep, out
+
+    # ------------------------------------------------------------------------------------------ recording
+    def records_frame(self) -> pd.DataFrame:
+        """One row per (request, output position) where the draft's distribution on the true context and the
+        target's token are both known: ``rid, pos, rank`` (of the target's token among the draft's top w; ``w`` if
+        not among them), ``p0`` (the draft's top-1 probability), ``target_token``, ``top_tokens`` and ``top_probs``
+        (the draft's top w)."""
+        import pandas as pd
+
+        rows = []
+        for rid, store in sorted(self.rec.items()):
+            truth = self.output_tokens(rid) + self.beyond.get(rid, [])
+            for t, (ids, vals) in sorted(store.items()):
+                if t >= len(truth):
+                    continue
+                hit = np.flatnonzero(ids == truth[t])
+                rows.append((rid, t, int(hit[0]) if hit.size else ids.size, float(vals[0]), truth[t], ids.tolist(),
+                             vals.tolist()))
+        return pd.DataFrame(rows, columns=["rid", "pos", "rank", "p0", "target_token", "top_tokens", "top_probs"])
+
+
+class RealDrafter:
+    """``view.drafter`` on the real draft model: candidate trees with their token ids (module docstring). Time spent
+    here is charged to the step being scheduled."""
+
+    __slots__ = ("_b",)
+
+    def __init__(self, backend: HfBackend) -> None:
+        self._b = backend
+
+    @property
+    def max_width(self) -> int:
+        return self._b.max_width
+
+    def _check(self, proposer: Any) -> None:
+        name = proposer if isinstance(proposer, str) else getattr(proposer, "which", None)
+        if name != "draft" or self._b.draft is None:
+            raise PlanError(f"backend=hf draws candidate trees from its draft model only (asked: {proposer!r})")
+
+    def _expand(self, rids: Sequence[int], layer_width: Any, per_parent: Any, depth: int) -> list[CandidateTree]:
+        """Grow trees layer by layer; ``per_parent(i)`` children are drawn per node of layer i - 1 and
+        ``layer_width(i)`` (None: all) of them kept by path probability."""
+        with self._b.torch.inference_mode():
+            return self._expand_trees(rids, layer_width, per_parent, depth)
+
+    def _expand_trees(self, rids: Sequence[int], layer_width: Any, per_parent: Any,
+                      depth: int) -> list[CandidateTree]:
+        b = self._b
+        torch = b.torch
+        assert b.draft is not None
+        t0 = b._sync()
+        ctx = [len(b.tokens(r)) for r in rids]
+        roots = b.catch_up(rids, ctx)
+        trees: list[dict[str, list[Any]]] = []
+        for root in roots:
+            tr: dict[str, list[Any]] = {k: [] for k in ("parent", "depth", "rank", "prob", "pp", "tok")}
+            trees.append(tr)
+            self._grow(tr, [root], [-1], [1.0], 1, per_parent(1), layer_width(1))
+        for i in range(2, depth + 1):
+            items, last = [], []
+            for r, c, tr in zip(rids, ctx, trees, strict=True):
+                par = tr["parent"]
+                items.append(_Item(b.dkv[r], list(tr["tok"]), [c + d - 1 for d in tr["depth"]],
+                                   _tree_mask(torch, par, b.draft.device)[1:, 1:]))
+                last.append([j for j, d in enumerate(tr["depth"]) if d == i - 1])
+            logits, _ = b.draft.forward(items)
+            for tr, lg, prev in zip(trees, logits, last, strict=True):
+                self._grow(tr, [lg[j] for j in prev], prev, [tr["pp"][j] for j in prev], i, per_parent(i),
+                           layer_width(i))
+        b.pending_draft_s += b._sync() - t0
+        out = []
+        for r, c, tr in zip(rids, ctx, trees, strict=True):
+            arr = {k: np.asarray(v) for k, v in tr.items()}
+            widest = int(np.bincount(arr["depth"]).max())
+            out.append(CandidateTree(int(r), c - int(b.prompt_len[r]), arr["parent"].astype(np.int64),
+                                     arr["depth"].astype(np.int64), arr["rank"].astype(np.int64),
+                                     arr["prob"].astype(np.float64), arr["pp"].astype(np.float64), depth, widest,
+                                     tokens=arr["tok"].astype(np.int64)))
+        return out
+
+    def _grow(self, tr: dict[str, list[Any]], rows: list[Any], parents: list[int], pps: list[float], depth: int,
+              k: int, keep: int | None) -> None:
+        torch = self._b.torch
+        cand = []
+        for row, par, pp in zip(rows, parents, pps, strict=True):
+            top = torch.topk(torch.softmax(row, dim=-1), k)
+            for rank, (p, tok) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True)):
+                cand.append((pp * p, par, rank, p, tok))
+        order = sorted(range(len(cand)), key=lambda j: -cand[j][0])[: keep or len(cand)]
+        for j in sorted(order):  # BFS: parent-major, then rank
+            pp, par, rank, p, tok = cand[j]
+            for key, v in zip(("parent", "depth", "rank", "prob", "pp", "tok"), (par, depth, rank, p, pp, tok),
+                              strict=True):
+                tr[key].append(v)
+
+    def candidates(self, rid: int, pos: int, depth: int, width: int, proposer: Any = "draft") -> CandidateTree:
+        return self.candidates_batch(np.array([rid]), np.array([pos]), depth, width, proposer)[0]
+
+    def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
+                         proposer: Any = "draft") -> list[CandidateTree]:
+        """AdaServe §4.3 Step 1 beam search: each layer keeps the ``width`` most probable paths."""
+        self._check(proposer)
+        return self._expand([int(r) for r in np.asarray(rids).reshape(-1)], lambda i: width, lambda i: width, depth)
+
+    def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
+                        proposer: Any = "draft") -> list[CandidateTree]:
+        """SpecInfer's fixed expansion: every node of layer i − 1 keeps its own ``expansion[i-1]`` top children."""
+        self._check(proposer)
+        exp = tuple(int(k) for k in expansion)
+        return self._expand([int(r) for r in np.asarray(rids).reshape(-1)], lambda i: None, lambda i: exp[i - 1],
+                            len(exp))
+
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: Any = "draft") -> np.ndarray:
+        return self.chain_probs_batch(np.array([rid]), np.array([pos]), k, proposer)[0]
+
+    def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int, proposer: Any = "draft") -> np.ndarray:
+        rids = np.asarray(rids).reshape(-1)
+        if k <= 0:
+            return np.zeros((rids.size, 0))
+        return np.stack([t.prob for t in self.candidates_batch(rids, pos, k, 1, proposer)])

@@ -1,0 +1,72 @@
+"""``backend=openai`` end to end: a point's workload replayed against a live OpenAI-compatible server started here
+(:mod:`repro.backends.openai_server` on a tiny random-weight model, CPU), through ``run_point`` and through the
+command line, with the simulator's and vLLM's metrics in points.csv. Skipped without PyTorch + transformers (the
+server's model; the client itself needs neither)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch", reason="the test server runs a model: pip install torch==2.13.0 (CPU build)")
+pytest.importorskip("transformers", reason="the test server runs a model: pip install -e '.[real]'")
+
+from repro.backends.models import build_model
+from repro.backends.openai_server import Server, serve
+from repro.errors import ConfigError
+from repro.simulate import compose, run_point
+
+ROOT = Path(__file__).resolve().parents[2]
+N, PROMPT, OUTPUT = 5, 12, 8
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with serve(build_model("llama-68m", tiny=True, seed=0), model_name="tiny", num_threads=1) as srv:
+        yield srv
+
+
+def _overrides(url: str) -> list[str]:
+    return ["backend=openai", f"backend.url={url}", "backend.model=tiny", "backend.vocab_size=512", "model=llama-68m",
+            "workload=fixed", f"workload.input_len={PROMPT}", f"workload.output_len={OUTPUT}", f"num_requests={N}",
+            "rps=40"]
+
+
+def test_a_point_replayed_against_a_live_server(server: Server) -> None:
+    res = run_point(compose(_overrides(server.url)))
+    m, req = res.metrics, res.requests
+    assert m["completed"] == N and m["failed"] == 0
+    assert m["total_output_tokens"] == N * OUTPUT
+    assert (req["output_len"] == OUTPUT).all()
+    assert (req["first_token_at"] >= req["arrival_s"]).all() and (req["finish_at"] >= req["first_token_at"]).all()
+    for key in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+                "request_throughput", "output_throughput"):
+        assert math.isfinite(m[key]) and m[key] > 0, key
+    # vLLM's TPOT is (E2E - TTFT) / (tokens - 1) per request: with one token per chunk it is the mean ITL's scale
+    assert m["mean_tpot_ms"] == pytest.approx(m["mean_itl_ms"], rel=0.5)
+
+
+def test_the_command_line_writes_points_csv(server: Server, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "repro", *_overrides(server.url), f"out_dir={out}"], cwd=ROOT,
+                          env={**os.environ}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pts = pd.read_csv(out / "points.csv")
+    assert len(pts) == 1 and pts["completed"].iloc[0] == N and pts["mean_itl_ms"].iloc[0] > 0
+
+
+def test_an_unreachable_server_is_reported_per_request() -> None:
+    res = run_point(compose(_overrides("http://127.0.0.1:9/v1")))
+    assert res.metrics["failed"] == N and res.metrics["completed"] == 0
+
+
+def test_a_missing_url_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"backend\.url"):
+        run_point(compose(["backend=openai", "model=llama-68m", "workload=fixed", "num_requests=2"]))
