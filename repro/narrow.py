@@ -32,7 +32,7 @@ from repro.errors import ConfigError
 from repro.expspec import ExpSpec, system_entries
 
 #: Command-line keys that say how to run, not what: never narrow anything.
-RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "resume", "out_dir", "save_requests", "save_columns",
+RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "launcher", "resume", "out_dir", "save_requests", "save_columns",
                       "save_step_columns", "hydra"})
 
 

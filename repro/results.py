@@ -55,8 +55,8 @@ CONF_DIR = REPO_ROOT / "conf"
 RESULTS_DIR = REPO_ROOT / "results"
 
 #: Keys that control how a run is executed, not what it computes: left out of ``config_hash``.
-RUN_CONTROL_KEYS = ("n_jobs", "resume", "out_dir", "quick", "save_requests", "save_columns", "save_step_columns",
-                    "case", "exp", "hydra")
+RUN_CONTROL_KEYS = ("n_jobs", "launcher", "resume", "out_dir", "quick", "save_requests", "save_columns",
+                    "save_step_columns", "case", "exp", "hydra")
 KEY_COLS = ("exp", "system", "seed")
 TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
 CODE_DIRS = ("repro", "systems", "workloads")

@@ -3,10 +3,11 @@
 :func:`run_experiment` takes the composed main config (conf/config.yaml, the experiment file ``conf/exp/NAME.yaml``
 and the command line), reads its ``exp`` block into an :class:`~repro.expspec.ExpSpec` (applying quick mode and the
 command line's narrowing, :mod:`repro.narrow`) and runs the experiment's kind (:data:`KINDS`). A sweep expands the
-points (:mod:`repro.grid`), composes each point's config with Hydra's compose API (the command line's overrides, then
-the point's own), refuses an impossible point before anything runs (:func:`repro.validate.check_point`), and runs
-the points through :func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real
-backend) or in a process pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
+points (:mod:`repro.grid`), composes each point's config (the command line's overrides, then the point's own; Hydra
+composes each distinct choice of config groups once, :class:`repro.compose.Composer`), refuses an impossible point
+before anything runs (:func:`repro.validate.check_point`), and runs the points through
+:func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a process
+pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
 Each finished point is appended to points.csv at once; at the end the file is rewritten in grid order with the
 experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes the
 files) and the figures and summary.md are drawn (:mod:`repro.render`).
@@ -37,7 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from repro import datasources, narrow
-from repro.compose import check_data_root, compose_config, hydra_context, known_top_keys, one_line, to_dict
+from repro.compose import Composer, check_data_root, hydra_context, known_top_keys, one_line, to_dict
 from repro.derived import Derived, with_derived
 from repro.errors import ConfigError, ReproError
 from repro.expspec import SEED_KEY, ExpSpec, apply_quick
@@ -189,7 +190,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     # exp.quick's config overrides come first, so the user's command line still wins over them.
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
     with hydra_context(ctx.conf_dir):
-        cfgs = [compose_config([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+        compose = Composer(ctx.conf_dir)
+        cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     hashes = [config_hash(c) for c in cfgs]
     checked: set[str] = set()
     for p, c, h in zip(points, cfgs, hashes, strict=True):  # refuse an impossible point before anything runs
@@ -228,7 +230,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
-    _run_points(ctx, todo, cfgs, keep, len(points), record)
+    _run_points(ctx, todo, cfgs, keep, len(points), record,
+                lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
     # points whose configs coincide (the same values reached from two cases) share one result, each row under its
     # own keys (e.g. the case label)
     blank = dict.fromkeys(spec.grid_columns(), "")
@@ -257,9 +260,10 @@ def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Seq
 
 
 def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], total: int,
-                record: Callable[[Outcome], str]) -> None:
-    """Run points ``todo`` with a progress bar (or progress lines, or the caller's ``ctx.progress``); ``record``
-    stores each outcome and returns the bar's postfix."""
+                record: Callable[[Outcome], str], describe: Callable[[int], str] = str) -> None:
+    """Run points ``todo`` with a progress bar (or progress lines, or the caller's ``ctx.progress``) on the run's
+    launcher (``launcher=local|ray``); ``record`` stores each outcome and returns the bar's postfix; ``describe``
+    names a point in a failure report."""
     outer = ctx.progress
     resumed = total - len(todo)
     bar = tqdm(total=total, initial=resumed, desc=ctx.spec.name, unit="pt", disable=True if outer else None)
@@ -278,8 +282,15 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
     # real backends run their points one at a time in this process: measured step times must not share the machine
     # with other points, and a forked worker cannot use a PyTorch the parent has already run
     real = any(str(OmegaConf.select(cfgs[i], "backend.kind", default="sim")) != "sim" for i in todo)
+    launcher = ctx.cfg.get("launcher") or {}
     try:
-        _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress)
+        kind = str(launcher.get("kind", "local"))
+        if kind == "ray" and not real:
+            _execute_ray(todo, cfgs, keep, ctx.n_jobs, progress, launcher, describe)
+        elif kind == "submitit" and not real:
+            _execute_submitit(todo, cfgs, keep, progress, launcher, describe)
+        else:
+            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress)
     finally:
         bar.close()
 
@@ -327,6 +338,86 @@ def _execute(
             for fut in pending:
                 fut.cancel()
             raise
+
+
+def _execute_ray(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int,
+                 on_done: Callable[[Outcome], Any], launcher: Any, describe: Callable[[int], str]) -> None:
+    """Run points ``todo`` as Ray tasks (``launcher=ray``): on a local Ray of ``n_jobs`` CPUs, or on the cluster at
+    ``launcher.address``. Outcomes come back to this process, which appends them to points.csv as they finish (one
+    writer: the same atomic appends and resume as a local run). A point that fails is reported at once with its
+    overrides while the others go on; the run then fails naming every failed point."""
+    if not todo:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("launcher=ray needs Ray: pip install -e '.[ray]'") from None
+    address = launcher.get("address")
+    started = not ray.is_initialized()
+    if started:
+        kw: dict[str, Any] = {"address": str(address)} if address else {"num_cpus": n_jobs}
+        ray.init(**kw, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    task = ray.remote(num_cpus=float(launcher.get("num_cpus") or 1))(run_one)
+    refs = {task.remote(i, cfgs[i], keep[i]): i for i in todo}
+    failed: list[str] = []
+    try:
+        while refs:
+            done, _ = ray.wait(list(refs), num_returns=1)
+            for ref in done:
+                i = refs.pop(ref)
+                try:
+                    out = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    cause = getattr(exc, "cause", None) or exc
+                    failed.append(f"{describe(i)}: {one_line(cause)}")
+                    tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
+                    continue
+                on_done(out)
+    finally:
+        for ref in refs:
+            ray.cancel(ref)
+        if started:
+            ray.shutdown()
+    if failed:
+        raise ReproError(f"{len(failed)} point(s) failed on Ray (the others are in points.csv): " + "; ".join(failed))
+
+
+def _execute_submitit(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], on_done: Callable[[Outcome], Any],
+                      launcher: Any, describe: Callable[[int], str]) -> None:
+    """Run points ``todo`` as submitit jobs (``launcher=submitit``): Slurm jobs, or local processes with
+    ``launcher.cluster=local``. As on Ray, outcomes come back here to be appended, a failed point is reported with its
+    overrides while the others go on, and the run then fails naming every failed point."""
+    if not todo:
+        return
+    try:
+        import submitit
+    except ImportError:
+        raise ConfigError("launcher=submitit needs submitit: pip install -e '.[slurm]'") from None
+    executor = submitit.AutoExecutor(folder=str(launcher.get("folder") or "runs/submitit/%j"),
+                                     cluster=str(launcher.get("cluster") or "slurm"))
+    params = launcher.get("parameters")
+    executor.update_parameters(**(to_dict(params) if params else {}))
+    with executor.batch():
+        jobs = {i: executor.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
+    failed: list[str] = []
+    pending = dict(jobs)
+    while pending:
+        for i, job in list(pending.items()):
+            if not job.done():
+                continue
+            del pending[i]
+            try:
+                out = job.result()
+            except Exception as exc:  # the job's own exception, or submitit's report of a lost job
+                failed.append(f"{describe(i)}: {one_line(exc)}")
+                tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
+                continue
+            on_done(out)
+        if pending:
+            time.sleep(0.2)
+    if failed:
+        raise ReproError(f"{len(failed)} point(s) failed on {launcher.get('cluster')} (the others are in points.csv): "
+                         + "; ".join(failed))
 
 
 def run_calibration(ctx: RunContext) -> tuple[pd.DataFrame, int]:
@@ -377,7 +468,8 @@ def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     points = expand_points(spec, groups)
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
     with hydra_context(ctx.conf_dir):
-        cfgs = [compose_config([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+        compose = Composer(ctx.conf_dir)
+        cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]
     path = ctx.out_dir / "points.csv"
     write_table(path, pd.DataFrame(rows))

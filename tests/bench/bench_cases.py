@@ -283,6 +283,35 @@ def adaserve_select(cands: list, target: np.ndarray, key: np.ndarray) -> dict:
     return tree_specs(ranked, counts)
 
 
+COMPOSE_EXP, COMPOSE_POINTS = "turbospec_fig12", 24  # a sweep of many small points: their set-up is composition
+
+
+def compose_setup(exp: str = COMPOSE_EXP, n: int = COMPOSE_POINTS) -> tuple[Any, list[list[str]]]:
+    """The runner's composer with the config groups of ``n`` points of ``exp`` composed once (Hydra), and those
+    points' overrides: a call composes each point and hashes it (``config_hash``), as ``run_sweep`` does."""
+    from repro.compose import Composer, compose_config, hydra_context, to_dict
+    from repro.expspec import ExpSpec, apply_quick
+    from repro.grid import expand_points, group_overrides
+    from repro.results import CONF_DIR
+
+    with hydra_context():
+        spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+        points = expand_points(spec, group_overrides(CONF_DIR))
+        step = max(1, len(points) // n)
+        overrides = [[f"+exp={exp}", *p.overrides] for p in points[::step][:n]]
+        composer = Composer()
+        for o in overrides:
+            composer(o)
+    return composer, overrides
+
+
+def compose_points(composer: Any, overrides: list[list[str]]) -> None:
+    from repro.results import config_hash
+
+    for o in overrides:
+        config_hash(composer(o))
+
+
 def _cases() -> dict[str, Case]:
     cases = [
         Case("engine_vllm_1000", _engine_setup("vllm", 1000), _run_engine, fresh=True, ci=False,
@@ -299,6 +328,8 @@ def _cases() -> dict[str, Case]:
              doc=f"{DECODE_STEPS} accept_chain steps of 64 fresh requests (chunk generation included)"),
         Case("oracle_candidates_batch_64_d8_w4", _candidates_setup, _call, number=15,
              doc="TokenOracle.candidates_batch, 64 requests, d = 8, w = 4, chunks generated"),
+        Case("compose_points_24_turbospec_fig12", compose_setup, compose_points, repeats=5,
+             doc=f"{COMPOSE_POINTS} points of {COMPOSE_EXP} composed and hashed, their config groups cached"),
         Case("adaserve_selection_64_b582_d8_w4", adaserve_setup, adaserve_select, number=40,
              doc="AdaServe selection, 64 requests, B = 582, d = 8, w = 4"),
     ]

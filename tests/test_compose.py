@@ -1,0 +1,65 @@
+"""The fast point composer (:class:`repro.compose.Composer`) gives every point exactly the config Hydra composes for
+the same overrides (without the ``exp`` block, which points never read): same values, same interpolations, same
+config hash, same one-line errors. Checked on points of every experiment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from repro.compose import Composer, compose_config, hydra_context, to_dict
+from repro.errors import ConfigError
+from repro.expspec import ExpSpec, apply_quick
+from repro.grid import expand_points, group_overrides
+from repro.results import CONF_DIR, config_hash
+
+EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))
+
+
+def _same(composer: Composer, overrides: list[str]) -> None:
+    ref = compose_config(overrides)
+    got = composer(overrides)
+    want = OmegaConf.to_container(ref, resolve=False)
+    assert isinstance(want, dict)
+    want.pop("exp")
+    assert OmegaConf.to_container(got, resolve=False) == want, overrides  # interpolations as written
+    assert config_hash(got) == config_hash(ref), overrides  # and as resolved
+    assert OmegaConf.is_struct(got) and "exp" not in got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiments_points_compose_as_hydra_composes_them(exp: str) -> None:
+    with hydra_context():
+        spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+        if spec.kind != "sweep":
+            return
+        points = expand_points(spec, group_overrides(CONF_DIR))
+        composer = Composer()
+        for p in {0: points[0], len(points) - 1: points[-1], len(points) // 2: points[len(points) // 2]}.values():
+            _same(composer, [f"+exp={exp}", "num_requests=7", *p.overrides])
+
+
+def test_a_cached_composition_is_never_shared_between_points() -> None:
+    with hydra_context():
+        composer = Composer()
+        a = composer(["+exp=smoke", "rps=1.0"])
+        b = composer(["+exp=smoke", "rps=2.0"])
+        a.workload.num_requests = 3
+        assert (a.rps, b.rps) == (1.0, 2.0) and b.workload.num_requests == 200
+        assert b.workload.arrival.rate_per_s == 2.0  # ${rps} resolves against the point's own root
+        _same(composer, ["+exp=smoke", "system=static_sd_k3", "system.k=5", "model@draft=vicuna-160m"])
+        _same(composer, ["+exp=smoke", "+extra_knob=3", "engine.block_size=32"])
+        assert len(composer._cache) == 2  # one Hydra composition per choice of config groups
+
+
+@pytest.mark.parametrize("bad", ["system.kk=5", "num_request=5", "rps=[1,2", "draft=vicuna-160m"])
+def test_mistakes_are_the_same_one_line_errors(bad: str) -> None:
+    with hydra_context():
+        with pytest.raises(ConfigError) as ref:
+            compose_config(["+exp=smoke", bad])
+        with pytest.raises(ConfigError) as got:
+            Composer()(["+exp=smoke", bad])
+    assert str(got.value) == str(ref.value)
