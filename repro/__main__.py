@@ -66,10 +66,10 @@ def fail(exc: ReproError) -> None:
     sys.exit(2)
 
 
-def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
-    """Compose the command line once before Hydra does, so a typo is one ``error:`` line with status 2."""
+def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> DictConfig:
+    """Compose the command line, so a typo is one ``error:`` line with status 2; the composed config is the run's."""
     with hydra_context(conf_dir):
-        compose_config(overrides)
+        return compose_config(overrides)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)
@@ -120,12 +120,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "python -m repro.cost"))
     args = case_key_args(args)
     sys.argv = [sys.argv[0], *args]
-    if not any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags
-        try:
-            validate(args)
-        except ReproError as exc:
-            fail(exc)
-    _run()
+    if any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags, handled by @hydra.main
+        _run()
+        return
+    # a plain run: the config composed once here is the run's (what @hydra.main would pass, composed twice more)
+    try:
+        result = run_experiment(validate(args), args)
+    except ReproError as exc:
+        fail(exc)
+    print(result.summary_line())
 
 
 if __name__ == "__main__":

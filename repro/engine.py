@@ -8,7 +8,9 @@ proposer to the replica's object, charges the step's time with :mod:`repro.cost.
 (memory actions + drafting + one target forward + the host's speculation work), asks the token oracle how much
 speculation is accepted (each request scored on the stream of the proposer that drafted it), applies the result and
 tells the policy. Observers (:mod:`repro.trace`, e.g. the step trace) are called after each step only when there
-are any. Simulated time never moves backwards.
+are any. Simulated time never moves backwards. With a real backend (``backend=hf``, :mod:`repro.backends.hf`) the
+plan is executed on real models instead: they decide the acceptance, and the step's time is their measured wall
+clock.
 """
 
 from __future__ import annotations
@@ -578,7 +580,8 @@ class Engine:
     :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``). ``counterfactual_arms`` = N scores every
     decode step's uniform chain lengths 0..N as well (:meth:`Replica._arm_rewards`; the step trace then holds each
     step's best and realized goodput and the cumulative regret, Nightjar Eq. 2). ``max_steps`` stops a replica after
-    that many steps (GoodSpeed's rounds); ``client`` gives each request's client (``View.client``).
+    that many steps (GoodSpeed's rounds); ``client`` gives each request's client (``View.client``); ``backend``
+    executes every replica's steps on real models (:class:`repro.backends.hf.HfBackend`).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,

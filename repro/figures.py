@@ -20,26 +20,44 @@ output length). Line figures also take ``markers`` (false: plain lines), ``palet
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import numpy as np
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 from repro.derived import with_derived
 from repro.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+class _Lazy:
+    """A module imported on first use: a run that draws no figure never pays for matplotlib and seaborn (about half
+    a second of a single point's process)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._module is None:
+            import matplotlib
+
+            matplotlib.use("Agg")  # before pyplot: files only, never a window
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+
+plt: Any = _Lazy("matplotlib.pyplot")
+sns: Any = _Lazy("seaborn")
 
 PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
 SEED_COL = "seed"
@@ -131,6 +149,8 @@ def _decorate(fig: Figure, title: str | None, xlabel: str | None, ylabel: str | 
             ax.set_ylabel(ylabel)
         if opts.get("logx"):
             ax.set_xscale("log")
+            from matplotlib.ticker import NullFormatter
+
             ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
         if opts.get("logy"):
             ax.set_yscale("log")

@@ -42,13 +42,23 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from repro import errors
 from workloads.provenance import show_path
-from workloads.tokens import count_tokens, load_encoder, load_llama3_decoder, tokenizer_problem
+from workloads.tokens import (
+    TokenizerUnavailable,
+    cached,
+    count_tokens,
+    file_bytes,
+    load_encoder,
+    load_llama3_decoder,
+    tokenizer_key,
+    tokenizer_problem,
+)
 
 SPECBENCH_PARTS: tuple[str, ...] = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 _MT_BENCH_CATEGORIES = frozenset(
@@ -194,20 +204,30 @@ def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
     paths = [_require(root, f"sharegpt/sharegpt_llama3_tokens_300{s}.jsonl") for s in files[variant]]
     rows = [r for p in paths for r in _jsonl(p)]
     how = "llama3 token ids"
-    prompt = [r["input_toks"] for r in rows]
-    output = [r["output_toks"] for r in rows]
+    prompt: Any = [r["input_toks"] for r in rows]
+    output: Any = [r["output_toks"] for r in rows]
     fallback = False
     if tokenizer not in (None, "llama3"):
         tok_dir = root / "tokenizers"
         problem = tokenizer_problem("llama3", tok_dir) or tokenizer_problem(tokenizer, tok_dir)
-        decode = load_llama3_decoder(str(tok_dir)) if problem is None else None
-        encode = load_encoder(tokenizer, str(tok_dir)) if problem is None else None
-        if decode is not None and encode is not None:
-            prompt = encode([decode(r["input_tok_ids"]) for r in rows])
-            output = encode([decode(r["output_tok_ids"]) for r in rows])
-            how = f"llama3 ids decoded, re-tokenized with {tokenizer}"
-        else:
-            how = f"llama3 counts, not re-tokenized with {tokenizer}: {problem or 'tokenizer failed to load'}"
+
+        def recount() -> list[np.ndarray]:  # decode + re-encode every record (tokenizers loaded only if not cached)
+            decode = load_llama3_decoder(str(tok_dir))
+            encode = load_encoder(str(tokenizer), str(tok_dir))
+            if decode is None or encode is None:
+                raise TokenizerUnavailable("tokenizer failed to load")
+            return [np.asarray(encode([decode(r["input_tok_ids"]) for r in rows]), dtype=np.int64),
+                    np.asarray(encode([decode(r["output_tok_ids"]) for r in rows]), dtype=np.int64)]
+
+        if problem is None:
+            key = [*tokenizer_key("llama3", tok_dir), *tokenizer_key(tokenizer, tok_dir), *file_bytes(*paths)]
+            try:
+                prompt, output = cached(key, recount)
+                how = f"llama3 ids decoded, re-tokenized with {tokenizer}"
+            except TokenizerUnavailable as exc:
+                problem = str(exc)
+        if problem is not None:
+            how = f"llama3 counts, not re-tokenized with {tokenizer}: {problem}"
             fallback = True
     src = f"real file(s) {' + '.join(show_path(p, root) for p in paths)} ({len(rows)} records, {how})"
     return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src, fallback=fallback)
