@@ -153,6 +153,7 @@ def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
         from repro.backends.models import build_model, noisy_copy
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
+
     def where(path: Any, node: Any) -> str | None:  # "source": the conf/model's Hugging Face id, from the local cache
         return str(node.source) if path == "source" else (str(path) if path else None)
 
@@ -222,12 +223,12 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     b = cfg.backend
     if not b.get("url"):
         raise ConfigError("backend=openai needs backend.url (the server's base URL, e.g. http://127.0.0.1:8000/v1)")
-    from repro.cost.spec import load_model
-
-    model = load_model(str(cfg.model.name))
-    try:
+    cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system)).cost_model()  # as build() makes it
+    model = cost.model
+    try:  # the simulation's workload for the same config and seed: the same requests, arrivals and SLOs
         table = build_workload(cfg.workload, seed=np.random.SeedSequence(int(cfg.seed)).spawn(3)[0],
-                               tokenizer=model.tokenizer, max_model_len=model.max_context, baseline_tpot_s=None)
+                               tokenizer=model.tokenizer, max_model_len=model.max_context,
+                               baseline_tpot_s=baseline_tpot_s(cost))
     except ValueError as exc:
         raise ConfigError(f"workload config: {exc}") from None
     n = len(table)
@@ -241,6 +242,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     requests = pd.DataFrame({
         "rid": np.arange(n), "dataset": table.dataset,
         "slo_class": np.asarray(table.classes or ("default",), dtype=object)[np.asarray(table.slo_class)],
+        # vLLM's TTFT and E2E count from the moment a request is sent (a client-side queue, max_concurrency, included)
         "arrival_s": r["sent_at"].to_numpy(), "first_token_at": np.where(ok, r["first_token_at"], np.nan),
         "first_decode_at": nan, "finish_at": np.where(ok, r["finish_at"], np.nan),
         "prompt_len": table.prompt_len, "output_len": r["output_len"].to_numpy(),

@@ -53,6 +53,17 @@ def test_a_point_replayed_against_a_live_server(server: Server) -> None:
     assert m["mean_tpot_ms"] == pytest.approx(m["mean_itl_ms"], rel=0.5)
 
 
+def test_the_replay_has_the_simulations_requests_and_slos(server: Server) -> None:
+    """The same config and seed give the simulation's workload: its prompt lengths and its SLOs (derived from the
+    deployment's baseline latency, as the simulation derives them), so attainment compares like with like."""
+    over = [*_overrides(server.url), "++workload.slo_classes={u: {proportion: 1.0, tpot_slo_x_baseline: 2.0}}"]
+    real = run_point(compose(over)).requests
+    sim = run_point(compose([o for o in over if not o.startswith("backend")])).requests
+    for col in ("prompt_len", "tpot_slo_s", "ttft_slo_s"):
+        assert real[col].tolist() == sim[col].tolist(), col
+    assert real["tpot_slo_s"].notna().all() and (real["tpot_slo_s"] > 0).all()
+
+
 def test_the_command_line_writes_points_csv(server: Server, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "repro", *_overrides(server.url), f"out_dir={out}"], cwd=ROOT,
