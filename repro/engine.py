@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_run_s
 from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.policy import PolicyContext
@@ -72,7 +73,7 @@ class Replica:
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
                  *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
                  drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
-                 arms: int | None = None, backend: HfBackend | None = None) -> None:
+                 arms: int | None = None, backend: HfBackend | None = None, fast_forward: bool = True) -> None:
         self.index = index
         self.backend = backend  # a real backend executes the steps (time and acceptance) instead of the models
         self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
@@ -84,6 +85,10 @@ class Replica:
         self._resolve = self.proposers.resolve
         self.coster = StepCoster(state, cost, self.proposers.remote)
         self.observers = tuple(observers)
+        # runs of repeated steps computed at once (run_ahead): only where nothing watches single steps
+        self.fast_forward = bool(fast_forward and policy.repeats_plan and not self.observers and arms is None
+                                 and backend is None)
+        self._run_step_s = 0.0  # the mean step of the last fast-forwarded run (sizes the next one)
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
         self.draft_ready_at: float | None = None  # when an asynchronous draft reload completes
         self.kv = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout,
@@ -128,8 +133,14 @@ class Replica:
     def has_work(self) -> bool:
         return bool(self.s.waiting or self.s.running or self.s.swapped)
 
-    def step(self, now: float) -> float | None:
-        """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles."""
+    def step(self, now: float, until: float = math.inf, limit: float | None = None,
+             max_steps: int | None = None) -> float | None:
+        """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles.
+
+        With fast-forward (a policy that :attr:`~repro.policy.Policy.repeats_plan`), a step that the policy will
+        repeat runs at once with its repetitions (:meth:`run_ahead`) that start before ``until`` (the next
+        arrival) and at most at ``limit``, the replica's steps staying at most ``max_steps``; the end of the last
+        one is returned."""
         self._draft_arrived(now)
         v = self.view
         v.now = now
@@ -145,6 +156,10 @@ class Replica:
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
+        if self.fast_forward:
+            end = self.run_ahead(plan, now, until, limit, None if max_steps is None else max_steps - self.num_steps)
+            if end is not None:
+                return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
         self.num_steps += 1
         self._sync_view()
@@ -214,6 +229,126 @@ class Replica:
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def run_ahead(self, plan: StepPlan, now: float, until: float, limit: float | None,
+                  budget: int | None) -> float | None:
+        """Fast-forward: ``plan``'s step at ``now`` and its repetitions, computed at once; ``None`` (nothing run) where
+        the plan is not one the engine repeats.
+
+        The policy promised (``repeats_plan``) to plan this step again while nothing arrives or finishes and KV
+        fits, so each repetition is known without asking it: the same requests, each decoding one token or a chain
+        of the same ``k`` that the oracle scores as the step would (:meth:`~repro.oracle.TokenOracle.chain_run`).
+        The run ends with the first step that finishes a request, before the first that would start at or after
+        ``until`` (an arrival is handled first) or after ``limit``, or whose KV would not fit the free blocks (the
+        policy would preempt), and after ``budget`` steps. Step times come from the same cost functions,
+        vectorized over the run (:func:`~repro.cost.step.verify_run_s`,
+        :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running sum is accumulated in step order, so
+        the state afterwards equals that of running the steps one by one, bit for bit. Returns the end of the last
+        step run."""
+        s, ids_ = self.s, plan.decode_ids
+        n = int(ids_.size)
+        if (not n or plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size
+                or plan.memory is not None or plan.trees or plan.draft_server is not None or plan.host_s != 0.0
+                or self.draft_ready_at is not None or n != len(s.running) or ids_.tolist() != s.running):
+            return None
+        k = 0 if plan.k is None else int(plan.k[0])
+        if plan.k is not None and (plan.k.shape != ids_.shape or (plan.k != k).any() or k < 0):
+            return None
+        prop = self._resolve(plan.proposer)
+        gen, ctx = s.num_generated[ids_], s.num_computed[ids_]
+        if k:
+            if prop.which is None or prop.proposes_first or prop.remote or (prop.resident and not self.draft_resident):
+                return None
+            if prop.keeps_kv and (s.num_draft_computed[ids_] != ctx).any():
+                return None
+        elif plan.draft_sync:
+            return None
+        bs = self.kv.block_size
+        blocks = s.kv_blocks[ids_]
+        if ((gen < 1) | (ctx != s.prompt_len[ids_] + gen - 1) | ((ctx + (bs - 1)) // bs != blocks)).any():
+            return None
+        out_len = s.output_len[ids_]
+        remaining = out_len - gen
+        # how many steps to look at: until the first request must have finished, within the step budget and about
+        # as many as fit before ``until`` at the last run's step duration (steps only grow longer in a run)
+        steps = int(remaining.min())
+        if budget is not None:
+            steps = min(steps, budget)
+        if until < math.inf and self._run_step_s > 0.0:
+            steps = min(steps, int((until - now) / self._run_step_s) + 2)
+        steps = max(1, min(steps, _RUN_AHEAD_MAX))
+        if k:
+            chain_run = getattr(self.oracle, "chain_run", None)  # (an oracle a test writes may not score runs)
+            run = chain_run(ids_, gen, k, steps, prop, end=out_len + k) if chain_run is not None else None
+            if run is None:
+                return None
+            accepted, matched = run
+            ahead = np.zeros((steps + 1, n), dtype=np.int64)
+            np.cumsum(accepted + 1, axis=0, out=ahead[1:])
+            done = (ahead[1:] >= remaining).any(axis=1)  # a step that finishes a request
+            if done.any():
+                steps = int(done.argmax()) + 1
+            ahead = np.minimum(ahead[:steps + 1], remaining)  # the finishing step emits what is left
+        else:
+            ahead = np.arange(steps + 1, dtype=np.int64)[:, None]
+        ctxs = ctx + ahead[:steps]  # each step's contexts (steps × requests)
+        # KV: the step's requests must fit 1 + k more tokens each in what is not used by others
+        others = self.kv.used - int(blocks.sum())
+        fits = others + ((ctxs + (k + bs)) // bs).sum(axis=1) <= self.kv.total
+        if not fits[0]:
+            return None  # the plan's own step does not fit: the step-by-step path reports it
+        if not fits.all():
+            steps = int(fits.argmin())
+            ctxs = ctxs[:steps]
+        verify = verify_run_s(self.cost, k, ctxs)
+        if k:
+            draft = self.coster.draft_run_s(prop, n, k, ctxs.sum(axis=1).astype(np.float64))
+            seq = np.empty(2 * steps + 1)
+            seq[1::2], seq[2::2] = draft, verify
+        else:
+            draft = np.zeros(steps)
+            seq = np.empty(steps + 1)
+            seq[1:] = verify
+        seq[0] = now
+        times = np.add.accumulate(seq)  # the start, + drafting, + verification, step after step
+        ends = times[2::2] if k else times[1:]
+        ok = ends[:-1] < until  # the start of every step after the first (the first starts before ``until``)
+        if limit is not None:
+            ok &= ends[:-1] <= limit
+        if not ok.all():
+            steps = int(ok.argmin()) + 1
+        # apply the run's steps
+        work = np.empty((n, steps + 1))
+        work[:, 0] = s.service_s[ids_]
+        work[:, 1:] = draft[:steps] + verify[:steps]
+        s.service_s[ids_] = np.add.accumulate(work, axis=1)[:, -1]
+        advance = ahead[steps]
+        new_computed = ctx + advance
+        s.num_generated[ids_] = gen + advance
+        s.num_computed[ids_] = new_computed
+        new_blocks = (new_computed + (bs - 1)) // bs
+        self.kv.used += int((new_blocks - blocks).sum())
+        s.kv_blocks[ids_] = new_blocks
+        if k:
+            if prop.keeps_kv:
+                s.num_draft_computed[ids_] = new_computed
+            s.num_proposed[ids_] += k * steps
+            s.num_accepted[ids_] += accepted[:steps].sum(axis=0)
+            s.num_matched[ids_] += matched[:steps].sum(axis=0)
+            s.num_spec_steps[ids_] += steps
+        s.num_decode_steps[ids_] += steps
+        fresh = ids_[np.isnan(s.first_decode_at[ids_])]
+        s.first_decode_at[fresh] = now  # their first step after the first token is the run's first
+        last = float(ends[steps - 1])
+        s.last_token_at[ids_] = last
+        fin = ids_[advance == remaining]
+        if fin.size:
+            self._finish(fin, last)
+        self.kv.check()
+        self.num_steps += steps
+        self._run_step_s = (last - now) / steps
+        self._sync_view()
+        return last
 
     def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:
         """Per decoding request, the verifier's Σ min(1, p/q) over its drafted chain (0 without one; trees and
@@ -549,6 +684,7 @@ class Replica:
             self.draft_resident = True
             self._sync_view()
 
+_RUN_AHEAD_MAX = 2048  # repetitions of a step looked at in one fast-forward (bounds its arrays)
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
 
@@ -581,7 +717,9 @@ class Engine:
     decode step's uniform chain lengths 0..N as well (:meth:`Replica._arm_rewards`; the step trace then holds each
     step's best and realized goodput and the cumulative regret, Nightjar Eq. 2). ``max_steps`` stops a replica after
     that many steps (GoodSpeed's rounds); ``client`` gives each request's client (``View.client``); ``backend``
-    executes every replica's steps on real models (:class:`repro.backends.hf.HfBackend`).
+    executes every replica's steps on real models (:class:`repro.backends.hf.HfBackend`). ``fast_forward`` lets a
+    replica whose policy :attr:`~repro.policy.Policy.repeats_plan` compute a stretch of repeated steps at once
+    (:meth:`Replica.run_ahead`; the results are the same either way, only faster).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
@@ -591,7 +729,7 @@ class Engine:
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
                  counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
                  max_steps: int | None = None, client: np.ndarray | None = None,
-                 backend: HfBackend | None = None) -> None:
+                 backend: HfBackend | None = None, fast_forward: bool = True) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -613,7 +751,7 @@ class Engine:
             self.replicas.append(Replica(i, spec.policy, state, cost, oracle, block_size=block_size,
                                          max_model_len=max_model_len, proposers=colocated(cost, servers),
                                          drafter=drafter, observers=watchers, arms=counterfactual_arms,
-                                         backend=backend))
+                                         backend=backend, fast_forward=fast_forward))
         self.multi = deployment.routed
         if self.multi:
             cost = deployment.cost_model()
@@ -631,6 +769,7 @@ class Engine:
         views = [r.view for r in reps]
         if n:
             heapq.heappush(heap, (float(arrivals[0]), _ARRIVAL, next(seq), 0))
+        upcoming = float(arrivals[0]) if n else math.inf  # the next arrival: fast-forwarded steps stop before it
         now = 0.0
         limit = self.max_sim_time_s
         idle_steps = 0
@@ -647,8 +786,9 @@ class Engine:
                 rep = reps[self.policy.route(idx, int(reps[0].s.slo_class[idx]), views)] if self.multi else reps[0]
                 self.replica_of[idx] = rep.index
                 rep.admit(idx)
+                upcoming = float(arrivals[idx + 1]) if idx + 1 < n else math.inf
                 if idx + 1 < n:
-                    heapq.heappush(heap, (float(arrivals[idx + 1]), _ARRIVAL, next(seq), idx + 1))
+                    heapq.heappush(heap, (upcoming, _ARRIVAL, next(seq), idx + 1))
                 if not rep.busy:
                     rep.busy = True
                     heapq.heappush(heap, (now, _STEP, next(seq), rep.index))
@@ -657,7 +797,7 @@ class Engine:
                 if self.max_steps is not None and rep.num_steps >= self.max_steps:
                     stopped = True  # the run's step budget (GoodSpeed's rounds): this replica stops here
                     continue
-                end = rep.step(now)
+                end = rep.step(now, upcoming, limit, self.max_steps)
                 if end is None:
                     rep.busy = False
                 else:

@@ -329,6 +329,37 @@ class _TokenStream:
         hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
         return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
 
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
+                  end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`score_chain` for ``steps`` successive steps in which every request drafts a chain of ``k`` > 0, each
+        starting where the previous step's accepted + 1 tokens end: (accepted, matched), each (steps, requests).
+        The true ranks of the run's positions are read once; each step is then two lookups. Positions at or after
+        a request's ``end`` are not read (its values are meaningless once a step would read them)."""
+        n = rids.size
+        reach = steps * (k + 1)  # a step advances at most k + 1 positions
+        positions = pos[:, None] + np.arange(reach + k)
+        if end is not None:
+            positions = np.minimum(positions, np.maximum(end, pos + 1)[:, None] - 1)
+        hit = self.true_ranks(rids[:, None], positions) == 0
+        lead = np.zeros((n, reach), dtype=np.int64)  # leading positions whose true rank is 0, at most k
+        alive = np.ones((n, reach), dtype=bool)
+        for i in range(k):
+            alive &= hit[:, i:i + reach]
+            lead += alive
+        seen = np.zeros((n, reach + k + 1), dtype=np.int64)
+        np.cumsum(hit, axis=1, out=seen[:, 1:])
+        count = seen[:, k:k + reach] - seen[:, :reach]  # positions among the k drafted whose true rank is 0
+        # where each step starts, as flat indices into the (requests × reach) arrays: a step at offset p accepts
+        # lead[p] tokens and emits one more, so the next starts at p + lead[p] + 1 (never followed past the run)
+        base = np.arange(0, n * reach, reach, dtype=np.int64)
+        jump = (lead + (base[:, None] + 1) + _AR[:reach]).ravel() if reach <= _AR.size else \
+            (lead + (base[:, None] + 1) + np.arange(reach)).ravel()
+        at = np.empty((steps, n), dtype=np.int64)
+        at[0] = cur = base
+        for j in range(1, steps):
+            at[j] = cur = jump[cur]
+        return lead.ravel()[at], count.ravel()[at]
+
     def reported(self, p0: np.ndarray) -> np.ndarray:
         return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
 
@@ -707,6 +738,21 @@ class TokenOracle:
         if pos.size and int(pos.min()) < 0:
             raise ValueError("positions must be >= 0")
         return self._any_stream(proposer).score_chain(rids, pos, k)
+
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
+                  proposer: str | Proposer = DRAFT, *, end: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What :meth:`score_chain` returns, step after step, when requests ``rids`` at ``pos`` draft a chain of
+        ``k`` > 0 in each of ``steps`` steps, each step starting after the previous one's accepted + 1 tokens:
+        (accepted, matched) as (steps, requests) arrays (proposed is ``k`` throughout). ``end`` (per request, e.g.
+        its output length + k) bounds the positions read: a request's values are exact for the steps that read
+        only positions before it. ``None`` for a stream that proposes before verification (prompt lookup, whose
+        chains depend on matches)."""
+        stream = self._any_stream(proposer)
+        if not isinstance(stream, _TokenStream):
+            return None
+        return stream.chain_run(np.asarray(rids, dtype=np.int64), np.asarray(pos, dtype=np.int64), int(k),
+                                int(steps), None if end is None else np.asarray(end, dtype=np.int64))
 
     def accept_tree(self, tree: TreeSpec, proposer: str | Proposer = DRAFT) -> int:
         """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""

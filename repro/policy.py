@@ -58,6 +58,14 @@ class Policy:
     #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget
     #: (:func:`repro.simulate.edge_optimum`). None for every other system.
     round_budget: int | None = None
+    #: a promise that lets the engine run a stretch of steps without asking (its fast-forward): once this policy
+    #: plans a step that decodes every running request (in the running order) with one chain length for all, no
+    #: trees, remote servers, host seconds, prefill, preemption, swap or memory action, it plans the very same step
+    #: again for as long as no request arrives or finishes and the requests' KV for the next step fits the free
+    #: blocks, and ``observe`` changes nothing it reads. Systems whose plans follow only the queues and the KV pool
+    #: (vLLM's and Sarathi-Serve's schedulers, static speculation) set it; the engine checks the rest and its runs
+    #: equal step-by-step ones exactly (``tests/test_fast_forward.py``).
+    repeats_plan: bool = False
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

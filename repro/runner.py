@@ -21,6 +21,7 @@ points.csv instead (no simulation); the memory kind writes each point's GPU memo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -356,7 +357,7 @@ def _execute_ray(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], 
     started = not ray.is_initialized()
     if started:
         kw: dict[str, Any] = {"address": str(address)} if address else {"num_cpus": n_jobs}
-        ray.init(**kw, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(**kw, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     task = ray.remote(num_cpus=float(launcher.get("num_cpus") or 1))(run_one)
     refs = {task.remote(i, cfgs[i], keep[i]): i for i in todo}
     failed: list[str] = []

@@ -126,7 +126,8 @@ def build(cfg: DictConfig) -> Built:
                     record_rounds=bool(cfg.engine.get("record_rounds", False)),
                     counterfactual_arms=cfg.engine.get("counterfactual_arms"),
                     max_sim_time_s=cfg.get("max_sim_time_s"), max_steps=cfg.get("max_steps"),
-                    client=getattr(table, "client", None), backend=backend)
+                    client=getattr(table, "client", None), backend=backend,
+                    fast_forward=bool(cfg.engine.get("fast_forward", True)))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
                  oracle=oracle, backend=backend)
 

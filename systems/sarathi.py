@@ -22,6 +22,8 @@ from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
 
 
 class Sarathi(Policy):
+    repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
+
     def __init__(self, token_budget: int = 512, max_num_seqs: int = 256, watermark: float = 0.01) -> None:
         self.token_budget = token_budget
         self.max_num_seqs = max_num_seqs

@@ -27,6 +27,7 @@ from systems.lib import prefill_prioritized
 
 
 class StaticSD(Policy):
+    repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
 
     def __init__(self, k: int = 3, proposer: ProposerName = "draft", max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01,

@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import numpy as np
+
 from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 
@@ -264,6 +266,25 @@ class CostModel:
             query_pairs,
         )
         return a + b + c + d + e
+
+    def forward_s_many(self, num_tokens: int, num_seqs: int, kv_read_tokens: np.ndarray,
+                       query_pairs: np.ndarray | float = 0.0, lm_head_tokens: int = -1, decode_only: bool = False,
+                       which: Which = "target") -> np.ndarray:
+        """:meth:`forward_s` of passes that differ only in the KV they read and their query pairs (no prefill pairs):
+        one value per element of ``kv_read_tokens``, each equal to ``forward_s``'s bit for bit (the same floating
+        point operations in the same order, elementwise), for the engine's runs of repeated steps."""
+        kv = np.asarray(kv_read_tokens, dtype=np.float64)
+        if self._profiles and which in self._profiles:
+            qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
+            return np.array([self.forward_s(num_tokens, num_seqs, x, 0.0, lm_head_tokens, decode_only, q, which)
+                             for x, q in zip(kv.tolist(), qp.tolist(), strict=True)])
+        c = self._c(which)
+        linear, _, lm_head, allreduce, overhead = _parts(c, num_tokens, num_seqs, 0.0, 0.0, lm_head_tokens,
+                                                         decode_only, 0.0)
+        v = kv * c.kv_bytes
+        read = np.where(kv > 0.0, v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half)), 0.0)
+        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64)) + c.pair_s * 0.0
+        return linear + attention + lm_head + allreduce + overhead
 
     # ---- memory -------------------------------------------------------------------------------------------
     @property

@@ -115,6 +115,35 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     return ForwardShape(dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs), host
 
 
+def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> np.ndarray:
+    """The verification seconds (:func:`verify_pass`'s target pass plus its host seconds) of a run of decode-only
+    steps over the same requests, each speculating a chain of ``k`` (0: none) with no trees: row i of ``ctx`` (steps
+    × requests) holds step i's contexts. Each value equals what the engine charges that step on its own, bit for bit:
+    the same terms, summed in the same order (a row sum is numpy's sum of that row), priced by
+    :meth:`~repro.cost.model.CostModel.forward_s_many`."""
+    profile = cost.engine
+    n = ctx.shape[1]
+    q = k + 1
+    n_spec = float(n) if k else 0.0
+    host = profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
+    dec_tokens = n * k + n
+    if profile.scorer == "batch_expansion" and n_spec:
+        expanded = float(n * q)
+        kv = (1.0 + k * profile.expand_reread) * ctx
+        kv_be = kv.sum(axis=1) + (n * q * (q + 1)) / 2.0
+        seqs, kv_read, qpairs = expanded + 0.0, kv_be + 0.0, kv_be + 0.0
+        host += profile.expand_seq_s * expanded
+        qmax = 1.0
+    else:
+        seqs = float(n)
+        kv_read = ctx.sum(axis=1).astype(np.float64) + float(n * q)
+        qpairs = (q * (ctx + q)).sum(axis=1).astype(np.float64) if n_spec else kv_read
+        qmax = float(q)
+    graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
+        and dec_tokens <= profile.graph_max_tokens
+    return cost.forward_s_many(dec_tokens, int(seqs), kv_read, qpairs, dec_tokens, graphs) + host
+
+
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
     """Seconds of one target pass over ``batch`` requests with ``context`` cached tokens each, every one scoring
     1 + ``k`` tokens (``k`` = 0: plain decode; ``tree``: a token tree of k nodes, always one multi-token query),
@@ -165,6 +194,21 @@ class StepCoster:
                 t = max(t, self._draft_pass(ds, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0])
                         + ds.uplink_s(int(k[mask].sum())))
         return host_s + t
+
+    def draft_run_s(self, prop: Proposer, n: int, k: int, csum: np.ndarray) -> np.ndarray:
+        """:meth:`draft_s` for a run of steps in which the same ``n`` requests all draft a chain of ``k`` > 0 with the
+        co-located model-based proposer ``prop``, whose cache (if it keeps one) holds every computed token (no
+        catch-up) and with nothing else in the step; ``csum`` holds each step's total context. Each value equals
+        ``draft_s`` of that step bit for bit (the same passes, accumulated in the same order)."""
+        which = prop.which
+        if which is None or prop.remote or k <= 0:
+            raise ValueError(f"draft_run_s: proposer {prop.name!r} with k={k} does not draft a model chain here")
+        # pass j of k reads csum + j·n; every pass has n tokens, n sequences and scores n tokens (as draft_s charges)
+        passes = prop.cost.forward_s_many(n, n, csum + (np.arange(1, k + 1) * n)[:, None], 0.0, n, True, which)
+        total = 0.0 + passes[0]
+        for j in range(1, k):
+            total = total + passes[j]
+        return prop.host_s(n) + total
 
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                     spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:

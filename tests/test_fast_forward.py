@@ -1,0 +1,190 @@
+"""The engine's fast-forward (``Replica.run_ahead``): a stretch of steps that a ``repeats_plan`` policy would plan
+again, computed at once, leaves exactly the state that running the steps one by one leaves.
+
+Every piece it is built from is checked against the step-by-step function it replaces (the cost of a pass, the
+target's verification, the drafting, the oracle's chain scores), then whole runs are compared bit for bit with
+fast-forward on and off over a table of systems and situations that end runs in each of their ways (arrivals,
+finishes, KV pressure and preemption, a simulated-time limit, a step budget, several replicas, both scorers, a draft
+model and an EAGLE head)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_run_s
+from repro.engine import SimOutput
+from repro.oracle import TokenOracle
+from repro.plan import StepPlan
+from repro.proposers import colocated
+from repro.simulate import build, compose
+from repro.state import RequestState
+from tests.conftest import make_cost
+
+STATE = ("status", "num_generated", "num_computed", "num_draft_computed", "kv_blocks", "first_token_at",
+         "first_decode_at", "finish_at", "last_token_at", "num_proposed", "num_accepted", "num_matched",
+         "num_decode_steps", "num_spec_steps", "num_preemptions", "service_s", "swap_s")
+
+
+# --- the pieces ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("hardware", "model", "draft", "tp", "engine"), [
+    ("a100-80g", "llama2-7b", "llama-160m", 1, "vllm_v0"),
+    ("h100-80g", "llama2-70b", "llama-160m", 4, "vllm_v1"),
+    ("l40s", "llama3-8b", "llama3.2-1b", 1, "flexflow"),
+])
+@pytest.mark.parametrize("which", ["target", "draft", "eagle"])
+@pytest.mark.parametrize("decode_only", [True, False])
+def test_forward_s_many_equals_forward_s_bit_for_bit(hardware: str, model: str, draft: str, tp: int, engine: str,
+                                                      which: Any, decode_only: bool) -> None:
+    cost = make_cost(hardware, model, draft, tp=tp, engine=engine)
+    rng = np.random.default_rng(7)
+    kv = np.concatenate([[0.0, 1.0], rng.integers(1, 2_000_000, 40).astype(np.float64)])
+    qp = np.concatenate([[0.0, 5.0], rng.integers(1, 9_000_000, 40).astype(np.float64)])
+    for n, s, head in ((1, 1, -1), (37, 37, 37), (512, 64, 64)):
+        many = cost.forward_s_many(n, s, kv, qp, head, decode_only, which)
+        one = [cost.forward_s(n, s, x, 0.0, head, decode_only, q, which) for x, q in zip(kv, qp, strict=True)]
+        assert many.tolist() == one
+
+
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "turbospec_mq", "flexflow"])
+@pytest.mark.parametrize("k", [0, 1, 3, 7])
+@pytest.mark.parametrize("n", [1, 9, 64, 300])
+def test_verify_run_equals_the_steps_verification(engine: str, k: int, n: int) -> None:
+    cost = make_cost(engine=engine)
+    rng = np.random.default_rng(n + 10 * k)
+    ctxs = rng.integers(1, 4000, (6, n)).astype(np.int64)
+    run = verify_run_s(cost, k, ctxs)
+    none = PrefillBatch(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0.0, np.zeros(0, dtype=bool))
+    for i, ctx in enumerate(ctxs):
+        dec = DecodeBatch(np.arange(n), ctx, ctx, np.full(n, k, dtype=np.int64), np.full(n, k > 0), {}, None)
+        shape, host = verify_pass(cost.engine, none, dec)
+        assert run[i] == cost.forward(shape).total_s + host
+
+
+@pytest.mark.parametrize("proposer", ["draft", "eagle"])
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_draft_run_equals_the_steps_drafting(proposer: str, k: int) -> None:
+    cost = make_cost(engine="vllm_v0")
+    n = 12
+    state = RequestState(np.zeros(n), np.full(n, 100), np.full(n, 100), np.full(n, np.inf), np.full(n, np.inf),
+                         np.zeros(n, dtype=np.int64))
+    coster, prop = StepCoster(state, cost), colocated(cost)[proposer]
+    rng = np.random.default_rng(k)
+    ctxs = rng.integers(1, 3000, (5, n)).astype(np.int64)
+    run = coster.draft_run_s(prop, n, k, ctxs.sum(axis=1).astype(np.float64))
+    ids = np.arange(n)
+    plan = StepPlan(decode_ids=ids, k=np.full(n, k), proposer=proposer, draft_sync=True)
+    for i, ctx in enumerate(ctxs):
+        state.num_draft_computed[:] = ctx  # the draft's cache holds every computed token: no catch-up
+        step = coster.draft_s(prop, plan, ids, ctx, np.full(n, k), np.ones(n, dtype=bool), {},
+                              np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), draft_resident=True)
+        assert run[i] == step
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_chain_run_equals_successive_chain_scores(k: int) -> None:
+    n, steps = 30, 40
+    dataset = np.array(["sharegpt"] * n, dtype=object)
+    run_oracle, step_oracle = (TokenOracle(3, dataset, {"sharegpt": 0.7}) for _ in range(2))
+    rids = np.arange(n)
+    pos = np.random.default_rng(1).integers(0, 900, n)  # chunk boundaries (512) inside the run
+    accepted, matched = run_oracle.chain_run(rids, pos, k, steps, end=pos + 10_000)
+    at = pos.copy()
+    for j in range(steps):
+        proposed, acc, mat = step_oracle.score_chain(rids, at, np.full(n, k))
+        assert (proposed == k).all()
+        assert accepted[j].tolist() == acc.tolist() and matched[j].tolist() == mat.tolist()
+        at += acc + 1
+
+
+def test_chain_run_reads_nothing_past_the_end_it_is_given() -> None:
+    dataset = np.array(["sharegpt"] * 4, dtype=object)
+    oracle = TokenOracle(3, dataset, {"sharegpt": 0.7})
+    oracle.chain_run(np.arange(4), np.zeros(4, dtype=np.int64), 3, 400, end=np.full(4, 100))
+    assert oracle.num_live_chunks == 4  # positions 0..99: one chunk each, not the 1,600 positions of the run
+
+
+def test_prompt_lookup_has_no_chain_run() -> None:
+    oracle = TokenOracle(3, np.array(["sonnet"], dtype=object), {"sonnet": 0.7},
+                         pld={"default": {"match": 0.5, "accept": 0.8}})
+    assert oracle.chain_run(np.arange(1), np.zeros(1, dtype=np.int64), 3, 5, "pld") is None
+
+
+# --- whole runs -------------------------------------------------------------------------------------------------
+
+def _run(overrides: list[str], fast_forward: bool) -> tuple[SimOutput, int]:
+    built = build(compose(overrides))
+    schedules = 0
+    for rep in built.engine.replicas:
+        rep.fast_forward = rep.fast_forward and fast_forward
+        pol, orig = rep.policy, rep.policy.schedule
+
+        def counted(view: Any, orig: Any = orig) -> StepPlan:
+            nonlocal schedules
+            schedules += 1
+            return orig(view)
+
+        pol.schedule = counted  # type: ignore[method-assign]
+    return built.engine.run(), schedules
+
+
+WORKLOAD = ["workload=sharegpt", "num_requests=60", "seed=1"]
+SCENARIOS = {
+    "vllm": ["system=vllm", "rps=3", *WORKLOAD],
+    "sarathi chunked prefill": ["system=sarathi", "rps=4", *WORKLOAD],
+    "static k=3, draft model, batch expansion": ["system=static_sd_k3", "rps=4", *WORKLOAD],
+    "static k=5, multi-query scorer": ["system=static_sd_k5", "engine=vllm_v1", "rps=2", *WORKLOAD],
+    "static k=3, EAGLE head": ["system=static_sd_eagle_k3", "model=llama3-8b", "hardware=h100-80g", "rps=4",
+                               *WORKLOAD],
+    "static k=1, offline (every request at t=0)": ["system=static_sd_k1", "rps=1000", *WORKLOAD],
+    "vllm, KV pressure (recompute preemption)": ["system=vllm", "rps=8", "engine.gpu_memory_utilization=0.22",
+                                                  *WORKLOAD],
+    "static k=3, KV pressure": ["system=static_sd_k3", "rps=8", "engine.gpu_memory_utilization=0.23", *WORKLOAD],
+    "vllm, a simulated-time limit": ["system=vllm", "rps=3", "max_sim_time_s=9.5", *WORKLOAD],
+    "static k=3, a step budget": ["system=static_sd_k3", "rps=3", "max_steps=333", *WORKLOAD],
+    "incr_dec behind SepPipe's three replicas": ["system=seppipe", "workload=adaserve_mix", "rps=2",
+                                                 "num_requests=60", "seed=1"],
+    "prompt lookup (never fast-forwarded)": ["system=static_sd_pld_k3", "workload=sonnet", "rps=2",
+                                             "num_requests=30"],
+}
+
+
+@pytest.mark.parametrize("overrides", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_fast_forward_equals_step_by_step(overrides: list[str]) -> None:
+    slow, asked_slow = _run(overrides, False)
+    fast, asked_fast = _run(overrides, True)
+    for name in STATE:
+        a, b = getattr(slow.state, name), getattr(fast.state, name)
+        assert np.array_equal(a, b, equal_nan=True), name
+    assert fast.sim_time_s == slow.sim_time_s
+    assert fast.num_steps == slow.num_steps
+    assert fast.replica_of.tolist() == slow.replica_of.tolist()
+    assert asked_slow >= slow.num_steps  # step by step, the policy plans every step
+    if "never" not in " ".join(overrides) and "pld" not in " ".join(overrides):
+        assert asked_fast < asked_slow / 2  # fast-forward ran most steps without asking
+
+
+def test_kv_pressure_scenarios_do_preempt() -> None:
+    """The KV-pressure rows above test what they say: their runs preempt."""
+    for key in ("vllm, KV pressure (recompute preemption)", "static k=3, KV pressure"):
+        out, _ = _run(SCENARIOS[key], True)
+        assert out.state.num_preemptions.sum() > 0, key
+
+
+@pytest.mark.parametrize("system", ["turbospec", "nightjar", "adaserve", "las"])
+def test_adaptive_systems_do_not_promise_repeats(system: str) -> None:
+    """Systems that adapt each step to what they observed (or to time) never let the engine skip them."""
+    built = build(compose([f"system={system}", "num_requests=4"]))
+    assert not any(rep.fast_forward for rep in built.engine.replicas)
+
+
+def test_observers_turn_fast_forward_off() -> None:
+    """A step trace needs every step: recording steps (or rounds, or counterfactual arms) runs step by step."""
+    for extra in ("engine.record_steps=true", "engine.record_rounds=true"):
+        built = build(compose(["system=vllm", "num_requests=4", extra]))
+        assert not built.engine.replicas[0].fast_forward
+    assert build(compose(["system=vllm", "num_requests=4"])).engine.replicas[0].fast_forward
+
