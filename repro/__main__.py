@@ -26,7 +26,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from repro.compose import compose_config, hydra_context
+from repro.compose import Composer, compose_config, hydra_context
 from repro.errors import ReproError
 from repro.grid import group_overrides
 from repro.results import CONF_DIR
@@ -66,10 +66,12 @@ def fail(exc: ReproError) -> None:
     sys.exit(2)
 
 
-def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> DictConfig:
-    """Compose the command line, so a typo is one ``error:`` line with status 2; the composed config is the run's."""
+def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR, composer: Composer | None = None) -> DictConfig:
+    """Compose the command line, so a typo is one ``error:`` line with status 2; the composed config is the run's.
+    With ``composer``, the Hydra composition it makes is kept for the run's points (a one-point run then composes
+    once)."""
     with hydra_context(conf_dir):
-        return compose_config(overrides)
+        return composer(overrides, keep_exp=True) if composer is not None else compose_config(overrides)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)
@@ -123,9 +125,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if any(a.startswith("-") for a in args):  # --help, --cfg, -m ...: Hydra's own flags, handled by @hydra.main
         _run()
         return
-    # a plain run: the config composed once here is the run's (what @hydra.main would pass, composed twice more)
+    # a plain run: the config composed once here is the run's (what @hydra.main would pass, composed twice more),
+    # and its Hydra composition serves the points that share its config groups
+    composer = Composer()
     try:
-        result = run_experiment(validate(args), args)
+        result = run_experiment(validate(args, composer=composer), args, composer=composer)
     except ReproError as exc:
         fail(exc)
     print(result.summary_line())

@@ -117,12 +117,21 @@ def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
 def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
     """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`; config mistakes →
     ConfigError."""
+    return _compose_with_choices(overrides, where)[0]
+
+
+def _compose_with_choices(overrides: Sequence[str], where: str = "") -> tuple[DictConfig, dict[str, str]]:
+    """:func:`compose_config`, and the option each config group got (Hydra's ``runtime.choices``): what
+    ``compose`` returns, its ``hydra`` node read and then dropped as ``compose`` drops it."""
     try:
-        cfg = compose(config_name="config", overrides=list(overrides))
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items() if v is not None}
+        with open_dict(cfg):
+            del cfg["hydra"]
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"{where}{explain(exc)}") from None
     _check_groups(cfg, where)
-    return cfg
+    return cfg, choices
 
 
 class Composer:
@@ -140,38 +149,71 @@ class Composer:
         self._parser = OverridesParser.create()
         self._conf_dir = conf_dir
         self._groups: dict[str, bool] = {}
-        self._cache: dict[tuple[str, ...], bytes] = {}  # pickled: unpickling copies 4x faster than deepcopy
+        # per tuple of group overrides: the composition, pickled (unpickling copies 4x faster than deepcopy), and
+        # each group's option in it
+        self._cache: dict[tuple[str, ...], tuple[bytes, dict[str, str]]] = {}
 
     def _is_group(self, key: str) -> bool:
         if key not in self._groups:
             self._groups[key] = (self._conf_dir / key).is_dir()
         return self._groups[key]
 
-    def __call__(self, overrides: Sequence[str], where: str = "") -> DictConfig:
+    def __call__(self, overrides: Sequence[str], where: str = "", *, keep_exp: bool = False) -> DictConfig:
+        """The config ``overrides`` compose to, without its ``exp`` block unless ``keep_exp`` (the command line's
+        own config, which the runner reads the experiment from: :func:`repro.__main__.validate`)."""
         import pickle
 
         from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
+        strip = (lambda c: c) if keep_exp else _without_exp
         try:
             parsed = self._parser.parse_overrides(list(overrides))
         except HydraException:
             return compose_config(overrides, where)  # Hydra's own error, worded as usual
         if any(o.is_hydra_override() or o.is_sweep_override() or o.key_or_group.startswith("exp.")
                for o in parsed):
-            return _without_exp(compose_config(overrides, where))
+            return strip(compose_config(overrides, where))
         is_group = [not isinstance(o.value(), dict) and self._is_group(o.key_or_group) for o in parsed]
-        group = tuple(str(o.input_line) for o, g in zip(parsed, is_group, strict=True) if g)
+        groups = [o for o, g in zip(parsed, is_group, strict=True) if g]
+        group = tuple(str(o.input_line) for o in groups)
         values = [o for o, g in zip(parsed, is_group, strict=True) if not g]
-        base = self._cache.get(group)
-        if base is None:
-            base = self._cache[group] = pickle.dumps(_without_exp(compose_config(list(group), where)))
-        cfg = pickle.loads(base)  # a fresh copy: its own nodes, parents and flags
+        entry = self._cache.get(group) or self._same_as_cached(groups)
+        if entry is None:
+            cfg0, choices = _compose_with_choices(list(group), where)
+            entry = (pickle.dumps(cfg0), choices)
+        self._cache[group] = entry
+        cfg = strip(pickle.loads(entry[0]))  # a fresh copy: its own nodes, parents and flags
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except (HydraException, OmegaConfBaseException) as exc:
             raise ConfigError(f"{where}{explain(exc)}") from None
         _check_groups(cfg, where)
         return cfg
+
+
+    def _same_as_cached(self, groups: Sequence[Any]) -> tuple[bytes, dict[str, str]] | None:
+        """A cached composition that ``groups`` (parsed group overrides) compose to as well: one of a subsequence of
+        them whose every missing override selects the option that composition has already chosen for its group
+        (``system=vllm`` where vLLM is the default), so the defaults tree, and the config, are the same."""
+        from hydra.core.override_parser.types import OverrideType
+
+        lines = [str(o.input_line) for o in groups]
+        keys = [o.key_or_group + (f"@{o.package}" if o.package else "") for o in groups]
+        if len(set(keys)) < len(keys):
+            return None  # a group set twice: only Hydra knows which wins
+        for cached, entry in self._cache.items():
+            at = 0
+            ok = True
+            for line, key, o in zip(lines, keys, groups, strict=True):
+                if at < len(cached) and cached[at] == line:
+                    at += 1
+                elif not (o.type == OverrideType.CHANGE and isinstance(o.value(), str)
+                          and entry[1].get(key) == o.value()):
+                    ok = False
+                    break
+            if ok and at == len(cached):
+                return entry
+        return None
 
 
 def _without_exp(cfg: DictConfig) -> DictConfig:

@@ -476,6 +476,8 @@ def draw_figures(
 ) -> tuple[list[Path], list[str]]:
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
     figures. ``banner`` (the run's overrides, a data fallback) is added under every figure's title."""
+    if not figures:
+        return [], []  # nothing to draw: matplotlib and seaborn are never imported
     use_style()
     tables = {"points": points, "requests": with_derived(requests), "steps": with_derived(steps),
               "rounds": with_derived(rounds)}

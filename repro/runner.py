@@ -138,6 +138,7 @@ class RunContext:
     narrowed: list[str] = field(default_factory=list)  # one line per narrowing the command line made
     shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
     progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
+    composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     # exp.quick's config overrides come first, so the user's command line still wins over them.
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
     with hydra_context(ctx.conf_dir):
-        compose = Composer(ctx.conf_dir)
+        compose = ctx.composer or Composer(ctx.conf_dir)
         cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     hashes = [config_hash(c) for c in cfgs]
     checked: set[str] = set()
@@ -469,7 +470,7 @@ def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     points = expand_points(spec, groups)
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
     with hydra_context(ctx.conf_dir):
-        compose = Composer(ctx.conf_dir)
+        compose = ctx.composer or Composer(ctx.conf_dir)
         cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]
     path = ctx.out_dir / "points.csv"
@@ -492,6 +493,7 @@ def run_experiment(
     out_dir: Path | None = None,
     log: Callable[[str], None] | None = None,
     progress: Callable[[], None] | None = None,
+    composer: Composer | None = None,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
     summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.results.default_out_dir`.
@@ -505,6 +507,8 @@ def run_experiment(
         out_dir: the output folder (the regeneration commands pass the reference folder).
         log: where the narrowing lines go (default: stderr).
         progress: called once per finished point instead of drawing this run's own progress bar.
+        composer: the :class:`~repro.compose.Composer` that composed ``cfg`` (on ``conf_dir``), whose Hydra
+            compositions the points then reuse.
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
@@ -534,6 +538,7 @@ def run_experiment(
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
     ctx.progress = progress
+    ctx.composer = composer
     ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
     points, num_run = KINDS[spec.kind](ctx)
     manifest = build_manifest(

@@ -37,9 +37,17 @@ def test_every_experiments_points_compose_as_hydra_composes_them(exp: str) -> No
         if spec.kind != "sweep":
             return
         points = expand_points(spec, group_overrides(CONF_DIR))
+        picked = {0: points[0], len(points) - 1: points[-1], len(points) // 2: points[len(points) // 2]}.values()
         composer = Composer()
-        for p in {0: points[0], len(points) - 1: points[-1], len(points) // 2: points[len(points) // 2]}.values():
+        for p in picked:
             _same(composer, [f"+exp={exp}", "num_requests=7", *p.overrides])
+        # as a run composes them: the command line first (its config keeps the exp block), then the points, which
+        # reuse its composition where their config groups choose what it chose
+        composer = Composer()
+        line = [f"+exp={exp}", "num_requests=7"]
+        assert to_dict(composer(line, keep_exp=True)) == to_dict(compose_config(line))
+        for p in picked:
+            _same(composer, [*line, *p.overrides])
 
 
 def test_a_cached_composition_is_never_shared_between_points() -> None:
@@ -63,3 +71,17 @@ def test_mistakes_are_the_same_one_line_errors(bad: str) -> None:
         with pytest.raises(ConfigError) as got:
             Composer()(["+exp=smoke", bad])
     assert str(got.value) == str(ref.value)
+
+
+def test_a_group_set_to_the_option_it_has_reuses_the_composition() -> None:
+    with hydra_context():
+        composer = Composer()
+        composer(["+exp=smoke", "rps=1.0"], keep_exp=True)
+        # smoke runs on the A100 (its own defaults) with vLLM (the main config's): choosing them again is no change
+        _same(composer, ["+exp=smoke", "rps=1.0", "system=vllm", "hardware=a100-80g", "model@draft=llama-160m"])
+        assert len(composer._cache) == 2 and len({id(e) for e in composer._cache.values()}) == 1
+        # another option is another composition
+        _same(composer, ["+exp=smoke", "system=sarathi", "hardware=a100-80g"])
+        _same(composer, ["+exp=smoke", "hardware=h100-80g", "system=vllm"])
+        assert len({id(e) for e in composer._cache.values()}) == 3
+        _same(composer, ["+exp=smoke", "system=vllm", "system=sarathi"])  # set twice: Hydra decides
