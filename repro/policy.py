@@ -62,9 +62,10 @@ class Policy:
     #: plans a step that decodes every running request (in the running order) with one chain length for all, no
     #: trees, remote servers, host seconds, prefill, preemption, swap or memory action, it plans the very same step
     #: again for as long as no request arrives or finishes and the requests' KV for the next step fits the free
-    #: blocks, and ``observe`` changes nothing it reads. Systems whose plans follow only the queues and the KV pool
-    #: (vLLM's and Sarathi-Serve's schedulers, static speculation) set it; the engine checks the rest and its runs
-    #: equal step-by-step ones exactly (``tests/test_fast_forward.py``).
+    #: blocks, and neither ``schedule`` nor ``observe`` changes its state in those steps (no random draws, no
+    #: counters). Systems whose plans follow only the queues and the KV pool (vLLM's and Sarathi-Serve's schedulers,
+    #: static speculation, a request-level FCFS or SJF order) set it; the engine checks the rest, and its runs equal
+    #: step-by-step ones exactly (``tests/test_fast_forward.py``).
     repeats_plan: bool = False
 
     def bind(self, ctx: PolicyContext) -> None:

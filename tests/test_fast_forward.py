@@ -147,6 +147,10 @@ SCENARIOS = {
     "static k=3, a step budget": ["system=static_sd_k3", "rps=3", "max_steps=333", *WORKLOAD],
     "incr_dec behind SepPipe's three replicas": ["system=seppipe", "workload=adaserve_mix", "rps=2",
                                                  "num_requests=60", "seed=1"],
+    "fcfs at batch 1 (LAPS-SD's request-level scheduler)": ["system=fcfs", "model=llama2-7b", "model@draft=llama-68m",
+                                                           "hardware=l20", "workload=mbpp", "rps=2", "num_requests=30"],
+    "lp_sjf, two at a time": ["system=lp_sjf", "system.max_batch=2", "model@draft=llama-68m", "workload=mbpp",
+                              "rps=3", "num_requests=30"],
     "prompt lookup (never fast-forwarded)": ["system=static_sd_pld_k3", "workload=sonnet", "rps=2",
                                              "num_requests=30"],
 }

@@ -7,14 +7,16 @@ default selection (``test_speed_regression.py``) and ``scripts/bench_baseline.py
 Machines differ, so a case's speed is expressed as a **ratio**: CPU seconds per call of the case over CPU seconds
 per run of :func:`reference_loop`, a fixed piece of CPU work in the simulator's mix (numpy on small arrays plus
 Python-level loops over dicts and a heap). Case and reference loop are timed alternately in one process
-(reference, case, reference, ..., case, reference) with ``time.process_time``, and the ratio is the median over the
+(reference, case, reference, ..., case, reference) in CPU time (this process's, plus a child process's for the case
+that runs ``python -m repro``), and the ratio is the median over the
 case's timings of its time over the mean of its two neighbouring reference loops, so machine speed and load cancel
 (:func:`measure` says why not a ratio of minima). One timing is ``number`` calls, each after an untimed ``setup``
 where the case is ``fresh``.
 
-Cases marked ``ci`` run in the regression check: the oracle and AdaServe cases exactly as benchmarked, and the
-engine on 150 ShareGPT requests instead of 1,000 (same code paths: admission, chunked prefill, batched decode and
-speculation, ~0.5 s instead of 2-4 s).
+Cases marked ``ci`` run in the regression check: the oracle, AdaServe and composition cases exactly as benchmarked,
+the engine on 150 ShareGPT requests instead of 1,000 (same code paths: admission, chunked prefill, batched decode
+and speculation; ``vllm`` and ``static_sd_k3`` mostly fast-forwarded, ``turbospec`` step by step), and the whole
+process of a one-point run of 1,000 requests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ import gc
 import heapq
 import itertools
 import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,13 +121,19 @@ def reference_loop(steps: int = REFERENCE_STEPS) -> float:
 # --- measurement -----------------------------------------------------------------------------------------------
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished child processes (a case that runs ``python -m repro``)."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
 def cpu_time_s(fn: Callable[[], object]) -> float:
-    """CPU seconds of this process spent in ``fn()``: unlike wall time, it leaves out the time the OS gave to other
-    processes (beside two CPU-bound processes on the 2-core dev machine, the engine's wall time varied 2x, its CPU
-    time 1.3x)."""
-    t0 = time.process_time()
+    """CPU seconds of this process (and of the child processes it waited for) spent in ``fn()``: unlike wall time,
+    it leaves out the time the OS gave to other processes (beside two CPU-bound processes on the 2-core dev
+    machine, the engine's wall time varied 2x, its CPU time 1.3x)."""
+    t0 = _cpu_s()
     fn()
-    return time.process_time() - t0
+    return _cpu_s() - t0
 
 
 def _time_case_s(case: Case, args: tuple[Any, ...]) -> float:
@@ -206,7 +219,7 @@ TABLE_HEADER = f"{'case':<36} | {'baseline ratio':>14} | {'measured ratio':>14} 
 # --- cases -----------------------------------------------------------------------------------------------------
 
 
-def _engine_setup(system: str, num_requests: int) -> Callable[[], tuple[Any, ...]]:
+def _engine_setup(system: str, num_requests: int, rps: float = 4.0) -> Callable[[], tuple[Any, ...]]:
     """A setup building a fresh engine (the config is composed once: Hydra takes ~0.2 s, building ~10 ms)."""
     cfg: list[Any] = []
 
@@ -214,11 +227,32 @@ def _engine_setup(system: str, num_requests: int) -> Callable[[], tuple[Any, ...
         from repro.simulate import build, compose
 
         if not cfg:
-            cfg.append(compose([f"system={system}", "workload=sharegpt", "rps=4", f"num_requests={num_requests}",
-                                "seed=0"]))
+            cfg.append(compose([f"system={system}", "workload=sharegpt", f"rps={rps}",
+                                f"num_requests={num_requests}", "seed=0"]))
         return (build(cfg[0]).engine,)
 
     return setup
+
+
+#: The smoke experiment's points (conf/exp/smoke.yaml: 200 ShareGPT requests, Llama-2-7B on one A100-80G).
+SMOKE_SYSTEMS, SMOKE_RPS, SMOKE_REQUESTS = ("vllm", "sarathi", "static_sd_k3"), (1.0, 2.0, 4.0), 200
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESS_ARGS = ("num_requests=1000", "rps=2")  # issue 15's whole-process comparison: ShareGPT, Llama-2-7B, A100
+
+
+def run_process(args: tuple[str, ...] = PROCESS_ARGS) -> float:
+    """``python -m repro ARGS`` in a child process, the README's one-point run (imports, composition, workload,
+    simulation, points.csv and summary.md); returns its wall seconds."""
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "repro", *args, f"out_dir={out}"], cwd=ROOT, check=True,
+                       env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+
+def _no_setup() -> tuple[Any, ...]:
+    return ()
 
 
 def _run_engine(engine: Any) -> Any:
@@ -322,6 +356,10 @@ def _cases() -> dict[str, Case]:
              doc="engine_vllm_1000 scaled to 150 requests"),
         Case("engine_static_sd_k3_150", _engine_setup("static_sd_k3", 150), _run_engine, fresh=True, repeats=5,
              doc="engine_static_sd_k3_1000 scaled to 150 requests"),
+        Case("engine_turbospec_150", _engine_setup("turbospec", 150), _run_engine, fresh=True, repeats=5,
+             doc="the same with turbospec: every step planned and run one by one (no fast-forward)"),
+        Case("process_1000_requests", _no_setup, run_process, fresh=True, repeats=5,
+             doc="python -m repro num_requests=1000 rps=2: the whole process (a child process's CPU time)"),
         Case("oracle_accept_chain_64_k4_warm", _accept_chain_warm_setup, _call, number=800,
              doc="TokenOracle.accept_chain, 64 requests, k = 4, chunks generated"),
         Case("oracle_accept_chain_64_k4_decode_run", _decode_run_setup, decode_run, fresh=True,
