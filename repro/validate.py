@@ -63,6 +63,7 @@ KNOBS: dict[str, Knob] = {
     "engine.gpu_memory_utilization": Knob("float", 0, high=1.0),
     "engine.record_steps": Knob("bool"),
     "engine.record_rounds": Knob("bool"),
+    "engine.fast_forward": Knob("bool"),  # not in conf/config.yaml (on by default): +engine.fast_forward=false
     "quick": Knob("bool"),
     "n_jobs": Knob("int", 0, nullable=True),
     "resume": Knob("bool"),
