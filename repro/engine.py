@@ -32,7 +32,7 @@ from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.policy import PolicyContext
 from repro.proposers import colocated
 from repro.state import RequestState, Status, View
-from repro.trace import RoundTracer, StepEvent, StepRecord, StepTracer
+from repro.trace import RoundTracer, StepEvent, StepRecord, StepRun, StepTracer
 
 if TYPE_CHECKING:
     from repro.backends.hf import HfBackend
@@ -85,9 +85,10 @@ class Replica:
         self._resolve = self.proposers.resolve
         self.coster = StepCoster(state, cost, self.proposers.remote)
         self.observers = tuple(observers)
-        # runs of repeated steps computed at once (run_ahead): only where nothing watches single steps
-        self.fast_forward = bool(fast_forward and policy.repeats_plan and not self.observers and arms is None
-                                 and backend is None)
+        # runs of repeated steps computed at once (run_ahead): only where every observer takes runs (the step trace
+        # does; the round trace and counterfactual arms need single steps) and the models are simulated
+        self.fast_forward = bool(fast_forward and policy.repeats_plan and arms is None and backend is None
+                                 and all(hasattr(o, "on_run") for o in self.observers))
         self._run_step_s = 0.0  # the mean step of the last fast-forwarded run (sizes the next one)
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
         self.draft_ready_at: float | None = None  # when an asynchronous draft reload completes
@@ -157,7 +158,8 @@ class Replica:
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
         if self.fast_forward:
-            end = self.run_ahead(plan, now, until, limit, None if max_steps is None else max_steps - self.num_steps)
+            end = self.run_ahead(plan, now, until, limit, None if max_steps is None else max_steps - self.num_steps,
+                                 wall_s)
             if end is not None:
                 return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
@@ -231,7 +233,7 @@ class Replica:
         return result, pre, dec, matched, fwd, host_s, arm_rewards
 
     def run_ahead(self, plan: StepPlan, now: float, until: float, limit: float | None,
-                  budget: int | None) -> float | None:
+                  budget: int | None, schedule_wall_s: float = 0.0) -> float | None:
         """Fast-forward: ``plan``'s step at ``now`` and its repetitions, computed at once; ``None`` (nothing run) where
         the plan is not one the engine repeats.
 
@@ -243,8 +245,9 @@ class Replica:
         policy would preempt), and after ``budget`` steps. Step times come from the same cost functions,
         vectorized over the run (:func:`~repro.cost.step.verify_run_s`,
         :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running sum is accumulated in step order, so
-        the state afterwards equals that of running the steps one by one, bit for bit. Returns the end of the last
-        step run."""
+        the state afterwards equals that of running the steps one by one, bit for bit; observers get the run as a
+        :class:`~repro.trace.StepRun` (``schedule_wall_s``: the policy's planning of the first step). Returns the end
+        of the last step run."""
         s, ids_ = self.s, plan.decode_ids
         n = int(ids_.size)
         if (not n or plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size
@@ -300,7 +303,7 @@ class Replica:
         if not fits.all():
             steps = int(fits.argmin())
             ctxs = ctxs[:steps]
-        verify = verify_run_s(self.cost, k, ctxs)
+        verify, overhead_s = verify_run_s(self.cost, k, ctxs)
         if k:
             draft = self.coster.draft_run_s(prop, n, k, ctxs.sum(axis=1).astype(np.float64))
             seq = np.empty(2 * steps + 1)
@@ -348,6 +351,15 @@ class Replica:
         self.num_steps += steps
         self._run_step_s = (last - now) / steps
         self._sync_view()
+        if self.observers:
+            accepted_sum = accepted[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64)
+            run = StepRun(self.index, plan, np.concatenate([[now], ends[:steps - 1]]), ends[:steps], draft[:steps],
+                          verify[:steps], (ahead[1:steps + 1] - ahead[:steps]).sum(axis=1) if k else np.full(steps, n),
+                          np.full(steps, n * k), accepted_sum,
+                          matched[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64), n, n * k + n,
+                          overhead_s, float(k), schedule_wall_s)
+            for obs in self.observers:
+                obs.on_run(run)  # type: ignore[attr-defined]
         return last
 
     def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:

@@ -75,8 +75,36 @@ class StepEvent:
     arm_rewards: np.ndarray | None = None  # goodput of each uniform chain length 0..N (engine counterfactual_arms)
 
 
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """A stretch of repeated decode steps the engine fast-forwarded (:meth:`repro.engine.Replica.run_ahead`), as an
+    observer that takes runs (one with an ``on_run`` method) sees it: per step (arrays, one entry a step) its start
+    and end, drafting and verification seconds and the batch's tokens emitted, proposed, accepted and matched; and
+    what every step of the run shares: the replica, the plan, the decoding requests, the tokens through the target,
+    the fixed costs inside verification, the chain length and the wall-clock seconds the policy took to plan the
+    first step (the others repeat it)."""
+
+    replica: int
+    plan: StepPlan
+    start_at: np.ndarray
+    end_at: np.ndarray
+    draft_s: np.ndarray
+    verify_s: np.ndarray
+    num_emitted: np.ndarray
+    num_proposed: np.ndarray
+    num_accepted: np.ndarray
+    num_matched: np.ndarray
+    num_decode: int
+    num_batched_tokens: int
+    overhead_s: float
+    mean_k: float
+    schedule_wall_s: float
+
+
 class StepObserver(Protocol):
-    """Anything the engine calls after each step (``Engine(observers=...)``)."""
+    """Anything the engine calls after each step (``Engine(observers=...)``). An observer that also has
+    ``on_run(run: StepRun)`` takes fast-forwarded runs of steps at once; with any observer that has not, the engine
+    runs every step one by one."""
 
     def on_step(self, event: StepEvent) -> None: ...
 
@@ -108,6 +136,23 @@ class StepTracer:
         if event.arm_rewards is not None:
             tel = {**(tel or {}), **self._regret_columns(event.replica, event.arm_rewards, rec)}
         self._telemetry.setdefault(event.replica, []).append(tel or None)
+
+    def on_run(self, run: StepRun) -> None:
+        """The records of a fast-forwarded run: each step's as :meth:`on_step` would have made it."""
+        recs = self._records.setdefault(run.replica, [])
+        n, tokens, ov, k, wall, rep = run.num_decode, run.num_batched_tokens, run.overhead_s, run.mean_k, \
+            run.schedule_wall_s, run.replica
+        for start, end, emitted, proposed, accepted, matched, draft, verify in zip(
+                run.start_at.tolist(), run.end_at.tolist(), run.num_emitted.tolist(), run.num_proposed.tolist(),
+                run.num_accepted.tolist(), run.num_matched.tolist(), run.draft_s.tolist(), run.verify_s.tolist(),
+                strict=True):
+            recs.append(StepRecord(start, end - start, n, n, 0, tokens, emitted, proposed, accepted, matched, draft,
+                                   verify, ov, 0.0, 0.0, k, rep, wall))
+        tel = run.plan.telemetry
+        if tel and set(tel) & set(RECORD_COLUMNS):
+            raise ValueError(f"plan telemetry {sorted(set(tel) & set(RECORD_COLUMNS))} would overwrite step trace "
+                             "columns")
+        self._telemetry.setdefault(run.replica, []).extend(dict(tel) if tel else None for _ in run.start_at)
 
     def _regret_columns(self, replica: int, rewards: np.ndarray, rec: StepRecord) -> dict[str, float]:
         """A decode step's counterfactual columns: each chain length's goodput (``arm_reward_<γ>``), the best one

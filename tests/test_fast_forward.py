@@ -9,6 +9,7 @@ model and an EAGLE head)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -56,12 +57,14 @@ def test_verify_run_equals_the_steps_verification(engine: str, k: int, n: int) -
     cost = make_cost(engine=engine)
     rng = np.random.default_rng(n + 10 * k)
     ctxs = rng.integers(1, 4000, (6, n)).astype(np.int64)
-    run = verify_run_s(cost, k, ctxs)
+    run, overhead = verify_run_s(cost, k, ctxs)
     none = PrefillBatch(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0.0, np.zeros(0, dtype=bool))
     for i, ctx in enumerate(ctxs):
         dec = DecodeBatch(np.arange(n), ctx, ctx, np.full(n, k, dtype=np.int64), np.full(n, k > 0), {}, None)
         shape, host = verify_pass(cost.engine, none, dec)
-        assert run[i] == cost.forward(shape).total_s + host
+        fwd = cost.forward(shape)
+        assert run[i] == fwd.total_s + host
+        assert overhead == fwd.overhead_s + host  # what the step trace records as the step's fixed costs
 
 
 @pytest.mark.parametrize("proposer", ["draft", "eagle"])
@@ -136,6 +139,9 @@ SCENARIOS = {
     "vllm": ["system=vllm", "rps=3", *WORKLOAD],
     "sarathi chunked prefill": ["system=sarathi", "rps=4", *WORKLOAD],
     "static k=3, draft model, batch expansion": ["system=static_sd_k3", "rps=4", *WORKLOAD],
+    "static k=3 with the step trace": ["system=static_sd_k3", "rps=4", "engine.record_steps=true", *WORKLOAD],
+    "vllm with the step trace, a time limit": ["system=vllm", "rps=3", "engine.record_steps=true",
+                                               "max_sim_time_s=12.5", *WORKLOAD],
     "static k=5, multi-query scorer": ["system=static_sd_k5", "engine=vllm_v1", "rps=2", *WORKLOAD],
     "static k=3, EAGLE head": ["system=static_sd_eagle_k3", "model=llama3-8b", "hardware=h100-80g", "rps=4",
                                *WORKLOAD],
@@ -166,6 +172,11 @@ def test_fast_forward_equals_step_by_step(overrides: list[str]) -> None:
     assert fast.sim_time_s == slow.sim_time_s
     assert fast.num_steps == slow.num_steps
     assert fast.replica_of.tolist() == slow.replica_of.tolist()
+    # the step trace, record by record (the policy's planning time aside: a wall clock, and not spent in a run)
+    assert len(fast.steps) == len(slow.steps) == (slow.num_steps if "engine.record_steps=true" in overrides else 0)
+    for a, b in zip(slow.steps, fast.steps, strict=True):
+        assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)
+    assert fast.step_telemetry == slow.step_telemetry
     assert asked_slow >= slow.num_steps  # step by step, the policy plans every step
     if "never" not in " ".join(overrides) and "pld" not in " ".join(overrides):
         assert asked_fast < asked_slow / 2  # fast-forward ran most steps without asking
@@ -185,10 +196,11 @@ def test_adaptive_systems_do_not_promise_repeats(system: str) -> None:
     assert not any(rep.fast_forward for rep in built.engine.replicas)
 
 
-def test_observers_turn_fast_forward_off() -> None:
-    """A step trace needs every step: recording steps (or rounds, or counterfactual arms) runs step by step."""
-    for extra in ("engine.record_steps=true", "engine.record_rounds=true"):
-        built = build(compose(["system=vllm", "num_requests=4", extra]))
-        assert not built.engine.replicas[0].fast_forward
-    assert build(compose(["system=vllm", "num_requests=4"])).engine.replicas[0].fast_forward
+def test_observers_that_need_single_steps_turn_fast_forward_off() -> None:
+    """The step trace takes runs; the round trace and counterfactual arms need every step one by one."""
+    for extra in ("engine.record_rounds=true", "engine.counterfactual_arms=3"):
+        built = build(compose(["system=vllm", "num_requests=4", "engine.record_steps=true", extra]))
+        assert not built.engine.replicas[0].fast_forward, extra
+    for extra in ("engine.record_steps=true", "engine.record_steps=false"):
+        assert build(compose(["system=vllm", "num_requests=4", extra])).engine.replicas[0].fast_forward
 

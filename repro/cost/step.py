@@ -115,12 +115,13 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     return ForwardShape(dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs), host
 
 
-def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> np.ndarray:
+def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, float]:
     """The verification seconds (:func:`verify_pass`'s target pass plus its host seconds) of a run of decode-only
     steps over the same requests, each speculating a chain of ``k`` (0: none) with no trees: row i of ``ctx`` (steps
     × requests) holds step i's contexts. Each value equals what the engine charges that step on its own, bit for bit:
     the same terms, summed in the same order (a row sum is numpy's sum of that row), priced by
-    :meth:`~repro.cost.model.CostModel.forward_s_many`."""
+    :meth:`~repro.cost.model.CostModel.forward_s_many`. Also returns the fixed costs inside each step's verification
+    (the pass's ``overhead_s`` plus the host seconds, as a step trace records them), the same for every step."""
     profile = cost.engine
     n = ctx.shape[1]
     q = k + 1
@@ -141,7 +142,10 @@ def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> np.ndarray:
         qmax = float(q)
     graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
         and dec_tokens <= profile.graph_max_tokens
-    return cost.forward_s_many(dec_tokens, int(seqs), kv_read, qpairs, dec_tokens, graphs) + host
+    first = cost.forward(ForwardShape(dec_tokens, int(seqs), float(kv_read[0]), 0.0, dec_tokens, graphs,
+                                      float(qpairs[0])))  # its fixed costs do not depend on the KV read
+    return cost.forward_s_many(dec_tokens, int(seqs), kv_read, qpairs, dec_tokens, graphs) + host, \
+        first.overhead_s + host
 
 
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
