@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from repro import runner
+from repro.compose import compose_config, hydra_context
 from repro.cost.model import CostModel
 from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
@@ -141,8 +142,8 @@ def fixed_oracle() -> FixedOracle:
 def run_quick(exp: str, tmp: Path, *extra: str) -> runner.ExperimentResult:
     """Run experiment ``exp`` in quick mode into ``tmp/exp`` with two workers."""
     overrides = [f"+exp={exp}", "quick=true", "n_jobs=2", *extra]
-    with runner.hydra_context():
-        cfg = runner.compose_config(overrides)
+    with hydra_context():
+        cfg = compose_config(overrides)
     return runner.run_experiment(cfg, overrides, out_dir=tmp / exp, log=lambda _: None)
 
 
