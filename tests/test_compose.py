@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from repro.compose import Composer, compose_config, hydra_context, to_dict
 from repro.errors import ConfigError
@@ -18,8 +18,9 @@ from repro.results import CONF_DIR, config_hash
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))
 
 
-def _same(composer: Composer, overrides: list[str]) -> None:
-    ref = compose_config(overrides)
+def _same(composer: Composer, overrides: list[str], ref: DictConfig | None = None) -> None:
+    """``composer``'s config for ``overrides`` is Hydra's (``ref``, composed here if not given) without exp."""
+    ref = compose_config(overrides) if ref is None else ref
     got = composer(overrides)
     want = OmegaConf.to_container(ref, resolve=False)
     assert isinstance(want, dict)
@@ -38,16 +39,17 @@ def test_every_experiments_points_compose_as_hydra_composes_them(exp: str) -> No
             return
         points = expand_points(spec, group_overrides(CONF_DIR))
         picked = {0: points[0], len(points) - 1: points[-1], len(points) // 2: points[len(points) // 2]}.values()
-        composer = Composer()
-        for p in picked:
-            _same(composer, [f"+exp={exp}", "num_requests=7", *p.overrides])
-        # as a run composes them: the command line first (its config keeps the exp block), then the points, which
-        # reuse its composition where their config groups choose what it chose
-        composer = Composer()
         line = [f"+exp={exp}", "num_requests=7"]
+        refs = [([*line, *p.overrides], compose_config([*line, *p.overrides])) for p in picked]
+        composer = Composer()  # as repro check and repro all compose them
+        for overrides, ref in refs:
+            _same(composer, overrides, ref)
+        # as a run from the command line composes them: the command line first (its config keeps the exp block),
+        # then the points, which reuse its composition where their config groups choose what it chose
+        composer = Composer()
         assert to_dict(composer(line, keep_exp=True)) == to_dict(compose_config(line))
-        for p in picked:
-            _same(composer, [*line, *p.overrides])
+        for overrides, ref in refs:
+            _same(composer, overrides, ref)
 
 
 def test_a_cached_composition_is_never_shared_between_points() -> None:
