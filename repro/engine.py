@@ -254,9 +254,13 @@ class Replica:
                 or plan.memory is not None or plan.trees or plan.draft_server is not None or plan.host_s != 0.0
                 or self.draft_ready_at is not None or n != len(s.running) or ids_.tolist() != s.running):
             return None
-        k = 0 if plan.k is None else int(plan.k[0])
-        if plan.k is not None and (plan.k.shape != ids_.shape or (plan.k != k).any() or k < 0):
-            return None
+        if plan.k is None:
+            k = 0
+        else:  # one chain length for all (a malformed k is left to the step-by-step path to report)
+            ks = np.asarray(plan.k)
+            if ks.shape != ids_.shape or (ks != ks[0]).any() or ks[0] < 0:
+                return None
+            k = int(ks[0])
         prop = self._resolve(plan.proposer)
         gen, ctx = s.num_generated[ids_], s.num_computed[ids_]
         if k:
