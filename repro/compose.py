@@ -191,7 +191,6 @@ class Composer:
         _check_groups(cfg, where)
         return cfg
 
-
     def _same_as_cached(self, groups: Sequence[Any]) -> tuple[bytes, bytes, dict[str, str]] | None:
         """A cached composition that ``groups`` (parsed group overrides) compose to as well: one of a subsequence of
         them whose every missing override selects the option that composition has already chosen for its group

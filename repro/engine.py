@@ -252,7 +252,7 @@ class Replica:
         n = int(ids_.size)
         if (not n or plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size
                 or plan.memory is not None or plan.trees or plan.draft_server is not None or plan.host_s != 0.0
-                or self.draft_ready_at is not None or n != len(s.running) or ids_.tolist() != s.running):
+                or self.draft_ready_at is not None or ids_.tolist() != s.running):
             return None
         if plan.k is None:
             k = 0
@@ -285,8 +285,7 @@ class Replica:
             steps = min(steps, int((until - now) / self._run_step_s) + 2)
         steps = max(1, min(steps, _RUN_AHEAD_MAX))
         if k:
-            chain_run = getattr(self.oracle, "chain_run", None)  # (an oracle a test writes may not score runs)
-            run = chain_run(ids_, gen, k, steps, prop, end=out_len + k) if chain_run is not None else None
+            run = self.oracle.chain_run(ids_, gen, k, steps, prop, end=out_len + k)
             if run is None:
                 return None
             accepted, matched = run
@@ -357,13 +356,13 @@ class Replica:
         self._sync_view()
         if self.observers:
             accepted_sum = accepted[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64)
-            run = StepRun(self.index, plan, np.concatenate([[now], ends[:steps - 1]]), ends[:steps], draft[:steps],
+            trace = StepRun(self.index, plan, np.concatenate([[now], ends[:steps - 1]]), ends[:steps], draft[:steps],
                           verify[:steps], (ahead[1:steps + 1] - ahead[:steps]).sum(axis=1) if k else np.full(steps, n),
                           np.full(steps, n * k), accepted_sum,
                           matched[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64), n, n * k + n,
                           overhead_s, float(k), schedule_wall_s)
             for obs in self.observers:
-                obs.on_run(run)  # type: ignore[attr-defined]
+                obs.on_run(trace)  # type: ignore[attr-defined]
         return last
 
     def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:

@@ -352,8 +352,7 @@ class _TokenStream:
         # where each step starts, as flat indices into the (requests × reach) arrays: a step at offset p accepts
         # lead[p] tokens and emits one more, so the next starts at p + lead[p] + 1 (never followed past the run)
         base = np.arange(0, n * reach, reach, dtype=np.int64)
-        jump = (lead + (base[:, None] + 1) + _AR[:reach]).ravel() if reach <= _AR.size else \
-            (lead + (base[:, None] + 1) + np.arange(reach)).ravel()
+        jump = (lead + (base[:, None] + 1) + np.arange(reach)).ravel()
         at = np.empty((steps, n), dtype=np.int64)
         at[0] = cur = base
         for j in range(1, steps):

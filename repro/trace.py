@@ -127,12 +127,7 @@ class StepTracer:
             int(res.num_accepted.sum()), int(event.num_matched.sum()), res.draft_s, res.verify_s, event.overhead_s,
             res.memory_s, res.send_s, float(dec.k.mean()) if n_dec else 0.0, event.replica, event.schedule_wall_s)
         self._records.setdefault(event.replica, []).append(rec)
-        tel = event.plan.telemetry
-        if tel:
-            clash = set(tel) & set(RECORD_COLUMNS)
-            if clash:
-                raise ValueError(f"plan telemetry {sorted(clash)} would overwrite step trace columns")
-            tel = dict(tel)
+        tel = _telemetry(event.plan)
         if event.arm_rewards is not None:
             tel = {**(tel or {}), **self._regret_columns(event.replica, event.arm_rewards, rec)}
         self._telemetry.setdefault(event.replica, []).append(tel or None)
@@ -148,11 +143,7 @@ class StepTracer:
                 strict=True):
             recs.append(StepRecord(start, end - start, n, n, 0, tokens, emitted, proposed, accepted, matched, draft,
                                    verify, ov, 0.0, 0.0, k, rep, wall))
-        tel = run.plan.telemetry
-        if tel and set(tel) & set(RECORD_COLUMNS):
-            raise ValueError(f"plan telemetry {sorted(set(tel) & set(RECORD_COLUMNS))} would overwrite step trace "
-                             "columns")
-        self._telemetry.setdefault(run.replica, []).extend(dict(tel) if tel else None for _ in run.start_at)
+        self._telemetry.setdefault(run.replica, []).extend(_telemetry(run.plan) for _ in run.start_at)
 
     def _regret_columns(self, replica: int, rewards: np.ndarray, rec: StepRecord) -> dict[str, float]:
         """A decode step's counterfactual columns: each chain length's goodput (``arm_reward_<γ>``), the best one
@@ -174,6 +165,18 @@ class StepTracer:
     def telemetry(self) -> list[Mapping[str, float] | None]:
         """Each record's plan telemetry (``None`` where the plan carried none), aligned with :attr:`records`."""
         return [t for i in sorted(self._telemetry) for t in self._telemetry[i]]
+
+
+def _telemetry(plan: StepPlan) -> dict[str, float] | None:
+    """A copy of the plan's telemetry for one step record (``None`` without any); its names may not be columns the
+    record has."""
+    tel = plan.telemetry
+    if not tel:
+        return None
+    clash = set(tel) & set(RECORD_COLUMNS)
+    if clash:
+        raise ValueError(f"plan telemetry {sorted(clash)} would overwrite step trace columns")
+    return dict(tel)
 
 
 def steps_frame(records: list[StepRecord], telemetry: list[Mapping[str, float] | None] | None = None

@@ -46,6 +46,11 @@ class FixedOracle:
         accepted = np.minimum(k, self.accept)
         return k.copy(), accepted, accepted.copy()
 
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int, proposer: str = "draft", *,
+                  end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``score_chain`` (a subclass's too) for ``steps`` successive steps of chains of ``k``."""
+        return chain_run_by_steps(self, rids, pos, k, steps, proposer)
+
     def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
                         proposer: str = "draft") -> np.ndarray:
         """Σ min(1, p/q) over each chain: the first ``accept`` positions are kept for sure, the rest never."""
@@ -62,6 +67,19 @@ class FixedOracle:
 
     def release(self, rid: int) -> None:
         self.released.append(rid)
+
+
+def chain_run_by_steps(oracle: Any, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
+                       proposer: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+    """An oracle double's ``chain_run`` from its ``score_chain``: ``steps`` successive chains of ``k``, each starting
+    after the previous one's accepted + 1 tokens (what the engine's fast-forward asks for)."""
+    at = np.asarray(pos, dtype=np.int64).copy()
+    accepted = np.empty((steps, at.size), dtype=np.int64)
+    matched = np.empty((steps, at.size), dtype=np.int64)
+    for j in range(steps):
+        _, accepted[j], matched[j] = oracle.score_chain(rids, at, np.full(at.size, k), proposer)
+        at += accepted[j] + 1
+    return accepted, matched
 
 
 def make_requests(n: int = 4, prompt_len: int | list[int] = 32, output_len: int | list[int] = 16,

@@ -192,6 +192,12 @@ class PatternOracle:
         accepted = np.array([int(np.argmin(np.append(h, False))) for h in hits])
         return np.asarray(k, dtype=np.int64).copy(), accepted, np.array([int(h.sum()) for h in hits])
 
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int, proposer: str = "draft", *,
+                  end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        from tests.conftest import chain_run_by_steps
+
+        return chain_run_by_steps(self, rids, pos, k, steps, proposer)
+
     def release(self, rid: int) -> None:
         pass
 

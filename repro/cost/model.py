@@ -33,7 +33,7 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -127,12 +127,15 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
     )
 
 
-def kv_read_s(c: _Coeffs, tokens: float) -> float:
-    """Seconds to read ``tokens`` tokens of KV: V bytes at η(V) of peak bandwidth (module docstring)."""
-    if tokens <= 0.0:
-        return 0.0
-    v = tokens * c.kv_bytes
+def _kv_bytes_s(c: _Coeffs, v: Any) -> Any:
+    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring); a float, or elementwise
+    an array (the same operations in the same order either way)."""
     return v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half))
+
+
+def kv_read_s(c: _Coeffs, tokens: float) -> float:
+    """Seconds to read ``tokens`` tokens of KV."""
+    return _kv_bytes_s(c, tokens * c.kv_bytes) if tokens > 0.0 else 0.0
 
 
 def _parts(
@@ -281,8 +284,7 @@ class CostModel:
         c = self._c(which)
         linear, _, lm_head, allreduce, overhead = _parts(c, num_tokens, num_seqs, 0.0, 0.0, lm_head_tokens,
                                                          decode_only, 0.0)
-        v = kv * c.kv_bytes
-        read = np.where(kv > 0.0, v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half)), 0.0)
+        read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
         attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64)) + c.pair_s * 0.0
         return linear + attention + lm_head + allreduce + overhead
 
