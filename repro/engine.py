@@ -242,8 +242,11 @@ class Replica:
         of the same ``k`` that the oracle scores as the step would (:meth:`~repro.oracle.TokenOracle.chain_run`).
         The run ends with the first step that finishes a request, before the first that would start at or after
         ``until`` (an arrival is handled first) or after ``limit``, or whose KV would not fit the free blocks (the
-        policy would preempt), and after ``budget`` steps. Step times come from the same cost functions,
-        vectorized over the run (:func:`~repro.cost.step.verify_run_s`,
+        policy would preempt), and after ``budget`` steps. A policy that also :attr:`~repro.policy.Policy.
+        keeps_plan_after_finish` plans the same step for the rest of the batch once a request finishes with nothing
+        waiting or swapped, so there (and without observers) the run goes on past finishes, each request leaving
+        it after its last step. Step times come from the same cost functions, vectorized over each stretch of
+        steps with the same requests (:func:`~repro.cost.step.verify_run_s`,
         :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running sum is accumulated in step order, so
         the state afterwards equals that of running the steps one by one, bit for bit; observers get the run as a
         :class:`~repro.trace.StepRun` (``schedule_wall_s``: the policy's planning of the first step). Returns the end
@@ -276,9 +279,11 @@ class Replica:
             return None
         out_len = s.output_len[ids_]
         remaining = out_len - gen
-        # how many steps to look at: until the first request must have finished, within the step budget and about
-        # as many as fit before ``until`` at the last run's step duration (steps only grow longer in a run)
-        steps = int(remaining.min())
+        # past a finish the run goes on with the others where the policy plans just that (nothing can be admitted)
+        onward = self.policy.keeps_plan_after_finish and not self.observers and not s.waiting and not s.swapped
+        # how many steps to look at: until the first (onward: the last) request must have finished, within the step
+        # budget and about as many as fit before ``until`` at the last run's step duration
+        steps = int(remaining.max() if onward else remaining.min())
         if budget is not None:
             steps = min(steps, budget)
         if until < math.inf and self._run_step_s > 0.0:
@@ -291,28 +296,40 @@ class Replica:
             accepted, matched = run
             ahead = np.zeros((steps + 1, n), dtype=np.int64)
             np.cumsum(accepted + 1, axis=0, out=ahead[1:])
-            done = (ahead[1:] >= remaining).any(axis=1)  # a step that finishes a request
-            if done.any():
-                steps = int(done.argmax()) + 1
-            ahead = np.minimum(ahead[:steps + 1], remaining)  # the finishing step emits what is left
+            done = ahead[1:] >= remaining  # the step that finishes a request, and those after it
+            last = np.where(done.any(axis=0), done.argmax(axis=0), steps)  # each request's last step (steps: none)
         else:
             ahead = np.arange(steps + 1, dtype=np.int64)[:, None]
+            last = remaining - 1
+        steps = min(steps, int(last.max() if onward else last.min()) + 1)
+        ahead = np.minimum(ahead[:steps + 1], remaining)  # the finishing step emits what is left
         ctxs = ctx + ahead[:steps]  # each step's contexts (steps × requests)
+        alive = None if int(last.min()) >= steps - 1 else np.arange(steps)[:, None] <= last  # who is in each step
         # KV: the step's requests must fit 1 + k more tokens each in what is not used by others
-        others = self.kv.used - int(blocks.sum())
-        fits = others + ((ctxs + (k + bs)) // bs).sum(axis=1) <= self.kv.total
+        need = (ctxs + (k + bs)) // bs
+        if alive is not None:
+            need *= alive
+        fits = self.kv.used - int(blocks.sum()) + need.sum(axis=1) <= self.kv.total
         if not fits[0]:
             return None  # the plan's own step does not fit: the step-by-step path reports it
         if not fits.all():
             steps = int(fits.argmin())
-            ctxs = ctxs[:steps]
-        verify, overhead_s = verify_run_s(self.cost, k, ctxs)
+        # the steps' times, a stretch of steps with the same requests at a time
+        if alive is None or int(last.min()) >= steps - 1:
+            alive, cuts = None, [0, steps]
+        else:
+            cuts = [0, *sorted({j + 1 for j in last.tolist() if j < steps - 1}), steps]
+        verify, draft = np.empty(steps), np.zeros(steps)
+        overhead_s = 0.0
+        for a, b in itertools.pairwise(cuts):
+            sub = ctxs[a:b] if alive is None or alive[a].all() else np.ascontiguousarray(ctxs[a:b][:, alive[a]])
+            verify[a:b], overhead_s = verify_run_s(self.cost, k, sub)
+            if k:
+                draft[a:b] = self.coster.draft_run_s(prop, sub.shape[1], k, sub.sum(axis=1).astype(np.float64))
         if k:
-            draft = self.coster.draft_run_s(prop, n, k, ctxs.sum(axis=1).astype(np.float64))
             seq = np.empty(2 * steps + 1)
             seq[1::2], seq[2::2] = draft, verify
         else:
-            draft = np.zeros(steps)
             seq = np.empty(steps + 1)
             seq[1:] = verify
         seq[0] = now
@@ -323,12 +340,15 @@ class Replica:
             ok &= ends[:-1] <= limit
         if not ok.all():
             steps = int(ok.argmin()) + 1
-        # apply the run's steps
-        work = np.empty((n, steps + 1))
+        # apply the run's steps: request i is in steps 0..min(last_i, steps - 1)
+        took = np.minimum(last + 1, steps)  # steps each request was in
+        work = np.zeros((n, steps + 1))
         work[:, 0] = s.service_s[ids_]
         work[:, 1:] = draft[:steps] + verify[:steps]
+        if alive is not None:
+            work[:, 1:] *= alive[:steps].T  # + 0.0 for a step a request was not in leaves its sum unchanged
         s.service_s[ids_] = np.add.accumulate(work, axis=1)[:, -1]
-        advance = ahead[steps]
+        advance = ahead[took, np.arange(n)]
         new_computed = ctx + advance
         s.num_generated[ids_] = gen + advance
         s.num_computed[ids_] = new_computed
@@ -336,34 +356,37 @@ class Replica:
         self.kv.used += int((new_blocks - blocks).sum())
         s.kv_blocks[ids_] = new_blocks
         if k:
+            if alive is not None:
+                accepted, matched = accepted[:steps] * alive[:steps], matched[:steps] * alive[:steps]
             if prop.keeps_kv:
                 s.num_draft_computed[ids_] = new_computed
-            s.num_proposed[ids_] += k * steps
+            s.num_proposed[ids_] += k * took
             s.num_accepted[ids_] += accepted[:steps].sum(axis=0)
             s.num_matched[ids_] += matched[:steps].sum(axis=0)
-            s.num_spec_steps[ids_] += steps
-        s.num_decode_steps[ids_] += steps
+            s.num_spec_steps[ids_] += took
+        s.num_decode_steps[ids_] += took
         fresh = ids_[np.isnan(s.first_decode_at[ids_])]
         s.first_decode_at[fresh] = now  # their first step after the first token is the run's first
-        last = float(ends[steps - 1])
-        s.last_token_at[ids_] = last
-        fin = ids_[advance == remaining]
-        if fin.size:
-            self._finish(fin, last)
+        s.last_token_at[ids_] = ends[took - 1]
+        fin = advance == remaining
+        if fin.any():
+            for j in sorted(set(last[fin].tolist())):  # in step order
+                self._finish(ids_[fin & (last == j)], float(ends[j]))
         self.kv.check()
         self.num_steps += steps
-        self._run_step_s = (last - now) / steps
+        end = float(ends[steps - 1])
+        self._run_step_s = (end - now) / steps
         self._sync_view()
-        if self.observers:
+        if self.observers:  # (a run with observers stops at its first finish: every step has the same requests)
             accepted_sum = accepted[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64)
             trace = StepRun(self.index, plan, np.concatenate([[now], ends[:steps - 1]]), ends[:steps], draft[:steps],
-                          verify[:steps], (ahead[1:steps + 1] - ahead[:steps]).sum(axis=1) if k else np.full(steps, n),
-                          np.full(steps, n * k), accepted_sum,
-                          matched[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64), n, n * k + n,
-                          overhead_s, float(k), schedule_wall_s)
+                            verify[:steps], (ahead[1:steps + 1] - ahead[:steps]).sum(axis=1) if k
+                            else np.full(steps, n), np.full(steps, n * k), accepted_sum,
+                            matched[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64), n, n * k + n,
+                            overhead_s, float(k), schedule_wall_s)
             for obs in self.observers:
                 obs.on_run(trace)  # type: ignore[attr-defined]
-        return last
+        return end
 
     def _accept_prob(self, prop: Proposer, servers: np.ndarray | None, dec: DecodeBatch) -> np.ndarray:
         """Per decoding request, the verifier's Σ min(1, p/q) over its drafted chain (0 without one; trees and

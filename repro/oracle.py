@@ -27,7 +27,8 @@ its top-``W`` tokens and the target's choice among them (DESIGN.md, "Token oracl
   same distribution.
 - **common random numbers.** Everything at (r, t) depends only on (seed, r, t): values are generated lazily
   in chunks of ``CHUNK`` positions, each chunk from its own generator seeded by (seed, stream key, r, chunk
-  index), so neither the order nor the number of queries, nor the request's length, changes them.
+  index), so neither the order nor the number of queries, nor the request's length, changes them. (The generators
+  are NumPy's ``PCG64(SeedSequence(...))`` ones, set up by :class:`repro.seeding.Seeder` for every request at once.)
 - **streams.** Each proposer draws from a named stream (its ``stream``, :mod:`repro.proposers`): the oracle
   knows streams, not proposer kinds. Built in: ``"draft"`` (the draft model; the pair's table), ``"eagle"`` (same
   mechanics, the EAGLE table) and ``"pld"`` (prompt lookup: at each position a match exists with probability
@@ -58,6 +59,7 @@ import numpy as np
 
 from repro.plan import CandidateTree, TreeSpec
 from repro.proposers import DRAFT, EAGLE, PLD
+from repro.seeding import Seeder
 
 if TYPE_CHECKING:
     from repro.proposers import Proposer
@@ -82,12 +84,6 @@ _AR.flags.writeable = False
 
 def _as_seed_seq(seed: np.random.SeedSequence | int) -> np.random.SeedSequence:
     return seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-
-
-def _rng(base: np.random.SeedSequence, *key: int) -> np.random.Generator:
-    """A generator seeded by ``base`` and ``key`` only (independent of any other draw)."""
-    ss = np.random.SeedSequence(base.entropy, spawn_key=(*base.spawn_key, *key), pool_size=base.pool_size)
-    return np.random.Generator(np.random.PCG64(ss))
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -176,8 +172,9 @@ def sample_rank(p0: np.ndarray, u: np.ndarray, width: int, decay: float) -> np.n
     """
     rest = 1.0 - p0
     q = np.maximum(decay, 1.0 - p0 / rest)
-    p1 = np.minimum(rest * (1.0 - q), p0)
-    y = np.maximum(1.0 - (u - p0) * (1.0 - q) / p1, 1e-300)
+    one_q = 1.0 - q
+    p1 = np.minimum(rest * one_q, p0)
+    y = np.maximum(1.0 - (u - p0) * one_q / p1, 1e-300)
     j = np.floor(np.log(y) / np.log(q)) + 1.0
     return np.where(u < p0, 0, np.minimum(j, width)).astype(np.int8)
 
@@ -212,6 +209,7 @@ class _ChunkStore:
         self.pools: dict[str, np.ndarray] = {
             n: np.zeros((_INIT_SLOTS * chunk, *s), dtype=d) for n, (s, d) in self._fields.items()}
         self._free = list(range(_INIT_SLOTS - 1, -1, -1))
+        self._held = 0  # chunks generated and not released
 
     def locate(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Flat pool indices of (rids, positions) (broadcast together), generating missing chunks."""
@@ -230,6 +228,21 @@ class _ChunkStore:
             slots = self.table[rids, chunk]
         return (slots << self._shift) | (positions & self._mask)
 
+    def window(self, rids: np.ndarray, first: np.ndarray, length: int, last: np.ndarray) -> np.ndarray:
+        """:meth:`locate` of positions ``min(first + j, last)`` for ``j < length`` (each request's next positions up to
+        its ``last``; ``first <= last``): (requests, length). Where every request's window lies in one chunk (the
+        common case), that chunk's slot is looked up once per request instead of once per position."""
+        ar = _AR[:length] if length <= _AR.size else np.arange(length)
+        head = first >> self._shift
+        if not (head == last >> self._shift).all() or int(head.max(initial=0)) >= self.table.shape[1]:
+            return self.locate(rids[:, None], np.minimum(first[:, None] + ar, last[:, None]))
+        slots = self.table[rids, head]
+        if slots.size and slots.min() < 0:
+            for r, c in sorted(set(zip(rids[slots < 0].tolist(), head[slots < 0].tolist(), strict=True))):
+                self._generate(r, c)
+            slots = self.table[rids, head]
+        return ((slots << self._shift) | (first & self._mask))[:, None] + np.minimum(ar, (last - first)[:, None])
+
     def _generate(self, rid: int, chunk: int) -> None:
         if not self._free:
             cap = self.pools[next(iter(self.pools))].shape[0] // self.chunk
@@ -237,18 +250,23 @@ class _ChunkStore:
                 self.pools[name] = np.concatenate([arr, np.zeros_like(arr)])
             self._free = list(range(2 * cap - 1, cap - 1, -1))
         slot = self._free.pop()
+        self._held += 1
         for name, values in self._fill(rid, chunk).items():
             self.pools[name][slot * self.chunk:(slot + 1) * self.chunk] = values
         self.table[rid, chunk] = slot
 
     def release(self, rid: int) -> None:
+        if not self._held:
+            return
         row = self.table[rid]
-        self._free.extend(row[row >= 0].tolist())
+        slots = row[row >= 0].tolist()
+        self._free.extend(slots)
+        self._held -= len(slots)
         row[:] = -1
 
     @property
     def num_chunks(self) -> int:
-        return int((self.table >= 0).sum())
+        return self._held
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +295,8 @@ class _TokenStream:
         self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
         self._level = np.full(n, np.nan)
         self._a0 = np.full(n, np.nan)
+        # the generators of (seed, key, part, r[, chunk]): NumPy's own seeding, about 5x cheaper (repro.seeding)
+        self._seeds = {part: Seeder(base, (key, part), n) for part in (_LEVEL, _CHUNK_KEY, _ALT_KEY)}
         self.store = _ChunkStore(n, {"p0": ((), np.float32), "rank": ((), np.int8)}, self._fill)
         # off-path child distributions: generated only for chunks a beam search reaches (own seeds)
         self.alt_store = _ChunkStore(n, {"alt": ((NUM_ALT,), np.float32)}, self._fill_alt, ALT_CHUNK)
@@ -284,7 +304,7 @@ class _TokenStream:
     def level(self, rid: int) -> tuple[float, float]:
         """The request's level a_r and its drift start a_0 (drawn on first use, seeded by (seed, r))."""
         if math.isnan(self._level[rid]):
-            rng = _rng(self._base, self._sid, _LEVEL, rid)
+            rng = self._seeds[_LEVEL].generator(rid)
             self._level[rid] = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
             if self._drift is not None and math.isfinite(self._drift[2][rid]):
                 self._a0[rid] = _beta_mean_sd(rng, float(self._drift[0][rid]), float(self._drift[1][rid]))
@@ -304,13 +324,13 @@ class _TokenStream:
         return np.clip(p0, P_FLOOR, 1.0 - P_FLOOR).astype(np.float32)
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        rng = _rng(self._base, self._sid, _CHUNK_KEY, rid, chunk)
+        rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
         p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
         rank = sample_rank(p0.astype(np.float64), rng.random(CHUNK), self.width, self._decay)
         return {"p0": p0, "rank": rank}
 
     def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        rng = _rng(self._base, self._sid, _ALT_KEY, rid, chunk)
+        rng = self._seeds[_ALT_KEY].generator(rid, chunk)
         return {"alt": self._draw_p0(rng, rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))}
 
     def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -337,13 +357,12 @@ class _TokenStream:
         a request's ``end`` are not read (its values are meaningless once a step would read them)."""
         n = rids.size
         reach = steps * (k + 1)  # a step advances at most k + 1 positions
-        positions = pos[:, None] + np.arange(reach + k)
-        if end is not None:
-            positions = np.minimum(positions, np.maximum(end, pos + 1)[:, None] - 1)
-        hit = self.true_ranks(rids[:, None], positions) == 0
-        lead = np.zeros((n, reach), dtype=np.int64)  # leading positions whose true rank is 0, at most k
-        alive = np.ones((n, reach), dtype=bool)
-        for i in range(k):
+        last = pos + (reach + k - 1) if end is None else np.minimum(pos + (reach + k - 1), np.maximum(end, pos + 1) - 1)
+        idx = self.store.window(rids, pos, reach + k, last)  # may grow the pools: index them afterwards
+        hit = self.store.pools["rank"][idx] == 0
+        lead = hit[:, :reach].astype(np.int64)  # leading positions whose true rank is 0, at most k
+        alive = hit[:, :reach].copy()
+        for i in range(1, k):
             alive &= hit[:, i:i + reach]
             lead += alive
         seen = np.zeros((n, reach + k + 1), dtype=np.int64)
@@ -514,10 +533,11 @@ class _PldStream:
         self.name, self._base, self._sid = name, base, key
         self._match, self._accept, self._match_len, self._spread = match, accept, match_len, spread
         self.store = _ChunkStore(match.shape[0], {"match": ((), np.int16), "ok": ((), np.bool_)}, self._fill)
+        self._seeds = {part: Seeder(base, (key, part), match.shape[0]) for part in (_LEVEL, _CHUNK_KEY)}
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        a_r = _beta_mean_sd(_rng(self._base, self._sid, _LEVEL, rid), float(self._accept[rid]), self._spread)
-        rng = _rng(self._base, self._sid, _CHUNK_KEY, rid, chunk)
+        a_r = _beta_mean_sd(self._seeds[_LEVEL].generator(rid), float(self._accept[rid]), self._spread)
+        rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
         has = rng.random(CHUNK) < self._match[rid]
         length = rng.geometric(1.0 / self._match_len[rid], size=CHUNK)  # continuation length, mean match_len
         ok = rng.random(CHUNK) < a_r
@@ -819,11 +839,14 @@ class TokenOracle:
         """Free a finished request's generated chunks (values are regenerated identically if asked again)."""
         for stream in self._streams.values():
             stream.store.release(rid)
+            if isinstance(stream, _TokenStream):
+                stream.alt_store.release(rid)
 
     @property
     def num_live_chunks(self) -> int:
-        """Chunks currently held across streams (for leak checks)."""
-        return sum(s.store.num_chunks for s in self._streams.values())
+        """Chunks currently held across streams, off-path ones included (for leak checks)."""
+        return sum(s.store.num_chunks + (s.alt_store.num_chunks if isinstance(s, _TokenStream) else 0)
+                   for s in self._streams.values())
 
 
 class Drafter:

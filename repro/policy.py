@@ -67,6 +67,11 @@ class Policy:
     #: static speculation, a request-level FCFS or SJF order) set it; the engine checks the rest, and its runs equal
     #: step-by-step ones exactly (``tests/test_fast_forward.py``).
     repeats_plan: bool = False
+    #: with ``repeats_plan``, a further promise: when requests of such a step finish while nothing waits or is
+    #: swapped out, its next plan is the same step over the rest of the batch (the chain length does not depend on
+    #: the batch). The engine's runs then go on past finishes. vLLM's, Sarathi-Serve's and SepPipe's schedulers,
+    #: static speculation (unless it switches off by batch size) and the request-level FCFS and SJF orders set it.
+    keeps_plan_after_finish: bool = False
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

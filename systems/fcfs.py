@@ -24,6 +24,7 @@ from systems.lib import check_positive_int, serve_in_order
 
 class FCFS(Policy):
     repeats_plan = True  # request-level order: a full batch decodes until a request finishes or arrives
+    keeps_plan_after_finish = True  # nothing waiting: the same batch minus who finished, same k
     uses_draft_model = True
 
     def __init__(self, k: int = 4, max_batch: int = 1) -> None:

@@ -36,6 +36,7 @@ from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
 
 class IncrDec(Policy):
     repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
+    keeps_plan_after_finish = True  # nothing waiting: the same decode step over whoever is left
 
     def __init__(self, max_num_seqs: int = 64, max_num_batched_tokens: int = 3000) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1:

@@ -27,6 +27,7 @@ from systems.lib import LogNormalLengthPredictor, check_positive_int, length_pre
 
 class LPSJF(Policy):
     repeats_plan = True  # request-level order: a full batch decodes until a request finishes or arrives
+    keeps_plan_after_finish = True  # nothing waiting: the same batch minus who finished, same k
     uses_draft_model = True
 
     def __init__(self, k: int = 4, length_error_sigma: float = 0.25, max_batch: int = 1) -> None:

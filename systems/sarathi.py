@@ -23,6 +23,7 @@ from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
 
 class Sarathi(Policy):
     repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
+    keeps_plan_after_finish = True  # nothing waiting: the same decode step over whoever is left
 
     def __init__(self, token_budget: int = 512, max_num_seqs: int = 256, watermark: float = 0.01) -> None:
         self.token_budget = token_budget
@@ -32,10 +33,11 @@ class Sarathi(Policy):
     def schedule(self, view: View) -> StepPlan:
         decode, prefilling = split_running(view)
         # (1) decodes first: they never stall behind a prefill (preempt the latest admitted if KV runs short)
-        kept, preempted, _ = make_room(view, decode, 1, view.free_blocks)
-        if preempted.size:  # memory is short: no prefill this step
-            return StepPlan(decode_ids=kept, preempt_ids=preempted)
-        free = view.free_blocks - int(view.blocks_for(kept, 1).sum())
+        free = view.free_blocks - int(view.blocks_for(decode, 1).sum())
+        kept = decode
+        if free < 0:
+            kept, preempted, _ = make_room(view, decode, 1, view.free_blocks)
+            return StepPlan(decode_ids=kept, preempt_ids=preempted)  # memory is short: no prefill this step
         budget = self.token_budget - kept.size
         # (2) ongoing chunked prefills, then (3) new admissions, chunked to fill the rest of the token budget
         cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free)

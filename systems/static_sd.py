@@ -40,6 +40,8 @@ class StaticSD(Policy):
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
         self.disable_by_batch_size = disable_by_batch_size
+        # nothing waiting: the same decode step over whoever is left, unless k depends on the batch size
+        self.keeps_plan_after_finish = disable_by_batch_size is None
         self.uses_draft_model = proposer == "draft"
 
     def schedule(self, view: View) -> StepPlan:

@@ -22,6 +22,7 @@ from systems.lib import prefill_prioritized
 
 class VLLM(Policy):
     repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
+    keeps_plan_after_finish = True  # nothing waiting: the same decode step over whoever is left
 
     def __init__(self, max_num_seqs: int = 256, max_num_batched_tokens: int = 4096,
                  watermark: float = 0.01) -> None:

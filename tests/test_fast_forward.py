@@ -53,10 +53,18 @@ def test_forward_s_many_equals_forward_s_bit_for_bit(hardware: str, model: str, 
 @pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "turbospec_mq", "flexflow"])
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
 @pytest.mark.parametrize("n", [1, 9, 64, 300])
-def test_verify_run_equals_the_steps_verification(engine: str, k: int, n: int) -> None:
+@pytest.mark.parametrize("layout", ["C", "F", "columns picked"])
+def test_verify_run_equals_the_steps_verification(engine: str, k: int, n: int, layout: str) -> None:
     cost = make_cost(engine=engine)
     rng = np.random.default_rng(n + 10 * k)
     ctxs = rng.integers(1, 4000, (6, n)).astype(np.int64)
+    if layout == "F":
+        ctxs = np.asfortranarray(ctxs)
+    elif layout == "columns picked":  # a run's stretch after a finish: the columns of the requests still in it
+        wide = rng.integers(1, 4000, (6, n + 3)).astype(np.int64)
+        keep = np.ones(n + 3, dtype=bool)
+        keep[rng.choice(n + 3, 3, replace=False)] = False
+        ctxs = wide[:, keep]
     run, overhead = verify_run_s(cost, k, ctxs)
     none = PrefillBatch(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0.0, np.zeros(0, dtype=bool))
     for i, ctx in enumerate(ctxs):
@@ -88,18 +96,25 @@ def test_draft_run_equals_the_steps_drafting(proposer: str, k: int) -> None:
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
-def test_chain_run_equals_successive_chain_scores(k: int) -> None:
+@pytest.mark.parametrize(("first", "ends"), [(900, None), (250, None), (250, 40), (5_000, 40)],
+                         ids=["across chunks", "within a chunk", "within a chunk, ends", "far chunks, ends"])
+def test_chain_run_equals_successive_chain_scores(k: int, first: int, ends: int | None) -> None:
+    """Where every request's positions lie in one chunk, the run looks its chunk up once per request; across chunk
+    boundaries (512) per position. With an ``end``, the steps that read only positions before it are exact."""
     n, steps = 30, 40
     dataset = np.array(["sharegpt"] * n, dtype=object)
     run_oracle, step_oracle = (TokenOracle(3, dataset, {"sharegpt": 0.7}) for _ in range(2))
     rids = np.arange(n)
-    pos = np.random.default_rng(1).integers(0, 900, n)  # chunk boundaries (512) inside the run
-    accepted, matched = run_oracle.chain_run(rids, pos, k, steps, end=pos + 10_000)
+    pos = np.random.default_rng(1).integers(first - 250 if first > 900 else 0, first, n)
+    end = pos + (10_000 if ends is None else ends)
+    accepted, matched = run_oracle.chain_run(rids, pos, k, steps, end=end)
     at = pos.copy()
     for j in range(steps):
         proposed, acc, mat = step_oracle.score_chain(rids, at, np.full(n, k))
         assert (proposed == k).all()
-        assert accepted[j].tolist() == acc.tolist() and matched[j].tolist() == mat.tolist()
+        exact = at + k < end  # the step reads positions at..at + k
+        assert exact.any() or ends is not None
+        assert accepted[j][exact].tolist() == acc[exact].tolist() and matched[j][exact].tolist() == mat[exact].tolist()
         at += acc + 1
 
 
@@ -118,12 +133,14 @@ def test_prompt_lookup_has_no_chain_run() -> None:
 
 # --- whole runs -------------------------------------------------------------------------------------------------
 
-def _run(overrides: list[str], fast_forward: bool) -> tuple[SimOutput, int]:
+def _run(overrides: list[str], fast_forward: bool, onward: bool = True) -> tuple[SimOutput, int]:
+    """The run and how often its policies planned; ``onward=False``: runs stop at finishes."""
     built = build(compose(overrides))
     schedules = 0
     for rep in built.engine.replicas:
         rep.fast_forward = rep.fast_forward and fast_forward
         pol, orig = rep.policy, rep.policy.schedule
+        pol.keeps_plan_after_finish = pol.keeps_plan_after_finish and onward
 
         def counted(view: Any, orig: Any = orig) -> StepPlan:
             nonlocal schedules
@@ -159,6 +176,12 @@ SCENARIOS = {
                               "rps=3", "num_requests=30"],
     "prompt lookup (never fast-forwarded)": ["system=static_sd_pld_k3", "workload=sonnet", "rps=2",
                                              "num_requests=30"],
+    "static k=3 switching off by batch size (runs stop at finishes)": [
+        "system=static_sd_eagle_k3", "system.disable_by_batch_size=4", "model=llama3-8b", "hardware=h100-80g",
+        "rps=1", *WORKLOAD],
+    "vllm at low load (runs go on past finishes)": ["system=vllm", "rps=0.5", *WORKLOAD],
+    "static k=3 at low load, batch expansion (runs go on past finishes)": ["system=static_sd_k3", "rps=0.5",
+                                                                           *WORKLOAD],
 }
 
 
@@ -180,6 +203,20 @@ def test_fast_forward_equals_step_by_step(overrides: list[str]) -> None:
     assert asked_slow >= slow.num_steps  # step by step, the policy plans every step
     if "never" not in " ".join(overrides) and "pld" not in " ".join(overrides):
         assert asked_fast < asked_slow / 2  # fast-forward ran most steps without asking
+
+
+@pytest.mark.parametrize("system", ["vllm", "static_sd_k3", "sarathi"])
+def test_runs_go_on_past_finishes_where_the_policy_keeps_its_plan(system: str) -> None:
+    """With nothing waiting, a finish does not end a run of a policy that keeps its plan for the rest of the batch
+    (Policy.keeps_plan_after_finish): the policy is asked far less often, and nothing else changes."""
+    overrides = [f"system={system}", "rps=0.5", *WORKLOAD]
+    assert build(compose(overrides)).engine.replicas[0].policy.keeps_plan_after_finish
+    onward, asked_onward = _run(overrides, True)
+    stop, asked_stop = _run(overrides, True, onward=False)
+    for name in STATE:
+        assert np.array_equal(getattr(onward.state, name), getattr(stop.state, name), equal_nan=True), name
+    assert onward.sim_time_s == stop.sim_time_s and onward.num_steps == stop.num_steps
+    assert asked_onward < 0.85 * asked_stop  # finishes with nothing waiting asked for no new plan
 
 
 def test_kv_pressure_scenarios_do_preempt() -> None:

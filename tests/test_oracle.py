@@ -243,11 +243,15 @@ def test_release_frees_chunks_and_regenerates_identically() -> None:
     oracle = make_oracle(8)
     rids = np.arange(8)
     before = oracle.accept_chain(rids, np.full(8, 500), np.full(8, 7))[1]
+    tree = oracle.candidates(3, 500, 4, 3)  # a beam search reaches off-path distributions: their chunks too
     assert oracle.num_live_chunks > 0
     for r in rids:
         oracle.release(int(r))
     assert oracle.num_live_chunks == 0
     np.testing.assert_array_equal(before, oracle.accept_chain(rids, np.full(8, 500), np.full(8, 7))[1])
+    again = oracle.candidates(3, 500, 4, 3)
+    np.testing.assert_array_equal(tree.prob, again.prob)
+    np.testing.assert_array_equal(tree.rank, again.rank)
 
 
 # --- candidate trees ----------------------------------------------------------------------------------------

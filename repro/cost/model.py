@@ -208,6 +208,8 @@ class CostModel:
         }
         if draft is not None:
             self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp)
+        # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
+        self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
 
     def _c(self, which: str) -> _Coeffs:
         try:
@@ -282,11 +284,30 @@ class CostModel:
             return np.array([self.forward_s(num_tokens, num_seqs, x, 0.0, lm_head_tokens, decode_only, q, which)
                              for x, q in zip(kv.tolist(), qp.tolist(), strict=True)])
         c = self._c(which)
-        linear, _, lm_head, allreduce, overhead = _parts(c, num_tokens, num_seqs, 0.0, 0.0, lm_head_tokens,
-                                                         decode_only, 0.0)
-        read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
-        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64)) + c.pair_s * 0.0
+        key = (which, num_tokens, num_seqs, lm_head_tokens, decode_only)
+        fixed = self._fixed_parts.get(key)
+        if fixed is None:
+            linear, _, lm_head, allreduce, overhead = _parts(c, num_tokens, num_seqs, 0.0, 0.0, lm_head_tokens,
+                                                             decode_only, 0.0)
+            fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
+        linear, lm_head, allreduce, overhead = fixed
+        # kv_read_s and _parts' attention elementwise: with V_half > 0 a read of 0 tokens prices at exactly 0.0 as
+        # kv_read_s has it, and the prefill pairs' + 0.0 leaves a non-negative sum unchanged
+        if c.v_half > 0.0:
+            read = _kv_bytes_s(c, kv * c.kv_bytes)
+        else:
+            with np.errstate(invalid="ignore"):
+                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
+        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
         return linear + attention + lm_head + allreduce + overhead
+
+    def fixed_s(self, num_seqs: int, decode_only: bool, which: Which = "target") -> float:
+        """The fixed costs of a pass over ``num_seqs`` sequences (:meth:`forward`'s ``overhead_s``: per pass, per
+        layer and per sequence; 0 for a pass read from a measured profile, which has no parts)."""
+        if which in self._profiles:
+            return 0.0
+        c = self._c(which)
+        return c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * num_seqs
 
     # ---- memory -------------------------------------------------------------------------------------------
     @property

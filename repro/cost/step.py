@@ -123,6 +123,7 @@ def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, 
     :meth:`~repro.cost.model.CostModel.forward_s_many`. Also returns the fixed costs inside each step's verification
     (the pass's ``overhead_s`` plus the host seconds, as a step trace records them), the same for every step."""
     profile = cost.engine
+    ctx = np.ascontiguousarray(ctx)  # a row sum of another layout may add in another order
     n = ctx.shape[1]
     q = k + 1
     n_spec = float(n) if k else 0.0
@@ -132,7 +133,7 @@ def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, 
         expanded = float(n * q)
         kv = (1.0 + k * profile.expand_reread) * ctx
         kv_be = kv.sum(axis=1) + (n * q * (q + 1)) / 2.0
-        seqs, kv_read, qpairs = expanded + 0.0, kv_be + 0.0, kv_be + 0.0
+        seqs, kv_read, qpairs = expanded, kv_be, kv_be  # (verify_pass adds the non-expanded requests' 0.0)
         host += profile.expand_seq_s * expanded
         qmax = 1.0
     else:
@@ -142,10 +143,8 @@ def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, 
         qmax = float(q)
     graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
         and dec_tokens <= profile.graph_max_tokens
-    first = cost.forward(ForwardShape(dec_tokens, int(seqs), float(kv_read[0]), 0.0, dec_tokens, graphs,
-                                      float(qpairs[0])))  # its fixed costs do not depend on the KV read
     return cost.forward_s_many(dec_tokens, int(seqs), kv_read, qpairs, dec_tokens, graphs) + host, \
-        first.overhead_s + host
+        cost.fixed_s(int(seqs), graphs) + host
 
 
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
