@@ -315,10 +315,9 @@ class Replica:
         if not fits.all():
             steps = int(fits.argmin())
         # the steps' times, a stretch of steps with the same requests at a time
-        if alive is None or int(last.min()) >= steps - 1:
-            alive, cuts = None, [0, steps]
-        else:
-            cuts = [0, *sorted({j + 1 for j in last.tolist() if j < steps - 1}), steps]
+        if alive is not None and int(last.min()) >= steps - 1:
+            alive = None  # (KV cut the run before anyone left it)
+        cuts = [0, *sorted({j + 1 for j in last.tolist() if j < steps - 1}), steps]
         verify, draft = np.empty(steps), np.zeros(steps)
         overhead_s = 0.0
         for a, b in itertools.pairwise(cuts):

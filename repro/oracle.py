@@ -214,6 +214,21 @@ class _ChunkStore:
     def locate(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Flat pool indices of (rids, positions) (broadcast together), generating missing chunks."""
         chunk = positions >> self._shift  # positions must be >= 0 (the public methods check)
+        return (self._slots(rids, chunk) << self._shift) | (positions & self._mask)
+
+    def window(self, rids: np.ndarray, first: np.ndarray, length: int, last: np.ndarray) -> np.ndarray:
+        """:meth:`locate` of positions ``min(first + j, last)`` for ``j < length`` (each request's next positions up to
+        its ``last``; ``first <= last``): (requests, length). Where every request's window lies in one chunk (the
+        common case), that chunk's slot is looked up once per request instead of once per position."""
+        ar = _AR[:length] if length <= _AR.size else np.arange(length)
+        head = first >> self._shift
+        if not (head == last >> self._shift).all():
+            return self.locate(rids[:, None], np.minimum(first[:, None] + ar, last[:, None]))
+        base = (self._slots(rids, head) << self._shift) | (first & self._mask)
+        return base[:, None] + np.minimum(ar, (last - first)[:, None])
+
+    def _slots(self, rids: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """The pool slots of chunks (rids, chunk) (broadcast together), generating the missing ones."""
         try:
             slots = self.table[rids, chunk]
         except IndexError:  # a chunk index beyond the table: widen it
@@ -226,22 +241,7 @@ class _ChunkStore:
             for r, c in sorted(set(zip(rr, chunk[missing].tolist(), strict=True))):
                 self._generate(r, c)
             slots = self.table[rids, chunk]
-        return (slots << self._shift) | (positions & self._mask)
-
-    def window(self, rids: np.ndarray, first: np.ndarray, length: int, last: np.ndarray) -> np.ndarray:
-        """:meth:`locate` of positions ``min(first + j, last)`` for ``j < length`` (each request's next positions up to
-        its ``last``; ``first <= last``): (requests, length). Where every request's window lies in one chunk (the
-        common case), that chunk's slot is looked up once per request instead of once per position."""
-        ar = _AR[:length] if length <= _AR.size else np.arange(length)
-        head = first >> self._shift
-        if not (head == last >> self._shift).all() or int(head.max(initial=0)) >= self.table.shape[1]:
-            return self.locate(rids[:, None], np.minimum(first[:, None] + ar, last[:, None]))
-        slots = self.table[rids, head]
-        if slots.size and slots.min() < 0:
-            for r, c in sorted(set(zip(rids[slots < 0].tolist(), head[slots < 0].tolist(), strict=True))):
-                self._generate(r, c)
-            slots = self.table[rids, head]
-        return ((slots << self._shift) | (first & self._mask))[:, None] + np.minimum(ar, (last - first)[:, None])
+        return slots
 
     def _generate(self, rid: int, chunk: int) -> None:
         if not self._free:

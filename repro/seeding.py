@@ -66,13 +66,13 @@ class Seeder:
 
     def __init__(self, base: np.random.SeedSequence, prefix: tuple[int, ...], num_requests: int) -> None:
         entropy, spawn = _words(base.entropy), _words((*base.spawn_key, *prefix))
-        self.exact = entropy is not None and spawn is not None and base.pool_size >= 1
+        self.exact = entropy is not None and spawn is not None  # else every generator comes from keyed_rng
         self._base, self._prefix, self._n = base, prefix, num_requests
         self._bitgen = np.random.PCG64(0)
         self.rng = np.random.Generator(self._bitgen)
         self._state = self._bitgen.state
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
-        if not self.exact or entropy is None or spawn is None:
+        if entropy is None or spawn is None:
             return
         p = base.pool_size
         run = entropy + [0] * (p - len(entropy)) if len(entropy) < p else entropy  # spawn key: padded to the pool

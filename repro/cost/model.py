@@ -138,6 +138,11 @@ def kv_read_s(c: _Coeffs, tokens: float) -> float:
     return _kv_bytes_s(c, tokens * c.kv_bytes) if tokens > 0.0 else 0.0
 
 
+def _fixed_s(c: _Coeffs, s: int, decode_only: bool) -> float:
+    """Fixed costs of a pass over ``s`` sequences: per pass, per layer (CUDA graphs or eager) and per sequence."""
+    return c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * s
+
+
 def _parts(
     c: _Coeffs, n: int, s: int, kv: float, pairs: float, head: int, decode_only: bool, qpairs: float = 0.0
 ) -> tuple[float, float, float, float, float]:
@@ -148,7 +153,7 @@ def _parts(
     linear = (c.lin_mem_s**p + (c.lin_tok_s * n) ** p) ** ip if n > 0 else 0.0
     lm_head = (c.head_mem_s**p + (c.head_tok_s * head) ** p) ** ip if head > 0 else 0.0
     allreduce = c.ar_fixed_s + c.ar_tok_s * n if (n > 0 and c.ar_fixed_s > 0) else 0.0
-    overhead = c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * s
+    overhead = _fixed_s(c, s, decode_only)
     attention = max(kv_read_s(c, kv), c.pair_s * qpairs) + c.pair_s * pairs
     return linear, attention, lm_head, allreduce, overhead
 
@@ -304,10 +309,7 @@ class CostModel:
     def fixed_s(self, num_seqs: int, decode_only: bool, which: Which = "target") -> float:
         """The fixed costs of a pass over ``num_seqs`` sequences (:meth:`forward`'s ``overhead_s``: per pass, per
         layer and per sequence; 0 for a pass read from a measured profile, which has no parts)."""
-        if which in self._profiles:
-            return 0.0
-        c = self._c(which)
-        return c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * num_seqs
+        return 0.0 if which in self._profiles else _fixed_s(self._c(which), num_seqs, decode_only)
 
     # ---- memory -------------------------------------------------------------------------------------------
     @property
