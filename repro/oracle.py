@@ -71,6 +71,9 @@ P_FLOOR = 1e-6  # numerical floor on a drawn top-1 probability (keeps every repo
 MAX_WIDTH = 127  # ranks are stored as int8
 
 _ALT_MASK = np.uint64(NUM_ALT - 1)
+#: a child's rank in the hash of its context: (rank + 1)·0xD1B54A32D192ED03 (wrapping), by rank
+_RANK_SALT = (np.arange(1, MAX_WIDTH + 2, dtype=np.uint64) * np.uint64(0xD1B54A32D192ED03))
+_RANK_SALT.flags.writeable = False
 #: Seed keys of the built-in streams (draft model, EAGLE head, prompt lookup): every value of a stream is drawn from
 #: generators seeded by (seed, its key, ...), so these keys are part of every result.
 DRAFT_KEY, EAGLE_KEY, PLD_KEY = 0, 1, 2
@@ -193,6 +196,29 @@ def _positions(pos: np.ndarray, depth: int) -> np.ndarray:
     if not 1 <= depth < _AR.size or (pos.size and int(pos.min()) < 0):
         raise ValueError(f"depth must lie in 1..{_AR.size - 1} and positions be >= 0")
     return pos
+
+
+def _top(x: np.ndarray, width: int) -> np.ndarray:
+    """Per row of ``x`` (n, m), the column indices of its ``width`` largest values, ties to the lower index, in
+    increasing order: ``np.sort(np.argsort(-x, axis=1, kind="stable")[:, :width], axis=1)``, which it equals
+    exactly. Over wide rows a partition finds each row's ``width``-th largest value t; the picks are then the values
+    above t and, in index order, as many equal to t as are still needed."""
+    n, m = x.shape
+    if width >= m:
+        return np.broadcast_to(_AR[:m], (n, m)).copy()
+    if x.size < 512:
+        pick = np.argsort(-x, axis=1, kind="stable")[:, :width]
+        pick.sort(axis=1)
+        return pick
+    neg = -x
+    t = np.partition(neg, width - 1, axis=1)[:, width - 1:width]
+    sel = neg <= t
+    if (np.count_nonzero(sel, axis=1) != width).any():  # ties at t beyond the width: the lower indices
+        above = neg < t
+        tied = neg == t
+        more = width - np.count_nonzero(above, axis=1)
+        sel = above | (tied & (np.cumsum(tied, axis=1) <= more[:, None]))
+    return np.nonzero(sel)[1].reshape(n, width)
 
 
 # --- storage ----------------------------------------------------------------------------------------------
@@ -420,24 +446,25 @@ class _TokenStream:
         on = np.ones((n, 1), dtype=bool)
         pp = np.ones((n, 1))
         h = np.zeros((n, 1), dtype=np.uint64)
+        rows = _AR[:n, None] if n <= _AR.size else np.arange(n)[:, None]  # x[rows, j]: take_along_axis(x, j, 1)
         for i in range(depth):
             # children of the previous layer sit at position pos + i
             node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
                 on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
-            rep = self.reported(node_p0).reshape(n, node_p0.shape[1] * W)
-            cpp = np.repeat(pp, W, axis=1) * rep
-            pick = np.argsort(-cpp, axis=1, kind="stable")[:, :width]
-            pick.sort(axis=1)  # BFS: parent-major, then rank
+            rep3 = self.reported(node_p0)  # (n, nodes, W)
+            cpp = (pp[:, :, None] * rep3).reshape(n, node_p0.shape[1] * W)
+            rep = rep3.reshape(n, node_p0.shape[1] * W)
+            pick = _top(cpp, width)  # BFS: parent-major, then rank
             slot, rk = pick // W, pick % W
-            par_on = np.take_along_axis(on, slot, axis=1)
-            base = np.where(par_on, div[:, i:i + 1], np.take_along_axis(h, slot, axis=1))
-            h = _mix(base ^ ((rk.astype(np.uint64) + np.uint64(1)) * np.uint64(0xD1B54A32D192ED03)))
+            par_on = on[rows, slot]
+            base = np.where(par_on, div[:, i:i + 1], h[rows, slot])
+            h = _mix(base ^ _RANK_SALT[rk])
             on = par_on & (rk == rank_true[:, i:i + 1])
-            pp = np.take_along_axis(cpp, pick, axis=1)
+            pp = cpp[rows, pick]
             cols = slice(i * width, (i + 1) * width)
             out_parent[:, cols] = slot + (i - 1) * width if i else -1
             out_rank[:, cols] = rk
-            out_prob[:, cols] = np.take_along_axis(rep, pick, axis=1)
+            out_prob[:, cols] = rep[rows, pick]
             out_pp[:, cols] = pp
         return _Beam(out_parent, out_rank, out_prob, out_pp)
 

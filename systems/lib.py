@@ -15,6 +15,8 @@ from repro.plan import PreemptMode, StepPlan, ids
 from repro.state import Status, View
 
 EMPTY = ids()
+# the statuses as plain ints (an IntEnum member's lookup costs a microsecond or more in a per-step path)
+_WAITING, _RUNNING, _SWAPPED = int(Status.WAITING), int(Status.RUNNING), int(Status.SWAPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +218,7 @@ def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num
     if order.size == 0:
         return StepPlan()
     status = view.status(order)
-    resident = status == Status.RUNNING
+    resident = status == _RUNNING
     ready = resident & (pending_tokens(view, order) == 1)
 
     # (1) prefill stage first: prefill preempts ongoing decoding
@@ -225,7 +227,7 @@ def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num
     free = view.free_blocks - (int(view.blocks_for(cont.rids, cont.tokens).sum()) if cont.rids.size else 0)
     new = NO_ADMISSION
     if view.swapped.size == 0:
-        fresh = order[status == Status.WAITING][: max(max_num_seqs - view.running.size, 0)]
+        fresh = order[status == _WAITING][: max(max_num_seqs - view.running.size, 0)]
         new = continue_prefills(view, fresh, token_budget=max_num_batched_tokens - cont.num_tokens,
                                 free_blocks=free - int(watermark * view.total_blocks))
     if cont.rids.size or new.rids.size:
@@ -233,10 +235,10 @@ def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num
                         prefill_tokens=np.concatenate([cont.tokens, new.tokens]))
 
     # (2) decode stage: the batch under the SLO-aware limit, in priority order
-    runs = order[ready | (status == Status.SWAPPED)]
+    runs = order[ready | (status == _SWAPPED)]
     n = slo_batch_limit(view, runs, max_num_seqs=max_num_seqs)
     runs, rest = runs[:n], runs[n:]
-    unselected = rest[view.status(rest) == Status.RUNNING][::-1]  # eviction order: lowest priority first
+    unselected = rest[view.status(rest) == _RUNNING][::-1]  # eviction order: lowest priority first
     evicted = unselected if evict_unselected else EMPTY
     victims = unselected[evicted.size:]
     free = view.free_blocks + int(view.kv_blocks[evicted].sum())
@@ -248,10 +250,10 @@ def slo_aware_batch(view: View, order: np.ndarray, *, max_num_seqs: int, max_num
     fits = np.cumsum(need) <= free + int(view.kv_blocks[victims].sum()) + suffix_own
     keep = int(np.nonzero(fits)[0].max()) + 1 if fits.any() else 0
     kept, dropped = runs[:keep], runs[keep:]
-    dropped_resident = dropped[view.status(dropped) == Status.RUNNING][::-1]
+    dropped_resident = dropped[view.status(dropped) == _RUNNING][::-1]
     evicted = np.concatenate([evicted, evict_prefix(view, np.concatenate([victims, dropped_resident]),
                                                    int(need[:keep].sum()) - free)])
-    back = kept[view.status(kept) == Status.SWAPPED]
+    back = kept[view.status(kept) == _SWAPPED]
     if kept.size == 0 and evicted.size == 0:  # prompts stuck without KV: the lowest-priority one gives its blocks
         stuck = order[resident & ~ready]
         evicted = stuck[-1:] if stuck.size > 1 or (stuck.size and order.size > stuck.size) else EMPTY
@@ -339,18 +341,18 @@ def serve_in_order(view: View, order: np.ndarray, *, max_batch: int, k: int, pin
     # KV: keep the longest prefix of the batch that fits once the victims' blocks are freed
     free = view.free_blocks + int(view.kv_blocks[victims].sum())
     kept: list[int] = []
-    for rid in chosen:
-        r = ids([rid])  # a swapped request holds no blocks: blocks_for counts its whole context
-        need = int(view.blocks_for(r, max(int(pending_tokens(view, r)[0]), 1 + k))[0])
+    cand = ids(chosen)  # a swapped request holds no blocks: blocks_for counts its whole context
+    needs = view.blocks_for(cand, np.maximum(pending_tokens(view, cand), 1 + k)).tolist()
+    for rid, need in zip(chosen, needs, strict=True):
         if need > free and rid not in pin:
             break
         free -= need
         kept.append(rid)
     batch = ids(kept)
     st = view.status(batch)
-    back = batch[st == Status.SWAPPED]
+    back = batch[st == _SWAPPED]
     todo = pending_tokens(view, batch)
-    pre = batch[(st != Status.SWAPPED) & (todo > 1) | (st == Status.WAITING)]
+    pre = batch[(st != _SWAPPED) & (todo > 1) | (st == _WAITING)]
     if pre.size:
         return StepPlan(prefill_ids=pre, prefill_tokens=pending_tokens(view, pre), preempt_ids=victims,
                         preempt_mode="swap", swap_in_ids=back, draft_sync=True)

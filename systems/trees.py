@@ -67,8 +67,8 @@ def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
             depth[i, : c.size] = c.depth
     idx = np.broadcast_to(np.arange(m), (n, m))
     node = np.lexsort((idx, depth, -pp), axis=-1)
-    spp = np.take_along_axis(pp, node, axis=1)
-    sdepth = np.take_along_axis(depth, node, axis=1)
+    rows = np.arange(n)[:, None]
+    spp, sdepth = pp[rows, node], depth[rows, node]  # take_along_axis along rows, without its per-call set-up
     node = np.where(idx < size[:, None], node, -1)
     return Ranked(cands, node, spp, sdepth, size)
 

@@ -441,3 +441,22 @@ def test_bad_drift_names_the_dataset(drift: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
         TokenOracle(0, np.array(["chat"], dtype=object), {"default": 0.7}, drift=drift)
     assert "'chat'" in str(err.value)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(n=st.integers(1, 12), m=st.integers(1, 160), width=st.integers(1, 40),
+       ties=st.sampled_from(["none", "coarse", "rows"]),
+       seed=st.integers(0, 2**16))
+def test_top_equals_the_stable_sort_it_replaces(n: int, m: int, width: int, ties: str, seed: int) -> None:
+    """The beam's pick (_top: a partition over wide rows) is the first ``width`` of a stable argsort, in index
+    order, ties to the lower index: exactly, on both of its paths (rows narrower and wider than its cut-over)."""
+    from repro.oracle import _top
+
+    x = np.random.default_rng(seed).random((n, m))
+    if ties == "coarse":
+        x = np.round(x, 1)  # many values equal the width-th largest
+    elif ties == "rows":
+        x[:] = x[:, :1]  # every value of a row equal
+    want = np.sort(np.argsort(-x, axis=1, kind="stable")[:, :width], axis=1)
+    got = _top(x, width)
+    assert got.shape == want.shape and (got == want).all()
