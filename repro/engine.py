@@ -528,13 +528,19 @@ class Replica:
             return proposed, accepted, matched
         chain = dec.k > 0
         if dec.trees:
+            local: list[int] = []  # scored together on the plan's proposer
             for i, rid in enumerate(dec.ids.tolist()):
                 t = dec.trees.get(rid)
                 if t is not None:
                     chain[i] = False
                     proposed[i] = t.num_nodes
-                    by = prop if servers is None or servers[i] < 0 else self.proposers.remote[servers[i]]
-                    accepted[i] = matched[i] = self.oracle.accept_tree(t, proposer=by)
+                    if servers is None or servers[i] < 0:
+                        local.append(i)
+                    else:
+                        accepted[i] = matched[i] = self.oracle.accept_tree(t, self.proposers.remote[servers[i]])
+            if local:
+                got = self.oracle.accept_trees([dec.trees[int(dec.ids[i])] for i in local], prop)
+                accepted[local] = matched[local] = got
         if chain.any():
             if servers is None:
                 proposed[chain], accepted[chain], matched[chain] = self.oracle.score_chain(

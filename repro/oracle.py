@@ -478,33 +478,50 @@ class _TokenStream:
                              "models the draft's top W tokens; raise oracle.width)")
         n, depth = rids.shape[0], len(expansion)
         p0_true, rank_true, alt, alt_idx, div = self._positions(rids, pos, depth)
-        parents, ranks, probs, pps, depths = [], [], [], [], []
+        layers, parent, rank, node_depth = _expansion_layout(expansion)
+        probs, pps = [], []
         on = np.ones((n, 1), dtype=bool)
         pp = np.ones((n, 1))
         h = np.zeros((n, 1), dtype=np.uint64)
-        start = -1  # index of the previous layer's first node (-1: the root)
-        for i, k in enumerate(expansion):
-            width = on.shape[1]
+        for i, (width, k, slot, rk, salt) in enumerate(layers):
             node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
                 on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
-            rep = self.reported(node_p0)[:, :, :k]  # (n, width, k): each node's own top k, rank order
-            slot = np.repeat(np.arange(width), k)
-            rk = np.tile(np.arange(k), width)
+            # (n, width, k): each node's own top k, rank order (the first k of the W reported: with a calibrated
+            # drafter the same values, computed for k columns only)
+            rep = true_dist(node_p0, k, self._decay) if self._gamma == 1.0 else self.reported(node_p0)[:, :, :k]
             cpp = (pp[:, :, None] * rep).reshape(n, width * k)
             par_on = on[:, slot]
             base = np.where(par_on, div[:, i:i + 1], h[:, slot])
-            h = _mix(base ^ ((rk.astype(np.uint64) + np.uint64(1)) * np.uint64(0xD1B54A32D192ED03)))
+            h = _mix(base ^ salt)
             on = par_on & (rk == rank_true[:, i:i + 1])
             pp = cpp
-            parents.append(np.broadcast_to(slot + start if i else np.full(width * k, -1), (n, width * k)))
-            ranks.append(np.broadcast_to(rk, (n, width * k)))
             probs.append(rep.reshape(n, width * k))
             pps.append(cpp)
-            depths.append(np.full(width * k, i + 1, dtype=np.int64))
-            start = start + width if i else 0
-        beam = _Beam(np.concatenate(parents, axis=1).astype(np.int64), np.concatenate(ranks, axis=1).astype(np.int64),
+        beam = _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0),
                      np.concatenate(probs, axis=1), np.concatenate(pps, axis=1))
-        return beam, np.concatenate(depths)
+        return beam, node_depth.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _expansion_layout(expansion: tuple[int, ...]) -> tuple[tuple[tuple[int, int, np.ndarray, np.ndarray, np.ndarray],
+                                                                 ...], np.ndarray, np.ndarray, np.ndarray]:
+    """What a fixed expansion's trees share whatever the requests: per layer (its parents' count, k, each child's
+    parent slot and rank, the rank's hash salt), and every node's parent index, rank and depth in BFS order."""
+    layers, parents, ranks, depths = [], [], [], []
+    width, start = 1, -1  # the previous layer's node count and first node (-1: the root)
+    for i, k in enumerate(expansion):
+        slot = np.repeat(np.arange(width), k)
+        rk = np.tile(np.arange(k), width)
+        layers.append((width, k, slot, rk, _RANK_SALT[rk]))
+        parents.append(slot + start if i else np.full(width * k, -1))
+        ranks.append(rk)
+        depths.append(np.full(width * k, i + 1, dtype=np.int64))
+        start = start + width if i else 0
+        width *= k
+    out = (np.concatenate(parents).astype(np.int64), np.concatenate(ranks).astype(np.int64), np.concatenate(depths))
+    for arr in (*out, *(a for layer in layers for a in layer[2:])):
+        arr.flags.writeable = False
+    return tuple(layers), *out
 
 
 class _TraceStream(_TokenStream):
@@ -802,19 +819,30 @@ class TokenOracle:
 
     def accept_tree(self, tree: TreeSpec, proposer: str | Proposer = DRAFT) -> int:
         """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""
-        cand = tree.cand
-        nodes = np.sort(np.asarray(tree.nodes, dtype=np.int64))
-        if nodes.size == 0:
-            return 0
-        depth = cand.depth[nodes]
-        truth = self._stream(proposer).true_ranks(np.array(cand.rid), cand.pos + _AR[:int(depth.max())])
-        on_path = {-1}
-        best = 0
-        for i in nodes[cand.rank[nodes] == truth[depth - 1]].tolist():  # BFS order: parents first
-            if int(cand.parent[i]) in on_path:
-                on_path.add(i)
-                best = max(best, int(cand.depth[i]))
-        return best
+        return self.accept_trees([tree], proposer)[0]
+
+    def accept_trees(self, trees: list[TreeSpec], proposer: str | Proposer = DRAFT) -> list[int]:
+        """:meth:`accept_tree` of several trees, their true ranks read in one pass (each tree's positions only)."""
+        sel = [np.sort(np.asarray(t.nodes, dtype=np.int64)) for t in trees]
+        out = [0] * len(trees)
+        some = [j for j, nodes in enumerate(sel) if nodes.size]
+        if not some:
+            return out
+        reach = np.array([int(trees[j].cand.depth[sel[j]].max()) for j in some])
+        rids = np.array([trees[j].cand.rid for j in some], dtype=np.int64)
+        pos = np.array([trees[j].cand.pos for j in some], dtype=np.int64)
+        grid = pos[:, None] + np.minimum(_AR[:int(reach.max())], reach[:, None] - 1)  # past its reach: its last
+        truth = self._stream(proposer).true_ranks(rids[:, None], grid)
+        for j, row in zip(some, truth, strict=True):
+            cand, nodes = trees[j].cand, sel[j]
+            on_path = {-1}
+            best = 0
+            for i in nodes[cand.rank[nodes] == row[cand.depth[nodes] - 1]].tolist():  # BFS order: parents first
+                if int(cand.parent[i]) in on_path:
+                    on_path.add(i)
+                    best = max(best, int(cand.depth[i]))
+            out[j] = best
+        return out
 
     def candidates(self, rid: int, pos: int, depth: int, width: int,
                    proposer: str | Proposer = DRAFT) -> CandidateTree:

@@ -65,6 +65,10 @@ class FixedOracle:
                 depth = max(depth, int(cand.depth[i]))
         return min(depth, self.accept)
 
+    def accept_trees(self, trees: list[TreeSpec], proposer: str = "draft") -> list[int]:
+        """``accept_tree`` (a subclass's too) of each tree."""
+        return [self.accept_tree(t, proposer) for t in trees]
+
     def release(self, rid: int) -> None:
         self.released.append(rid)
 

@@ -150,6 +150,31 @@ def test_accept_tree_of_parent_closed_subsets(rid: int, pos: int, depth: int, wi
     assert oracle.accept_tree(TreeSpec(cand, sub)) == chain[0]
 
 
+def test_accept_trees_scores_each_tree_as_on_its_own() -> None:
+    # one batch of trees of other requests, depths and widths (and an empty one): each tree's verdict is the
+    # deepest selected node whose whole root path follows the true ranks, read from that tree's request alone
+    oracle = make_oracle(20, 0.62, seed=5)
+    stream = oracle._stream("draft")
+    trees = []
+    for j, (depth, width) in enumerate([(1, 1), (6, 4), (3, 8), (8, 2), (2, 3), (5, 1)]):
+        cand = oracle.candidates(3 * j, 37 * j, depth, width)
+        nodes = np.arange(cand.size) if j % 2 else zero_chain(cand)[: max(depth - 1, 0)]
+        trees.append(TreeSpec(cand, nodes))
+    trees.append(TreeSpec(oracle.candidates(19, 5, 3, 2), np.zeros(0, dtype=np.int64)))
+    want = []
+    for t in trees:
+        truth = stream.true_ranks(np.array(t.cand.rid), t.cand.pos + np.arange(t.cand.draft_depth))
+        kept, best = {-1}, 0
+        for i in np.sort(t.nodes).tolist():
+            if int(t.cand.parent[i]) in kept and t.cand.rank[i] == truth[t.cand.depth[i] - 1]:
+                kept.add(i)
+                best = max(best, int(t.cand.depth[i]))
+        want.append(best)
+    assert oracle.accept_trees(trees) == want == [oracle.accept_tree(t) for t in trees]
+    assert oracle.accept_trees(trees[::-1]) == want[::-1]
+    assert any(want) and want[-1] == 0
+
+
 # --- calibration --------------------------------------------------------------------------------------------
 
 def reliability(confidence: float) -> list[tuple[float, float, float]]:

@@ -160,6 +160,22 @@ def test_expansion_matches_the_beam_on_shared_nodes() -> None:
         assert e.path_prob[0] == pytest.approx(b.path_prob[0]) and e.path_prob[1] == pytest.approx(b.path_prob[3])
 
 
+@pytest.mark.parametrize("confidence", [1.0, 0.4, 2.5])  # calibrated, under- and over-confident drafter
+@pytest.mark.parametrize("expansion", [(3,), (2, 3), (1, 1, 3, 1, 1, 1, 1, 1)])
+def test_expansion_reports_what_the_beam_reports(confidence: float, expansion: tuple[int, ...]) -> None:
+    # a node's probability is the drafter's reported distribution over all W tokens, its top k kept: exactly the
+    # beam's on the nodes both trees hold (the root's children; the true top-1 path)
+    oracle = TokenOracle(2, np.full(6, "x", dtype=object), {"x": 0.6}, width=16, confidence=confidence)
+    rids, pos = np.arange(6), np.arange(6) * 7
+    exp = oracle.expansion_batch(rids, pos, expansion)
+    beam = oracle.candidates_batch(rids, pos, len(expansion), 1)
+    wide = oracle.candidates_batch(rids, pos, 1, expansion[0])
+    for e, b, w in zip(exp, beam, wide, strict=True):
+        assert e.prob[:expansion[0]].tolist() == w.prob.tolist()
+        top1 = [0] + [int(np.flatnonzero((e.depth == d + 1) & (e.rank == 0))[0]) for d in range(1, len(expansion))]
+        assert e.path_prob[top1].tolist() == b.path_prob.tolist()  # the off-path hashes agree too
+
+
 # --- invariants on random candidate trees -----------------------------------------------------------------------
 
 @st.composite
