@@ -31,7 +31,11 @@ from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.policy import PolicyContext
 from repro.proposers import colocated
-from repro.state import RequestState, Status, View
+from repro.state import FINISHED as _FINISHED
+from repro.state import RUNNING as _RUNNING
+from repro.state import SWAPPED as _SWAPPED
+from repro.state import WAITING as _WAITING
+from repro.state import RequestState, View
 from repro.trace import RoundTracer, StepEvent, StepRecord, StepRun, StepTracer
 
 if TYPE_CHECKING:
@@ -44,8 +48,6 @@ if TYPE_CHECKING:
     from repro.trace import StepObserver
 
 _ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
-_RUNNING, _WAITING, _SWAPPED, _FINISHED = int(Status.RUNNING), int(Status.WAITING), int(Status.SWAPPED), int(
-    Status.FINISHED)
 
 
 class SimulationError(RuntimeError):

@@ -404,8 +404,13 @@ class _TokenStream:
             at[j] = cur = jump[cur]
         return lead.ravel()[at], count.ravel()[at]
 
-    def reported(self, p0: np.ndarray) -> np.ndarray:
-        return reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
+    def reported(self, p0: np.ndarray, top: int | None = None) -> np.ndarray:
+        """The drafter's reported probabilities of its top W tokens (last axis), or of its ``top`` most probable
+        only: the first ``top`` of the W, which a calibrated drafter (γ = 1) gives without computing the rest."""
+        if top is not None and self._gamma == 1.0:
+            return true_dist(p0, top, self._decay)
+        rep = reported_dist(true_dist(p0, self.width, self._decay), self._gamma)
+        return rep if top is None else rep[..., :top]
 
     def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray) -> np.ndarray:
         """Σ over each chain's k drafted positions of the probability that the target keeps the draft's token
@@ -486,9 +491,7 @@ class _TokenStream:
         for i, (width, k, slot, rk, salt) in enumerate(layers):
             node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
                 on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
-            # (n, width, k): each node's own top k, rank order (the first k of the W reported: with a calibrated
-            # drafter the same values, computed for k columns only)
-            rep = true_dist(node_p0, k, self._decay) if self._gamma == 1.0 else self.reported(node_p0)[:, :, :k]
+            rep = self.reported(node_p0, k)  # (n, width, k): each node's own top k, rank order
             cpp = (pp[:, :, None] * rep).reshape(n, width * k)
             par_on = on[:, slot]
             base = np.where(par_on, div[:, i:i + 1], h[:, slot])

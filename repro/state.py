@@ -30,6 +30,10 @@ class Status(IntEnum):
     FINISHED = 4
 
 
+#: the statuses as plain ints, for per-step paths (looking up an IntEnum member costs a microsecond or more)
+PENDING, WAITING, RUNNING, SWAPPED, FINISHED = (int(s) for s in Status)
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False

@@ -12,11 +12,12 @@ import numpy as np
 
 from repro.cost.step import decode_pass_s
 from repro.plan import PreemptMode, StepPlan, ids
-from repro.state import Status, View
+from repro.state import RUNNING as _RUNNING
+from repro.state import SWAPPED as _SWAPPED
+from repro.state import WAITING as _WAITING
+from repro.state import View
 
 EMPTY = ids()
-# the statuses as plain ints (an IntEnum member's lookup costs a microsecond or more in a per-step path)
-_WAITING, _RUNNING, _SWAPPED = int(Status.WAITING), int(Status.RUNNING), int(Status.SWAPPED)
 
 
 @dataclass(frozen=True, slots=True)
