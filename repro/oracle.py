@@ -91,9 +91,13 @@ def _as_seed_seq(seed: np.random.SeedSequence | int) -> np.random.SeedSequence:
 
 def _mix(z: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    z = (z ^ (z >> _U30)) * _MIX_1
+    z = (z ^ (z >> _U27)) * _MIX_2
+    return z ^ (z >> _U31)
+
+
+_U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _beta_mean_sd(rng: np.random.Generator, mean: float, sd: float) -> float:
@@ -163,7 +167,7 @@ def true_dist(p0: np.ndarray, width: int, decay: float) -> np.ndarray:
     rest = 1.0 - p0
     q = np.maximum(decay, 1.0 - p0 / rest)
     p1 = np.minimum(rest * (1.0 - q), p0)  # = p0 when q is raised: exact, so ties break towards rank 0
-    lower = p1[..., None] * q[..., None] ** np.arange(width - 1)
+    lower = p1[..., None] * q[..., None] ** _AR[:width - 1]
     return np.concatenate([p0[..., None], lower], axis=-1)
 
 
@@ -205,18 +209,18 @@ def _top(x: np.ndarray, width: int) -> np.ndarray:
     above t and, in index order, as many equal to t as are still needed."""
     n, m = x.shape
     if width >= m:
-        return np.broadcast_to(_AR[:m], (n, m)).copy()
+        return np.repeat(_AR[None, :m], n, axis=0)
     if x.size < 512:
         pick = np.argsort(-x, axis=1, kind="stable")[:, :width]
         pick.sort(axis=1)
         return pick
     neg = -x
     t = np.partition(neg, width - 1, axis=1)[:, width - 1:width]
-    sel = neg <= t
-    if (np.count_nonzero(sel, axis=1) != width).any():  # ties at t beyond the width: the lower indices
+    sel = neg <= t  # at least width per row: more in a row where values tie at t
+    if np.count_nonzero(sel) != n * width:  # ties at t beyond the width: the lower indices
         above = neg < t
         tied = neg == t
-        more = width - np.count_nonzero(above, axis=1)
+        more = width - above.sum(axis=1)
         sel = above | (tied & (np.cumsum(tied, axis=1) <= more[:, None]))
     return np.nonzero(sel)[1].reshape(n, width)
 
@@ -263,7 +267,7 @@ class _ChunkStore:
             slots = self.table[rids, chunk]
         if slots.size and slots.min() < 0:
             missing = slots < 0
-            rr = np.broadcast_to(rids, chunk.shape)[missing].tolist()
+            rr = (rids if rids.shape == chunk.shape else np.broadcast_to(rids, chunk.shape))[missing].tolist()
             for r, c in sorted(set(zip(rr, chunk[missing].tolist(), strict=True))):
                 self._generate(r, c)
             slots = self.table[rids, chunk]
@@ -438,11 +442,15 @@ class _TokenStream:
     def beam(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int) -> _Beam:
         """AdaServe §4.3 Step 1 beam search for a batch: layer 1 = the root's top ``width`` children; each
         later layer = the top ``width`` of the ``width × W`` children of the previous layer by path
-        probability (the draft's reported probabilities)."""
+        probability (the draft's reported probabilities).
+
+        Only each parent's first ``width`` ranks are scored: a parent's reported probabilities do not increase
+        with rank, so a rank at or past ``width`` could be picked only after the ``width`` ranks before it (no
+        less probable, and first on ties), which already fill the layer. The picks are those of all ``W``."""
         if not 1 <= width <= self.width:
             raise ValueError(f"beam width {width} outside 1..{self.width} (the oracle models the draft's top "
                              f"{self.width} tokens; raise oracle.width)")
-        n, W = rids.shape[0], self.width
+        n = rids.shape[0]
         p0_true, rank_true, alt, alt_idx, div = self._positions(rids, pos, depth)
         out_parent = np.empty((n, depth * width), dtype=np.int64)
         out_rank = np.empty((n, depth * width), dtype=np.int64)
@@ -456,11 +464,11 @@ class _TokenStream:
             # children of the previous layer sit at position pos + i
             node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
                 on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
-            rep3 = self.reported(node_p0)  # (n, nodes, W)
-            cpp = (pp[:, :, None] * rep3).reshape(n, node_p0.shape[1] * W)
-            rep = rep3.reshape(n, node_p0.shape[1] * W)
+            rep3 = self.reported(node_p0, width)  # (n, nodes, width): each node's top width of its W
+            cpp = (pp[:, :, None] * rep3).reshape(n, node_p0.shape[1] * width)
+            rep = rep3.reshape(n, node_p0.shape[1] * width)
             pick = _top(cpp, width)  # BFS: parent-major, then rank
-            slot, rk = pick // W, pick % W
+            slot, rk = pick // width, pick % width
             par_on = on[rows, slot]
             base = np.where(par_on, div[:, i:i + 1], h[rows, slot])
             h = _mix(base ^ _RANK_SALT[rk])

@@ -311,6 +311,51 @@ def test_beam_keeps_a_prefix_of_each_parents_ranks() -> None:
             np.testing.assert_array_equal(kids, np.arange(kids.size))
 
 
+def _beam_over_all_ranks(oracle: TokenOracle, rids: np.ndarray, pos: np.ndarray, depth: int,
+                         width: int) -> tuple[np.ndarray, ...]:
+    """The beam search as AdaServe §4.3 states it, every parent's W children scored: (parent, rank, prob,
+    path_prob), for comparison with the oracle's beam, which scores each parent's first ``width`` ranks only."""
+    from repro.oracle import _ALT_MASK, _RANK_SALT, _mix, _top
+
+    stream = oracle._stream("draft")
+    n, W = rids.size, stream.width
+    p0_true, rank_true, alt, alt_idx, div = stream._positions(rids, pos, depth)
+    on, pp, h = np.ones((n, 1), dtype=bool), np.ones((n, 1)), np.zeros((n, 1), dtype=np.uint64)
+    rows = np.arange(n)[:, None]
+    out: list[list[np.ndarray]] = [[], [], [], []]
+    for i in range(depth):
+        node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
+            on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
+        rep = stream.reported(node_p0).reshape(n, -1)  # (n, nodes · W)
+        cpp = pp.repeat(W, axis=1) * rep
+        pick = np.sort(np.argsort(-cpp, axis=1, kind="stable")[:, :width], axis=1)
+        assert (pick == _top(cpp, width)).all()
+        slot, rk = pick // W, pick % W
+        par_on = on[rows, slot]
+        h = _mix(np.where(par_on, div[:, i:i + 1], h[rows, slot]) ^ _RANK_SALT[rk])
+        on = par_on & (rk == rank_true[:, i:i + 1])
+        pp = cpp[rows, pick]
+        for acc, val in zip(out, (slot + (i - 1) * width if i else np.full_like(slot, -1), rk, rep[rows, pick], pp),
+                            strict=True):
+            acc.append(val)
+    return tuple(np.concatenate(acc, axis=1) for acc in out)
+
+
+@pytest.mark.parametrize("confidence", [1.0, 0.6, 1.7])
+@pytest.mark.parametrize("depth,width", [(1, 1), (3, 2), (6, 4), (4, 7), (3, 16)])
+def test_beam_equals_scoring_every_rank(confidence: float, depth: int, width: int) -> None:
+    """The beam scores each parent's first ``width`` ranks only; its trees equal those of scoring all W, bit for
+    bit, for calibrated, over- and under-confident drafters, weak ones too (whose top two ranks tie)."""
+    for mean in (0.2, 0.5, 0.9):
+        oracle = make_oracle(24, mean, seed=5, confidence=confidence)
+        rids, pos = np.arange(24), np.arange(24) * 11
+        cands = oracle.candidates_batch(rids, pos, depth, width)
+        want = _beam_over_all_ranks(oracle, rids, pos, depth, width)
+        for name, ref in zip(("parent", "rank", "prob", "path_prob"), want, strict=True):
+            got = np.stack([getattr(c, name) for c in cands])
+            np.testing.assert_array_equal(got, ref, err_msg=name)
+
+
 def test_width_above_oracle_width_is_rejected() -> None:
     oracle = make_oracle(2, width=4)
     assert Drafter(oracle).max_width == 4
