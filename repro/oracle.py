@@ -391,13 +391,13 @@ class _TokenStream:
         idx = self.store.window(rids, pos, reach + k, last)  # may grow the pools: index them afterwards
         hit = self.store.pools["rank"][idx] == 0
         lead = hit[:, :reach].astype(np.int64)  # leading positions whose true rank is 0, at most k
+        count = lead.copy()  # positions among the k drafted whose true rank is 0
         alive = hit[:, :reach].copy()
         for i in range(1, k):
-            alive &= hit[:, i:i + reach]
+            window = hit[:, i:i + reach]
+            alive &= window
             lead += alive
-        seen = np.zeros((n, reach + k + 1), dtype=np.int64)
-        np.cumsum(hit, axis=1, out=seen[:, 1:])
-        count = seen[:, k:k + reach] - seen[:, :reach]  # positions among the k drafted whose true rank is 0
+            count += window
         # where each step starts, as flat indices into the (requests × reach) arrays: a step at offset p accepts
         # lead[p] tokens and emits one more, so the next starts at p + lead[p] + 1 (never followed past the run)
         base = np.arange(0, n * reach, reach, dtype=np.int64)
