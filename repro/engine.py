@@ -297,7 +297,7 @@ class Replica:
                 return None
             accepted, matched = run
             ahead = np.zeros((steps + 1, n), dtype=np.int64)
-            np.cumsum(accepted + 1, axis=0, out=ahead[1:])
+            np.add.accumulate(accepted + 1, axis=0, out=ahead[1:])
             done = ahead[1:] >= remaining  # the step that finishes a request, and those after it
             last = np.where(done.any(axis=0), done.argmax(axis=0), steps)  # each request's last step (steps: none)
         else:

@@ -40,7 +40,9 @@ its top-``W`` tokens and the target's choice among them (DESIGN.md, "Token oracl
 Storage is a flat pool per stream: chunk slots addressed through a (request × chunk) table, so a batch
 query is a handful of fancy-indexing operations with no per-request Python. Off-path distributions live in a
 second store, generated (from their own seeds) only for chunks a beam search reaches, so chain-only runs
-never pay for them. ``release(rid)`` frees a finished request's chunks.
+never pay for them. Likewise a chain reads only whether the true rank is 0 (the uniform below p0), stored with
+the chunk; the ranks themselves are computed from p0 and the uniform once a tree first reads them (the same
+values as computing them with the chunk). ``release(rid)`` frees a finished request's chunks.
 
 Deviations (from a real draft model): ranks below the top-1 follow a deterministic geometric profile given
 ``p0`` (no per-position noise); positions are independent given the request level; off-path distributions
@@ -327,7 +329,12 @@ class _TokenStream:
         self._a0 = np.full(n, np.nan)
         # the generators of (seed, key, part, r[, chunk]): NumPy's own seeding, about 5x cheaper (repro.seeding)
         self._seeds = {part: Seeder(base, (key, part), n) for part in (_LEVEL, _CHUNK_KEY, _ALT_KEY)}
-        self.store = _ChunkStore(n, {"p0": ((), np.float32), "rank": ((), np.int8)}, self._fill)
+        # per position: the draft's top-1 probability, the target's uniform, whether the target's token is the
+        # draft's top-1 (u < p0: all a chain reads) and the target's rank, computed from p0 and u only once a tree
+        # reads ranks (:meth:`_ranks`)
+        self.store = _ChunkStore(n, {"p0": ((), np.float32), "u": ((), np.float64), "hit": ((), np.bool_),
+                                     "rank": ((), np.int8)}, self._fill)
+        self._ranked = False
         # off-path child distributions: generated only for chunks a beam search reaches (own seeds)
         self.alt_store = _ChunkStore(n, {"alt": ((NUM_ALT,), np.float32)}, self._fill_alt, ALT_CHUNK)
 
@@ -351,13 +358,30 @@ class _TokenStream:
             mean = a_r + (a_0 - a_r) * np.exp(-t / float(self._drift[2][rid]))
             mean = mean.reshape(-1, *[1] * (len(size) - 1))
             p0 = rng.beta(mean * k, (1.0 - mean) * k, size=size)
-        return np.clip(p0, P_FLOOR, 1.0 - P_FLOOR).astype(np.float32)
+        # np.clip's bounds, in place on the fresh draws (the same values: Beta draws are never NaN)
+        return np.minimum(np.maximum(p0, P_FLOOR, out=p0), 1.0 - P_FLOOR, out=p0).astype(np.float32)
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
         rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
         p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
-        rank = sample_rank(p0.astype(np.float64), rng.random(CHUNK), self.width, self._decay)
-        return {"p0": p0, "rank": rank}
+        p, u = p0.astype(np.float64), rng.random(CHUNK)
+        out = {"p0": p0, "u": u, "hit": u < p}  # rank 0 exactly where u < p0 (sample_rank)
+        if self._ranked:
+            out["rank"] = sample_rank(p, u, self.width, self._decay)
+        return out
+
+    def _ranks(self) -> np.ndarray:
+        """The rank pool. Ranks are computed from each chunk's p0 and u once something reads them (a tree; a chain
+        needs only whether the rank is 0): from then on as chunks are generated, and at once for those held."""
+        pools = self.store.pools
+        if not self._ranked:
+            self._ranked = True
+            table = self.store.table
+            for slot in table[table >= 0].tolist():
+                part = slice(slot * CHUNK, (slot + 1) * CHUNK)
+                pools["rank"][part] = sample_rank(pools["p0"][part].astype(np.float64), pools["u"][part], self.width,
+                                                  self._decay)
+        return pools["rank"]
 
     def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
         rng = self._seeds[_ALT_KEY].generator(rid, chunk)
@@ -365,7 +389,7 @@ class _TokenStream:
 
     def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         idx = self.store.locate(rids, positions)  # may grow the pools: index them afterwards
-        return self.store.pools["rank"][idx]
+        return self._ranks()[idx]
 
     def score_chain(self, rids: np.ndarray, pos: np.ndarray,
                     k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -375,8 +399,8 @@ class _TokenStream:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        ranks = self.true_ranks(rids[:, None], pos[:, None] + _AR[:kmax + 1])
-        hit = (ranks == 0) & (_AR[:kmax + 1] < k[:, None])  # last column: always False
+        idx = self.store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])  # may grow the pools
+        hit = self.store.pools["hit"][idx] & (_AR[:kmax + 1] < k[:, None])  # last column: always False
         return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
 
     def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
@@ -389,7 +413,7 @@ class _TokenStream:
         reach = steps * (k + 1)  # a step advances at most k + 1 positions
         last = pos + (reach + k - 1) if end is None else np.minimum(pos + (reach + k - 1), np.maximum(end, pos + 1) - 1)
         idx = self.store.window(rids, pos, reach + k, last)  # may grow the pools: index them afterwards
-        hit = self.store.pools["rank"][idx] == 0
+        hit = self.store.pools["hit"][idx]
         lead = hit[:, :reach].astype(np.int64)  # leading positions whose true rank is 0, at most k
         count = lead.copy()  # positions among the k drafted whose true rank is 0
         alive = hit[:, :reach].copy()
@@ -434,10 +458,10 @@ class _TokenStream:
         grid = pos[:, None] + _AR[:depth]
         idx = self.store.locate(rids[:, None], grid)
         alt_idx = self.alt_store.locate(rids[:, None], grid) if depth > 1 else idx
-        pools = self.store.pools
+        pools, ranks = self.store.pools, self._ranks()
         div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
                                      ^ grid.astype(np.uint64)))
-        return pools["p0"][idx].astype(np.float64), pools["rank"][idx], self.alt_store.pools["alt"], alt_idx, div
+        return pools["p0"][idx].astype(np.float64), ranks[idx], self.alt_store.pools["alt"], alt_idx, div
 
     def beam(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int) -> _Beam:
         """AdaServe §4.3 Step 1 beam search for a batch: layer 1 = the root's top ``width`` children; each
@@ -566,6 +590,7 @@ class _TraceStream(_TokenStream):
         means = np.array([level[int(r)] for r in self._map])
         super().__init__(name, key, base, means, spread=0.0, pos_concentration=pos_concentration, drift=None,
                          width=width, decay=decay, confidence=confidence)
+        self._ranked = True  # recorded ranks, filled with every chunk (its u is not used)
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
         rr = int(self._map[rid])
@@ -576,7 +601,7 @@ class _TraceStream(_TokenStream):
         hi = min(lo + CHUNK, src_p0.size)
         if hi > lo:
             p0[: hi - lo], rank[: hi - lo] = src_p0[lo:hi], src_rank[lo:hi]
-        return {"p0": p0, "rank": rank}
+        return {"p0": p0, "hit": rank == 0, "rank": rank}
 
 
 class _PldStream:

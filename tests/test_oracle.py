@@ -279,6 +279,32 @@ def test_release_frees_chunks_and_regenerates_identically() -> None:
     np.testing.assert_array_equal(tree.rank, again.rank)
 
 
+
+def test_ranks_computed_once_a_tree_reads_them_equal_those_computed_with_the_chunk() -> None:
+    """A chain reads only whether the target's rank is 0 (u < p0); the ranks themselves are computed once a tree
+    first reads them, for the chunks already held, and from then on with every chunk. Both orders give the same
+    trees, and rank 0 falls exactly where a chain counts a hit."""
+    n = 12
+    rids = np.arange(n)
+    eager, late = make_oracle(n, seed=3), make_oracle(n, seed=3)
+    first = eager.candidates_batch(rids, np.full(n, 700), 6, 4)  # ranks from the first chunk on
+    for t in (0, 300, 650, 1100):  # chains first: chunks 0-2 generated without ranks, one released in between
+        np.testing.assert_array_equal(eager.accept_chain(rids, np.full(n, t), np.full(n, 5))[1],
+                                      late.accept_chain(rids, np.full(n, t), np.full(n, 5))[1])
+    late.release(4)
+    late.accept_chain(rids, np.full(n, 710), np.full(n, 3))
+    for x, y in zip(first, late.candidates_batch(rids, np.full(n, 700), 6, 4), strict=True):
+        np.testing.assert_array_equal(x.rank, y.rank)
+        np.testing.assert_array_equal(x.path_prob, y.path_prob)
+    np.testing.assert_array_equal(late.candidates_batch(rids, np.full(n, 40), 8, 2)[3].rank,
+                                  eager.candidates_batch(rids, np.full(n, 40), 8, 2)[3].rank)
+    stream = late._stream("draft")
+    held = stream.store.table[stream.store.table >= 0]
+    at = (held[:, None] * stream.store.chunk + np.arange(stream.store.chunk)).ravel()
+    assert held.size >= 2 * n
+    np.testing.assert_array_equal(stream.store.pools["hit"][at], stream.store.pools["rank"][at] == 0)
+
+
 # --- candidate trees ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("depth,width", [(1, 1), (1, 4), (3, 2), (8, 4), (5, 8)])
