@@ -407,8 +407,9 @@ class _TokenStream:
                   end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`score_chain` for ``steps`` successive steps in which every request drafts a chain of ``k`` > 0, each
         starting where the previous step's accepted + 1 tokens end: (accepted, matched), each (steps, requests).
-        The true ranks of the run's positions are read once; each step is then two lookups. Positions at or after
-        a request's ``end`` are not read (its values are meaningless once a step would read them)."""
+        Whether each of the run's positions is a hit (true rank 0) is read once; each step is then two lookups.
+        Positions at or after a request's ``end`` are not read (its values are meaningless once a step would read
+        them)."""
         n = rids.size
         reach = steps * (k + 1)  # a step advances at most k + 1 positions
         last = pos + (reach + k - 1) if end is None else np.minimum(pos + (reach + k - 1), np.maximum(end, pos + 1) - 1)
