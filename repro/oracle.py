@@ -358,17 +358,21 @@ class _TokenStream:
             mean = a_r + (a_0 - a_r) * np.exp(-t / float(self._drift[2][rid]))
             mean = mean.reshape(-1, *[1] * (len(size) - 1))
             p0 = rng.beta(mean * k, (1.0 - mean) * k, size=size)
-        # np.clip's bounds, in place on the fresh draws (the same values: Beta draws are never NaN)
+        # np.clip(p0, P_FLOOR, 1 - P_FLOOR), in place on the fresh draws (the same values, NaN included)
         return np.minimum(np.maximum(p0, P_FLOOR, out=p0), 1.0 - P_FLOOR, out=p0).astype(np.float32)
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
         rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
         p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
-        p, u = p0.astype(np.float64), rng.random(CHUNK)
-        out = {"p0": p0, "u": u, "hit": u < p}  # rank 0 exactly where u < p0 (sample_rank)
+        u = rng.random(CHUNK)
+        out = {"p0": p0, "u": u, "hit": u < p0.astype(np.float64)}  # rank 0 exactly where u < p0 (sample_rank)
         if self._ranked:
-            out["rank"] = sample_rank(p, u, self.width, self._decay)
+            out["rank"] = self._sample_rank(p0, u)
         return out
+
+    def _sample_rank(self, p0: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The true ranks of a chunk from its stored p0 (float32) and uniforms."""
+        return sample_rank(p0.astype(np.float64), u, self.width, self._decay)
 
     def _ranks(self) -> np.ndarray:
         """The rank pool. Ranks are computed from each chunk's p0 and u once something reads them (a tree; a chain
@@ -379,8 +383,7 @@ class _TokenStream:
             table = self.store.table
             for slot in table[table >= 0].tolist():
                 part = slice(slot * CHUNK, (slot + 1) * CHUNK)
-                pools["rank"][part] = sample_rank(pools["p0"][part].astype(np.float64), pools["u"][part], self.width,
-                                                  self._decay)
+                pools["rank"][part] = self._sample_rank(pools["p0"][part], pools["u"][part])
         return pools["rank"]
 
     def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:

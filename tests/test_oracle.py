@@ -279,7 +279,6 @@ def test_release_frees_chunks_and_regenerates_identically() -> None:
     np.testing.assert_array_equal(tree.rank, again.rank)
 
 
-
 def test_ranks_computed_once_a_tree_reads_them_equal_those_computed_with_the_chunk() -> None:
     """A chain reads only whether the target's rank is 0 (u < p0); the ranks themselves are computed once a tree
     first reads them, for the chunks already held, and from then on with every chunk. Both orders give the same
