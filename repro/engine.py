@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_run_s
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_runs_s
 from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
-from repro.policy import PolicyContext
+from repro.policy import PolicyContext, whole_prompts_that_fit
 from repro.proposers import colocated
 from repro.state import FINISHED as _FINISHED
 from repro.state import RUNNING as _RUNNING
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from repro.cost.model import CostModel, ForwardCost
     from repro.deployment import Deployment
     from repro.oracle import Drafter, TokenOracle
-    from repro.policy import Policy
+    from repro.policy import Policy, WholePromptAdmission
     from repro.proposers import Proposer, Proposers
     from repro.trace import StepObserver
 
@@ -137,13 +137,14 @@ class Replica:
         return bool(self.s.waiting or self.s.running or self.s.swapped)
 
     def step(self, now: float, until: float = math.inf, limit: float | None = None,
-             max_steps: int | None = None) -> float | None:
+             max_steps: int | None = None, arrivals: ArrivalFeed | None = None) -> float | None:
         """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles.
 
         With fast-forward (a policy that :attr:`~repro.policy.Policy.repeats_plan`), a step that the policy will
         repeat runs at once with its repetitions (:meth:`run_ahead`) that start before ``until`` (the next
-        arrival) and at most at ``limit``, the replica's steps staying at most ``max_steps``; the end of the last
-        one is returned."""
+        arrival) and at most at ``limit``, the replica's steps staying at most ``max_steps``, or, where the policy
+        declares how it admits, through the ``arrivals`` it admits on the way; the end of the last one is
+        returned."""
         self._draft_arrived(now)
         v = self.view
         v.now = now
@@ -161,7 +162,7 @@ class Replica:
             return None
         if self.fast_forward:
             end = self.run_ahead(plan, now, until, limit, None if max_steps is None else max_steps - self.num_steps,
-                                 wall_s)
+                                 wall_s, arrivals)
             if end is not None:
                 return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
@@ -235,24 +236,29 @@ class Replica:
         return result, pre, dec, matched, fwd, host_s, arm_rewards
 
     def run_ahead(self, plan: StepPlan, now: float, until: float, limit: float | None,
-                  budget: int | None, schedule_wall_s: float = 0.0) -> float | None:
+                  budget: int | None, schedule_wall_s: float = 0.0,
+                  arrivals: ArrivalFeed | None = None) -> float | None:
         """Fast-forward: ``plan``'s step at ``now`` and its repetitions, computed at once; ``None`` (nothing run) where
         the plan is not one the engine repeats.
 
         The policy promised (``repeats_plan``) to plan this step again while nothing arrives or finishes and KV
         fits, so each repetition is known without asking it: the same requests, each decoding one token or a chain
-        of the same ``k`` that the oracle scores as the step would (:meth:`~repro.oracle.TokenOracle.chain_run`).
-        The run ends with the first step that finishes a request, before the first that would start at or after
-        ``until`` (an arrival is handled first) or after ``limit``, or whose KV would not fit the free blocks (the
-        policy would preempt), and after ``budget`` steps. A policy that also :attr:`~repro.policy.Policy.
-        keeps_plan_after_finish` plans the same step for the rest of the batch once a request finishes with nothing
-        waiting or swapped, so there (and without observers) the run goes on past finishes, each request leaving
-        it after its last step. Step times come from the same cost functions, vectorized over each stretch of
-        steps with the same requests (:func:`~repro.cost.step.verify_run_s`,
-        :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running sum is accumulated in step order, so
-        the state afterwards equals that of running the steps one by one, bit for bit; observers get the run as a
-        :class:`~repro.trace.StepRun` (``schedule_wall_s``: the policy's planning of the first step). Returns the end
-        of the last step run."""
+        of the same ``k`` that the oracle scores as the step would (:meth:`~repro.oracle.TokenOracle.chain_run`;
+        each request's steps are scored once, ahead, and read as the run reaches them). The run ends with the first
+        step that finishes a request, before the first that would start at or after ``until`` (an arrival is
+        handled first) or after ``limit``, or whose KV would not fit the free blocks (the policy would preempt), and
+        after ``budget`` steps. A policy that also :attr:`~repro.policy.Policy.keeps_plan_after_finish` plans the
+        same step for the rest of the batch once a request finishes with nothing waiting or swapped, so there (and
+        without observers) the run goes on past finishes, each request leaving it after its last step. One that
+        also declares how it :attr:`~repro.policy.Policy.admits` arrivals, given the engine's ``arrivals``, has its
+        run go on through them: at the first step boundary at or after an arrival, if every request then waiting
+        fits the policy's rule, the engine admits them, runs their prefill step as the policy would have planned it
+        (:meth:`_execute`), and the run goes on with them last in the batch; otherwise the run ends there. Step
+        times come from the same cost functions, vectorized over each stretch of steps with the same requests
+        (:func:`~repro.cost.step.verify_run_s`, :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running
+        sum is accumulated in step order, so the state afterwards equals that of running the steps one by one, bit
+        for bit; observers get the run as a :class:`~repro.trace.StepRun` (``schedule_wall_s``: the policy's
+        planning of the first step). Returns the end of the last step run."""
         s, ids_ = self.s, plan.decode_ids
         n = int(ids_.size)
         if (not n or plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size
@@ -276,115 +282,286 @@ class Replica:
         elif plan.draft_sync:
             return None
         bs = self.kv.block_size
-        blocks = s.kv_blocks[ids_]
-        if ((gen < 1) | (ctx != s.prompt_len[ids_] + gen - 1) | ((ctx + (bs - 1)) // bs != blocks)).any():
+        held = s.kv_blocks[ids_]
+        if ((gen < 1) | (ctx != s.prompt_len[ids_] + gen - 1) | ((ctx + (bs - 1)) // bs != held)).any():
             return None
-        out_len = s.output_len[ids_]
-        remaining = out_len - gen
+        remaining = s.output_len[ids_] - gen
         # past a finish the run goes on with the others where the policy plans just that (nothing can be admitted)
         onward = self.policy.keeps_plan_after_finish and not self.observers and not s.waiting and not s.swapped
-        # how many steps to look at: until the first (onward: the last) request must have finished, within the step
-        # budget and about as many as fit before ``until`` at the last run's step duration
-        steps = int(remaining.max() if onward else remaining.min())
+        admits = self.policy.admits if onward and arrivals is not None and budget is None else None
+        # how many steps to score ahead: until the first (onward: the last) request must have finished, within the
+        # step budget and about as many as fit before ``until`` at the last run's step duration; through arrivals,
+        # a fixed horizon, scored again as the run reaches its end
+        horizon = int(remaining.max() if onward else remaining.min())
         if budget is not None:
-            steps = min(steps, budget)
-        if until < math.inf and self._run_step_s > 0.0:
-            steps = min(steps, int((until - now) / self._run_step_s) + 2)
-        steps = max(1, min(steps, _RUN_AHEAD_MAX))
-        if k:
-            run = self.oracle.chain_run(ids_, gen, k, steps, prop, end=out_len + k)
-            if run is None:
-                return None
-            accepted, matched = run
-            ahead = np.zeros((steps + 1, n), dtype=np.int64)
-            np.add.accumulate(accepted + 1, axis=0, out=ahead[1:])
-            done = ahead[1:] >= remaining  # the step that finishes a request, and those after it
-            last = np.where(done.any(axis=0), done.argmax(axis=0), steps)  # each request's last step (steps: none)
-        else:
-            ahead = np.arange(steps + 1, dtype=np.int64)[:, None]
-            last = remaining - 1
-        steps = min(steps, int(last.max() if onward else last.min()) + 1)
-        ahead = np.minimum(ahead[:steps + 1], remaining)  # the finishing step emits what is left
-        ctxs = ctx + ahead[:steps]  # each step's contexts (steps × requests)
-        alive = None if int(last.min()) >= steps - 1 else np.arange(steps)[:, None] <= last  # who is in each step
-        # KV: the step's requests must fit 1 + k more tokens each in what is not used by others
-        need = (ctxs + (k + bs)) // bs
-        if alive is not None:
-            need *= alive
-        fits = self.kv.used - int(blocks.sum()) + need.sum(axis=1) <= self.kv.total
-        if not fits[0]:
-            return None  # the plan's own step does not fit: the step-by-step path reports it
-        if not fits.all():
-            steps = int(fits.argmin())
-        # the steps' times, a stretch of steps with the same requests at a time
-        if alive is not None and int(last.min()) >= steps - 1:
-            alive = None  # (KV cut the run before anyone left it)
-        cuts = [0, *sorted({j + 1 for j in last.tolist() if j < steps - 1}), steps]
-        verify, draft = np.empty(steps), np.zeros(steps)
+            horizon = min(horizon, budget)
+        if admits is not None:
+            horizon = min(horizon, _RUN_HORIZON)
+        elif until < math.inf and self._run_step_s > 0.0:
+            horizon = min(horizon, int((until - now) / self._run_step_s) + 2)
+        horizon = max(1, min(horizon, _RUN_AHEAD_MAX))
+        base = arrivals.next if arrivals is not None else 0  # arrival i is column n + i - base
+        # the run's requests: the plan's, then those it admits
+        cols = _Columns(s, ids_, gen, ctx, remaining, k, now, base,
+                        min(arrivals.n - base, _ADMIT_CAP) if admits is not None and arrivals is not None else 0)
+        kv_total = self.kv.total
+        other = self.kv.used - int(held.sum())  # blocks of requests outside the run (none where it admits)
+        nxt = until  # the next arrival
+        members = np.arange(n)  # the columns in the batch, in the running order
+        a = 0  # the run's decode steps so far
+        t = now  # the clock: the end of the last step run
+        prefills = 0
+        ends: list[np.ndarray] = []
+        drafts: list[np.ndarray] = []
+        verifies: list[np.ndarray] = []
         overhead_s = 0.0
-        for a, b in itertools.pairwise(cuts):
-            sub = ctxs[a:b] if alive is None or alive[a].all() else np.ascontiguousarray(ctxs[a:b][:, alive[a]])
-            verify[a:b], overhead_s = verify_run_s(self.cost, k, sub)
+        step_s = self._run_step_s  # the mean step of the last stretch (sizes the next segment)
+        waiting_start = False  # requests admitted whose first step has not started yet
+        while True:
+            if nxt <= t:  # an arrival is due before the next step
+                if admits is None or arrivals is None or (limit is not None and t > limit):
+                    break
+                m_new = self._admit_in_run(admits, arrivals, t, cols, members, a, other, kv_total, prop)
+                if m_new is None:
+                    break  # not everyone waiting fits: the policy plans the next step
+                t, joined, synced = m_new
+                prefills += 1
+                nxt = arrivals.time()
+                if joined.size:
+                    cols.join(joined, a)
+                    members = np.concatenate([members, joined])
+                    waiting_start = True
+                if not synced:
+                    break  # a draft cache the prefill did not fill: the policy plans the catch-up
+                continue
+            if (limit is not None and t > limit) or not members.size or (budget is not None and a >= budget):
+                break
+            # a segment of the run: stretches of steps with the same requests one after the other (a request leaves
+            # after its finishing step), as far as every request's steps are scored (past a finish only onward),
+            # priced at once, then cut at the next arrival
+            fin = cols.fin[members]
+            open_ = fin == _NEVER  # finish not scored yet
+            seg_end = int(cols.end[members].min())
+            if onward:
+                seg_end = int(cols.end[members[open_]].min()) if open_.any() else int(fin.max()) + 1
+            if seg_end <= a:  # some request's steps are not scored yet: score them (and the next arrivals) ahead
+                low = members[open_ & (cols.first[members] + cols.avail[members] - a < max(1, horizon // 2))]
+                if admits is not None and arrivals is not None:
+                    upto = min(cols.count + _ADMIT_AHEAD, n + arrivals.n - base)
+                    if upto > cols.count:
+                        low = np.concatenate([low, cols.expect(np.arange(base + cols.count - n, base + upto - n))])
+                scored = cols.score(self.oracle, prop, low, horizon)
+                if scored is None and a == 0 and not prefills:
+                    return None  # a stream without chain runs: the step-by-step path
+                if not scored:
+                    break  # (as far as the run's arrays reach)
+                continue
+            if waiting_start:  # those admitted since the last step start with this one
+                cols.start_at[members[cols.first[members] == a]] = t
+                waiting_start = False
+            if budget is not None:
+                seg_end = min(seg_end, budget)
+            seg_end = min(seg_end, a + _RUN_AHEAD_MAX)
+            if nxt < math.inf and step_s > 0.0:  # about as many steps as fit before the next arrival
+                seg_end = min(seg_end, a + int((nxt - t) / step_s) + 2)
+            # its stretches: a request that finishes at step f leaves after it
+            bounds = [a, *sorted({f + 1 for f in fin[(fin >= a) & (fin < seg_end - 1)].tolist()}), seg_end]
+            blocks: list[np.ndarray] = []
+            sizes: list[int] = []
+            full = False  # the segment ends where KV runs out
+            for s0, s1 in itertools.pairwise(bounds):
+                m = members if s0 == a else members[fin >= s0]
+                ctxs = cols.contexts(m, s0, s1 - s0)
+                # KV: the step's requests must fit 1 + k more tokens each in what is not used by others (contexts
+                # only grow within a stretch: if its last step fits, every step does)
+                if other + int(((ctxs[-1] + (k + bs)) // bs).sum()) > kv_total:
+                    fits = other + ((ctxs + (k + bs)) // bs).sum(axis=1) <= kv_total
+                    cut = int(fits.argmin())
+                    if cut:
+                        blocks.append(ctxs[:cut])
+                        sizes.append(m.size)
+                    full = True
+                    break
+                blocks.append(ctxs)
+                sizes.append(m.size)
+            if not blocks:
+                if a == 0 and not prefills:
+                    return None  # the plan's own step does not fit: the step-by-step path reports it
+                break
+            lengths = [b.shape[0] for b in blocks]
+            length = sum(lengths)
+            verify, overheads = verify_runs_s(self.cost, k, blocks)
+            overhead_s = overheads[0]
             if k:
-                draft[a:b] = self.coster.draft_run_s(prop, sub.shape[1], k, sub.sum(axis=1).astype(np.float64))
-        if k:
-            seq = np.empty(2 * steps + 1)
-            seq[1::2], seq[2::2] = draft, verify
+                csum = (blocks[0].sum(axis=1) if len(blocks) == 1
+                        else np.concatenate([b.sum(axis=1) for b in blocks])).astype(np.float64)
+                draft = self.coster.draft_runs_s(prop, k, sizes, csum, lengths)
+                seq = np.empty(2 * length + 1)
+                seq[1::2], seq[2::2] = draft, verify
+            else:
+                draft = np.zeros(length)
+                seq = np.empty(length + 1)
+                seq[1:] = verify
+            seq[0] = t
+            times = np.add.accumulate(seq)  # the start, + drafting, + verification, step after step
+            end_at = times[2::2] if k else times[1:]
+            # the steps that start before ``nxt`` (the first does) and by ``limit``: step i > 0 starts at end_at[i - 1]
+            run = int(np.searchsorted(end_at[:-1], nxt)) + 1
+            if limit is not None:
+                run = min(run, int(np.searchsorted(end_at[:-1], limit, side="right")) + 1)
+            ends.append(end_at[:run])
+            drafts.append(draft[:run])
+            verifies.append(verify[:run])
+            step_s = (float(end_at[run - 1]) - t) / run
+            a += run
+            t = float(end_at[run - 1])
+            done = fin < a  # finished within
+            if done.any():
+                members = members[~done]
+                if not onward:
+                    break
+            if full and run == length:
+                break  # the next step's KV does not fit: the policy preempts
+        return self._close_run(plan, prop, k, cols, now, t, a, prefills, other, ends, drafts, verifies,
+                               overhead_s, schedule_wall_s)
+
+    def _admit_in_run(self, admits: WholePromptAdmission, arrivals: ArrivalFeed, t: float, cols: _Columns,
+                      members: np.ndarray, a: int, other: int, kv_total: int,
+                      prop: Proposer) -> tuple[float, np.ndarray, bool] | None:
+        """Inside a run, at the step boundary ``t``: admit the arrivals due by then if every one fits the policy's rule
+        (with the run's KV as it stands after ``a`` steps), and run their prefill step (:meth:`_execute`, the very
+        plan the policy would make). Returns the step's end, the columns of the admitted requests that go on to
+        decode, and whether they can (their state as expected, draft caches in step); ``None`` (nothing done)
+        where not every one fits."""
+        s, bs = self.s, self.kv.block_size
+        first, last = arrivals.next, arrivals.due(t)
+        need = s.prompt_len[first:last] + s.num_generated[first:last]
+        used = other + int(((cols.contexts(members, a, 1)[0] + (bs - 1)) // bs).sum()) if members.size else other
+        fit = whole_prompts_that_fit(need.tolist(), token_budget=admits.max_num_batched_tokens,
+                                     max_new_seqs=admits.max_num_seqs - members.size,
+                                     free_blocks=kv_total - used - int(admits.watermark * kv_total), block_size=bs)
+        if fit < last - first:
+            return None
+        arrivals.next = last
+        self.kv.used = used  # the run's blocks as they stand (its requests' own counts are written at its end)
+        pids = np.arange(first, last, dtype=np.int64)
+        end_at, fin = self._prefill(pids, need, admits, t)
+        self.num_steps += 1
+        if fin.size:
+            pids = pids[s.status[pids] != _FINISHED]
+        if not pids.size:
+            return end_at, _NO_INT, True
+        c = cols.n0 + pids - cols.base
+        new = c >= cols.count
+        if new.any():
+            cols.expect(pids[new])
+        gen = s.num_generated[pids]
+        ok = ((cols.gen0[c] == gen) & (cols.ctx0[c] == s.num_computed[pids])
+              & (cols.rem[c] == s.output_len[pids] - gen)).all()
+        if cols.k and prop.keeps_kv:
+            ok = ok and bool((s.num_draft_computed[pids] == s.num_computed[pids]).all())
+        return end_at, c, bool(ok)
+
+    def _prefill(self, pids: np.ndarray, tokens: np.ndarray, admits: WholePromptAdmission,
+                 now: float) -> tuple[float, np.ndarray]:
+        """:meth:`_execute` of the prefill-only step a policy that :attr:`~repro.policy.Policy.admits` plans for
+        arrivals ``pids`` (whole prompts of ``tokens``, nothing cached yet), as a run admits them: the same terms
+        in the same order, without the checks such a plan passes. Returns the step's end and the requests it
+        finished."""
+        s = self.s
+        plan = StepPlan(proposer=admits.proposer, draft_sync=admits.draft_sync)  # (the drafting reads only these)
+        prop = self._resolve(plan.proposer)
+        s.status[pids] = _RUNNING  # admission (they were never put in the waiting queue)
+        s.running.extend(pids.tolist())
+        self.kv.allocate(pids, tokens)
+        pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # (nothing cached: 0 + ...)
+        pre = PrefillBatch(pids, tokens, pairs, np.ones(pids.size, dtype=bool), 0.0)
+        num_tokens, num_seqs = int(tokens.sum()), int(pids.size)
+        if not plan.draft_sync:
+            draft_s = 0.0
+        elif prop.which is not None and prop.keeps_kv and (self.draft_resident or not prop.resident):
+            # draft_s: the draft's pass over the prompts, its host time for no speculating request
+            draft_s = prop.host_s(0) + (0.0 + prop.cost.forward_s(num_tokens, num_seqs, 0.0, 0.0 + pairs, num_seqs,
+                                                                  pairs == 0.0, which=prop.which))
         else:
-            seq = np.empty(steps + 1)
-            seq[1:] = verify
-        seq[0] = now
-        times = np.add.accumulate(seq)  # the start, + drafting, + verification, step after step
-        ends = times[2::2] if k else times[1:]
-        ok = ends[:-1] < until  # the start of every step after the first (the first starts before ``until``)
-        if limit is not None:
-            ok &= ends[:-1] <= limit
-        if not ok.all():
-            steps = int(ok.argmin()) + 1
-        # apply the run's steps: request i is in steps 0..min(last_i, steps - 1)
-        took = np.minimum(last + 1, steps)  # steps each request was in
-        work = np.zeros((n, steps + 1))
-        work[:, 0] = s.service_s[ids_]
-        work[:, 1:] = draft[:steps] + verify[:steps]
-        if alive is not None:
-            work[:, 1:] *= alive[:steps].T  # + 0.0 for a step a request was not in leaves its sum unchanged
-        s.service_s[ids_] = np.add.accumulate(work, axis=1)[:, -1]
-        advance = ahead[took, np.arange(n)]
-        new_computed = ctx + advance
-        s.num_generated[ids_] = gen + advance
-        s.num_computed[ids_] = new_computed
+            draft_s = self.coster.draft_s(prop, plan, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, pids, tokens,
+                                          draft_resident=self.draft_resident)
+        # verify_pass and forward's total: the prompts read nothing cached, the LM head scores their last tokens
+        verify_s = self.cost.forward_s(num_tokens, num_seqs, 0.0 + 0.0, pairs, num_seqs, False, 0.0) + 0.0
+        draft_s += plan.host_s
+        end_at = now + 0.0 + draft_s + verify_s  # (no memory actions: + 0.0, as the step charges them)
+        end_at += 0.0  # (nothing sent)
+        s.service_s[pids] += draft_s + verify_s
+        fin = self._apply_prefill(plan, prop, pre, end_at)
+        if fin.size:
+            self._finish(fin, end_at)
+        self.kv.check()
+        return end_at, fin
+
+    def _close_run(self, plan: StepPlan, prop: Proposer, k: int, cols: _Columns, now: float, end: float, steps: int,
+                   prefills: int, other: int, ends: list[np.ndarray],
+                   drafts: list[np.ndarray], verifies: list[np.ndarray], overhead_s: float,
+                   schedule_wall_s: float) -> float:
+        """Write a run's ``steps`` decode steps into the request state (its prefill steps are already applied):
+        each request's tokens, KV, counters and times, its service summed step by step, the finishes in step order;
+        tell observers. Returns ``end``."""
+        s, bs = self.s, self.kv.block_size
+        c = np.flatnonzero(cols.first[:cols.count] >= 0)  # every column that joined the batch
+        first = cols.first[c]
+        took = np.minimum(cols.last[c] + 1, steps - first)  # steps each request was in
+        adv = cols.advance(c, took)
+        rids = cols.rid[c]
+        new_computed = cols.ctx0[c] + adv
+        s.num_generated[rids] = cols.gen0[c] + adv
+        s.num_computed[rids] = new_computed
         new_blocks = (new_computed + (bs - 1)) // bs
-        self.kv.used += int((new_blocks - blocks).sum())
-        s.kv_blocks[ids_] = new_blocks
+        s.kv_blocks[rids] = new_blocks
+        self.kv.used = other + int(new_blocks.sum())
+        end_at = ends[0] if len(ends) == 1 else np.concatenate(ends)
+        draft = drafts[0] if len(drafts) == 1 else np.concatenate(drafts)
+        verify = verifies[0] if len(verifies) == 1 else np.concatenate(verifies)
+        if not (took > 0).all():  # admitted at the run's last boundary: only their prefill ran
+            c, first, took, adv, rids = c[took > 0], first[took > 0], took[took > 0], adv[took > 0], rids[took > 0]
+        # each request's service: what it had, + each of its steps' seconds in turn (+ 0.0 past its last: the same)
+        span = int(took.max())
+        j = _AR_RUN[:span] if span <= _RUN_AHEAD_MAX else np.arange(span)
+        work = np.empty((c.size, span + 1))
+        work[:, 0] = s.service_s[rids]
+        work[:, 1:] = (draft + verify)[np.minimum(first[:, None] + j, steps - 1)]
+        work[:, 1:] *= j < took[:, None]
+        s.service_s[rids] = np.add.accumulate(work, axis=1)[:, -1]
         if k:
-            if alive is not None:
-                accepted, matched = accepted[:steps] * alive[:steps], matched[:steps] * alive[:steps]
+            acc, mat = cols.acc[c, took], cols.mat[c, took]
             if prop.keeps_kv:
-                s.num_draft_computed[ids_] = new_computed
-            s.num_proposed[ids_] += k * took
-            s.num_accepted[ids_] += accepted[:steps].sum(axis=0)
-            s.num_matched[ids_] += matched[:steps].sum(axis=0)
-            s.num_spec_steps[ids_] += took
-        s.num_decode_steps[ids_] += took
-        fresh = ids_[np.isnan(s.first_decode_at[ids_])]
-        s.first_decode_at[fresh] = now  # their first step after the first token is the run's first
-        s.last_token_at[ids_] = ends[took - 1]
-        fin = advance == remaining
-        if fin.any():
-            for j in sorted(set(last[fin].tolist())):  # in step order
-                self._finish(ids_[fin & (last == j)], float(ends[j]))
+                s.num_draft_computed[rids] = cols.ctx0[c] + adv
+            s.num_proposed[rids] += k * took
+            s.num_accepted[rids] += acc
+            s.num_matched[rids] += mat
+            s.num_spec_steps[rids] += took
+        s.num_decode_steps[rids] += took
+        fresh = np.isnan(s.first_decode_at[rids])
+        s.first_decode_at[rids[fresh]] = cols.start_at[c[fresh]]  # its first step after the first token
+        s.last_token_at[rids] = end_at[first + took - 1]
+        fin = adv == cols.rem[c]
+        if fin.any():  # each at the end of its finishing step
+            self._finish(rids[fin], end_at[(first + cols.last[c])[fin]])
         self.kv.check()
         self.num_steps += steps
-        end = float(ends[steps - 1])
-        self._run_step_s = (end - now) / steps
+        self._run_step_s = (end - now) / (steps + prefills)
         self._sync_view()
         if self.observers:  # (a run with observers stops at its first finish: every step has the same requests)
-            accepted_sum = accepted[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64)
-            trace = StepRun(self.index, plan, np.concatenate([[now], ends[:steps - 1]]), ends[:steps], draft[:steps],
-                            verify[:steps], (ahead[1:steps + 1] - ahead[:steps]).sum(axis=1) if k
-                            else np.full(steps, n), np.full(steps, n * k), accepted_sum,
-                            matched[:steps].sum(axis=1) if k else np.zeros(steps, dtype=np.int64), n, n * k + n,
-                            overhead_s, float(k), schedule_wall_s)
+            c = np.arange(cols.count)
+            n = c.size
+            if k:
+                emitted = (cols.ahead[c, 1:steps + 1] - cols.ahead[c, :steps]).sum(axis=0)
+                accepted = (cols.acc[c, 1:steps + 1] - cols.acc[c, :steps]).sum(axis=0)
+                matched = (cols.mat[c, 1:steps + 1] - cols.mat[c, :steps]).sum(axis=0)
+            else:
+                emitted = np.full(steps, n)
+                accepted = matched = np.zeros(steps, dtype=np.int64)
+            start_at = np.concatenate([[now], end_at[:-1]])  # (no prefill steps in between: nothing admitted)
+            trace = StepRun(self.index, plan, start_at, end_at, draft, verify, emitted, np.full(steps, n * k),
+                            accepted, matched, n, n * k + n, overhead_s, float(k), schedule_wall_s)
             for obs in self.observers:
                 obs.on_run(trace)  # type: ignore[attr-defined]
         return end
@@ -628,7 +805,8 @@ class Replica:
         if (self._mark[both] != pos).any():
             raise PlanError("a request appears twice in one step")
 
-    def _finish(self, rids: np.ndarray, at: float) -> None:
+    def _finish(self, rids: np.ndarray, at: float | np.ndarray) -> None:
+        """Requests ``rids`` finish at ``at`` (one time, or each its own): their KV and oracle draws are freed."""
         s = self.s
         s.status[rids] = _FINISHED
         s.finish_at[rids] = at
@@ -729,9 +907,150 @@ class Replica:
             self.draft_resident = True
             self._sync_view()
 
-_RUN_AHEAD_MAX = 2048  # repetitions of a step looked at in one fast-forward (bounds its arrays)
+_RUN_AHEAD_MAX = 2048  # a request's steps scored in one fast-forward (bounds its arrays)
+_AR_RUN = np.arange(_RUN_AHEAD_MAX + 1, dtype=np.int64)
+_RUN_HORIZON = 256  # steps scored ahead at a time in a run that goes on through arrivals
+_ADMIT_AHEAD = 32  # arrivals scored ahead with the run's requests (the next chain_run call brings more)
+_ADMIT_CAP = 256  # columns set aside at first for the requests a run admits (it grows past them if need be)
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
+_NO_DECODE = DecodeBatch(_NO_INT, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, None)
+
+
+class ArrivalFeed:
+    """The run's arrivals as the engine hands them to a replica whose runs go on through them: their times and the
+    next one not yet arrived (a replica that admits some moves it on)."""
+
+    def __init__(self, times: np.ndarray) -> None:
+        self.times = times
+        self.n = int(times.size)
+        self.next = 0
+
+    def time(self) -> float:
+        """When the next request arrives (infinity: none left)."""
+        return float(self.times[self.next]) if self.next < self.n else math.inf
+
+    def due(self, t: float) -> int:
+        """One past the last request that has arrived by ``t``."""
+        return int(np.searchsorted(self.times, t, side="right"))
+
+
+_NEVER = 1 << 40  # a request's last step while its finish is not scored yet
+
+
+class _Columns:
+    """The requests of a fast-forwarded run, a column each: the plan's, then those the run admits (arrival ``i`` is
+    column ``n + i - base``, allocated ahead of its arrival to score it with others). Per column: its id, its tokens
+    generated and context at its first step in the run, what it has left to emit, the run's step at which it joined
+    (-1: not yet) and, scored ahead by the oracle, after its own ``t`` steps its advance ``ahead[t]`` (at most what it
+    had left), the draft tokens accepted ``acc[t]`` and matched ``mat[t]`` (``k`` > 0); ``avail`` of its steps are
+    scored, and ``last`` is its finishing step once scored."""
+
+    def __init__(self, s: RequestState, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray,
+                 k: int, now: float, base: int, expected: int = 0) -> None:
+        self.s, self.k, self.count = s, k, 0
+        self.n0, self.base = int(rids.size), base
+        self.rid = self.gen0 = self.ctx0 = self.rem = _NO_INT
+        self.first = self.last = self.avail = self.end = self.fin = _NO_INT
+        self.start_at = np.zeros(0)
+        self.ahead = self.acc = self.mat = np.zeros((0, _RUN_AHEAD_MAX + 1), dtype=np.int64)
+        self._grow(rids.size + max(expected, 16))
+        self._set(np.arange(rids.size), rids, gen, ctx, rem)
+        self.join(np.arange(rids.size), 0)
+        self.start_at[:rids.size] = now
+
+    def _grow(self, cap: int) -> None:
+        old = self.rid.size
+        if cap <= old:
+            return
+        for name, fill in (("rid", 0), ("gen0", 0), ("ctx0", 0), ("rem", 0), ("first", -1), ("last", _NEVER),
+                           ("avail", 0), ("end", 0), ("fin", _NEVER), ("start_at", 0.0)):
+            arr = np.full(cap, fill, dtype=np.float64 if name == "start_at" else np.int64)
+            arr[:old] = getattr(self, name)
+            setattr(self, name, arr)
+        if self.k:
+            for name in ("ahead", "acc", "mat"):
+                arr = np.empty((cap, _RUN_AHEAD_MAX + 1), dtype=np.int64)  # a request's steps side by side
+                arr[:old] = getattr(self, name)
+                arr[old:, 0] = 0
+                setattr(self, name, arr)
+
+    def _set(self, c: np.ndarray, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray) -> None:
+        self.rid[c], self.gen0[c], self.ctx0[c], self.rem[c] = rids, gen, ctx, rem
+        if not self.k:  # one token a step: nothing to score
+            self.last[c] = rem - 1
+            self.avail[c] = _NEVER
+        self.count = max(self.count, int(c.max()) + 1)
+
+    def expect(self, rids: np.ndarray) -> np.ndarray:
+        """Columns for arriving requests ``rids``, as their prefill will leave them (their first token sampled, their
+        prompt cached); returns them."""
+        c = self.n0 + rids - self.base
+        if int(c.max()) >= self.rid.size:
+            self._grow(max(int(c.max()) + 1, 2 * self.rid.size))
+        s = self.s
+        self._set(c, rids, np.ones(rids.size, dtype=np.int64), s.prompt_len[rids], s.output_len[rids] - 1)
+        return c
+
+    def join(self, c: np.ndarray, a: int) -> None:
+        """Columns ``c`` join the batch at the run's step ``a`` (``start_at``: when that step starts)."""
+        self.first[c] = a
+        self._bounds(c)
+
+    def _bounds(self, c: np.ndarray) -> None:
+        """For columns ``c`` (in the batch): ``end``, one past the last of the run's steps they can say anything
+        about (their finishing step, or the last scored), and ``fin``, the run's step at which they finish (once
+        scored)."""
+        if c.size == 1:
+            i = int(c[0])
+            first, last = int(self.first[i]), int(self.last[i])
+            self.end[i] = first + min(int(self.avail[i]), last + 1)
+            self.fin[i] = first + last if last < _NEVER else _NEVER
+            return
+        first, last = self.first[c], self.last[c]
+        self.end[c] = first + np.minimum(self.avail[c], last + 1)
+        self.fin[c] = np.where(last < _NEVER, first + last, _NEVER)
+
+    def contexts(self, members: np.ndarray, a: int, length: int) -> np.ndarray:
+        """The members' contexts in the run's steps ``a`` .. ``a + length - 1`` (steps × members)."""
+        rows = (a - self.first[members]) + _AR_RUN[:length, None]
+        off = self.ahead[members, rows] if self.k else np.minimum(rows, self.rem[members])
+        return self.ctx0[members] + off
+
+    def advance(self, c: np.ndarray, took: np.ndarray) -> np.ndarray:
+        """What columns ``c`` advanced in their first ``took`` steps."""
+        return self.ahead[c, took] if self.k else np.minimum(took, self.rem[c])
+
+    def score(self, oracle: TokenOracle, prop: Proposer, c: np.ndarray, horizon: int) -> bool | None:
+        """Score the next ``horizon`` steps of columns ``c`` (:meth:`~repro.oracle.TokenOracle.chain_run`), each
+        from where its scored steps end; False where the run's arrays end first, None for a stream without chain
+        runs."""
+        t0 = self.avail[c]
+        ahead0 = self.ahead[c, t0]
+        # (a request with r tokens left finishes within r steps)
+        h = min(horizon, _RUN_AHEAD_MAX - int(t0.max()), int((self.rem[c] - ahead0).max()))
+        if h <= 0:
+            return False
+        run = oracle.chain_run(self.rid[c], self.gen0[c] + ahead0, self.k, h, prop,
+                               end=self.s.output_len[self.rid[c]] + self.k)
+        if run is None:
+            return None
+        accepted, matched = run
+        rows = t0 + _AR_RUN[1:h + 1, None]
+        rem = self.rem[c]
+        ahead = np.minimum(ahead0 + np.add.accumulate(accepted + 1, axis=0), rem)  # the last step emits what is left
+        self.ahead[c, rows] = ahead
+        self.acc[c, rows] = self.acc[c, t0] + np.add.accumulate(accepted, axis=0)
+        self.mat[c, rows] = self.mat[c, t0] + np.add.accumulate(matched, axis=0)
+        done = ahead == rem
+        ends = done.any(axis=0)
+        if ends.any():
+            self.last[c[ends]] = t0[ends] + done[:, ends].argmax(axis=0)
+        self.avail[c] = t0 + h
+        joined = c[self.first[c] >= 0]
+        if joined.size:
+            self._bounds(joined)
+        return True
 
 
 def _check_tree(t: TreeSpec, rid: int, pos: int) -> None:
@@ -806,43 +1125,48 @@ class Engine:
         self.replica_of = np.zeros(self.arrival_s.size, dtype=np.int64)
 
     def run(self) -> SimOutput:
-        heap: list[tuple[float, int, int, int]] = []
+        heap: list[tuple[float, int, int]] = []  # the replicas' next steps: (time, seq, replica)
         seq = itertools.count()
         arrivals = self.arrival_s
         n = int(arrivals.size)
+        feed = ArrivalFeed(arrivals)  # arrivals come first at a time; a replica may admit some inside its runs
         reps = self.replicas
         views = [r.view for r in reps]
-        if n:
-            heapq.heappush(heap, (float(arrivals[0]), _ARRIVAL, next(seq), 0))
-        upcoming = float(arrivals[0]) if n else math.inf  # the next arrival: fast-forwarded steps stop before it
+        through = feed if not self.multi and self.max_steps is None else None
         now = 0.0
         limit = self.max_sim_time_s
         idle_steps = 0
         stopped = False
-        while heap:
-            t, kind, _, idx = heapq.heappop(heap)
+        while True:
+            upcoming = float(arrivals[feed.next]) if feed.next < n else math.inf
+            if heap and heap[0][0] < upcoming:
+                t, _, idx = heapq.heappop(heap)
+                kind = _STEP
+            elif feed.next < n:
+                t, kind, idx = upcoming, _ARRIVAL, feed.next
+                feed.next += 1
+                upcoming = float(arrivals[feed.next]) if feed.next < n else math.inf
+            else:
+                break
             if t < now:
                 raise SimulationError(f"time went backwards: {t} < {now}")
             if limit is not None and t > limit:
-                now = limit
+                now, stopped = limit, True
                 break
             now = t
             if kind == _ARRIVAL:
                 rep = reps[self.policy.route(idx, int(reps[0].s.slo_class[idx]), views)] if self.multi else reps[0]
                 self.replica_of[idx] = rep.index
                 rep.admit(idx)
-                upcoming = float(arrivals[idx + 1]) if idx + 1 < n else math.inf
-                if idx + 1 < n:
-                    heapq.heappush(heap, (upcoming, _ARRIVAL, next(seq), idx + 1))
                 if not rep.busy:
                     rep.busy = True
-                    heapq.heappush(heap, (now, _STEP, next(seq), rep.index))
+                    heapq.heappush(heap, (now, next(seq), rep.index))
             else:
                 rep = reps[idx]
                 if self.max_steps is not None and rep.num_steps >= self.max_steps:
                     stopped = True  # the run's step budget (GoodSpeed's rounds): this replica stops here
                     continue
-                end = rep.step(now, upcoming, limit, self.max_steps)
+                end = rep.step(now, upcoming, limit, self.max_steps, through)
                 if end is None:
                     rep.busy = False
                 else:
@@ -850,14 +1174,13 @@ class Engine:
                     idle_steps = idle_steps + 1 if end <= now else 0
                     if idle_steps > 1000:
                         raise SimulationError(f"replica {idx} keeps planning steps that take no time")
-                    heapq.heappush(heap, (end, _STEP, next(seq), idx))
-        else:
-            stuck = [] if stopped else [r.index for r in reps if r.has_work()]
-            if stuck:
-                r = reps[stuck[0]]
-                raise SimulationError(
-                    f"{type(r.policy).__name__} idled with {len(r.s.waiting)} waiting, {len(r.s.running)} running and "
-                    f"{len(r.s.swapped)} swapped requests and nothing left to happen")
+                    heapq.heappush(heap, (end, next(seq), idx))
+        stuck = [] if stopped else [r.index for r in reps if r.has_work()]  # (stopped: by the time limit or budget)
+        if stuck:
+            r = reps[stuck[0]]
+            raise SimulationError(
+                f"{type(r.policy).__name__} idled with {len(r.s.waiting)} waiting, {len(r.s.running)} running and "
+                f"{len(r.s.swapped)} swapped requests and nothing left to happen")
         tracer = self.tracer
         return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
                          num_steps=sum(r.num_steps for r in reps),

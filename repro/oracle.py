@@ -253,8 +253,10 @@ class _ChunkStore:
         its ``last``; ``first <= last``): (requests, length). Where every request's window lies in one chunk (the
         common case), that chunk's slot is looked up once per request instead of once per position."""
         ar = _AR[:length] if length <= _AR.size else np.arange(length)
-        head = first >> self._shift
-        if not (head == last >> self._shift).all():
+        head, tail = first >> self._shift, last >> self._shift
+        if not (head == tail).all():
+            for d in range(int((tail - head).max()) + 1):  # each request's chunks, generated a column at a time
+                self._slots(rids, np.minimum(head + d, tail))
             return self.locate(rids[:, None], np.minimum(first[:, None] + ar, last[:, None]))
         base = (self._slots(rids, head) << self._shift) | (first & self._mask)
         return base[:, None] + np.minimum(ar, (last - first)[:, None])

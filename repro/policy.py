@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repro.plan import StepPlan, StepResult
+from repro.plan import ProposerName, StepPlan, StepResult
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel
@@ -35,6 +35,43 @@ class PolicyContext:
     rng: np.random.Generator
     proposers: Proposers | None = None
     replica: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WholePromptAdmission:
+    """How a policy admits the requests that arrive while its repeated decode step runs, where it admits as vLLM
+    v0's default scheduler does (``systems/lib.prefill_prioritized``): the waiting requests, first come first
+    served, that fit whole (:func:`whole_prompts_that_fit`: ``max_num_batched_tokens`` prompt tokens in the step,
+    ``max_num_seqs`` running, KV blocks left above ``watermark`` of the pool) run in a prefill-only step
+    ``StepPlan(prefill_ids=..., prefill_tokens=..., proposer=proposer, draft_sync=draft_sync)``."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    watermark: float
+    proposer: ProposerName = "draft"
+    draft_sync: bool = False
+
+
+def whole_prompts_that_fit(need: list[int], *, token_budget: int, max_new_seqs: int, free_blocks: int,
+                           block_size: int) -> int:
+    """How many of the waiting requests, in queue order, vLLM v0 admits whole: each request's ``need`` (its tokens
+    to prefill) must fit the token budget left and its blocks the free blocks left (the watermark already taken
+    off), at most ``max_new_seqs`` of them; the first that does not fit stops admission (head of line)."""
+    if max_new_seqs <= 0 or token_budget <= 0:
+        return 0
+    budget, blocks, taken = token_budget, free_blocks, 0
+    for n in need[:max_new_seqs]:
+        if n <= 0 or n > budget:
+            break
+        nb = -(-n // block_size)
+        if nb > blocks:
+            break
+        taken += 1
+        budget -= n
+        blocks -= nb
+        if budget <= 0 or blocks <= 0:
+            break
+    return taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +109,13 @@ class Policy:
     #: the batch). The engine's runs then go on past finishes. vLLM's, Sarathi-Serve's and SepPipe's schedulers,
     #: static speculation (unless it switches off by batch size) and the request-level FCFS and SJF orders set it.
     keeps_plan_after_finish: bool = False
+    #: with both promises above, a third: how the policy admits requests that arrive while its repeated step runs
+    #: (:class:`WholePromptAdmission`), and that once such a prefill step has admitted every waiting request, its
+    #: next plan is the repeated decode step again, over every running request (the new ones last) with the same
+    #: chain length, ``observe`` changing nothing for either. The engine's runs then go on through arrivals, pricing
+    #: each admission's prefill step in place. vLLM's scheduler and static speculation (unless it switches off by
+    #: batch size) declare it. None: runs stop before an arrival, and the policy plans its admission.
+    admits: WholePromptAdmission | None = None
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

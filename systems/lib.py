@@ -12,6 +12,7 @@ import numpy as np
 
 from repro.cost.step import decode_pass_s
 from repro.plan import PreemptMode, StepPlan, ids
+from repro.policy import whole_prompts_that_fit
 from repro.state import RUNNING as _RUNNING
 from repro.state import SWAPPED as _SWAPPED
 from repro.state import WAITING as _WAITING
@@ -61,17 +62,19 @@ def fcfs_admit(view: View, *, token_budget: int, max_new_seqs: int, free_blocks:
         return NO_ADMISSION
     bs = view.block_size
     need = pending_tokens(view, waiting[: max_new_seqs])
+    if not chunk:  # the rule the engine also applies to admissions inside its runs (Policy.admits)
+        n = whole_prompts_that_fit(need.tolist(), token_budget=token_budget, max_new_seqs=max_new_seqs,
+                                   free_blocks=free_blocks - watermark_blocks, block_size=bs)
+        return Admission(ids(waiting[:n].copy()), ids(need[:n].copy())) if n else NO_ADMISSION
     out_ids: list[int] = []
     out_tok: list[int] = []
     budget, blocks = token_budget, free_blocks - watermark_blocks
     for rid, n in zip(waiting[: max_new_seqs].tolist(), need.tolist(), strict=True):
-        take = min(n, budget) if chunk else n
-        if take <= 0 or (not chunk and n > budget):
+        take = min(n, budget)
+        if take <= 0:
             break
         nb = -(-take // bs)
-        if nb > blocks:
-            if not chunk:
-                break
+        if nb > blocks:  # the last prompt is cut to the blocks left
             take = blocks * bs
             if take <= 0:
                 break

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from repro.plan import IDLE, ProposerName, StepPlan
-from repro.policy import Policy
+from repro.policy import Policy, WholePromptAdmission
 from repro.state import View
 from systems.lib import prefill_prioritized
 
@@ -43,6 +43,9 @@ class StaticSD(Policy):
         # nothing waiting: the same decode step over whoever is left, unless k depends on the batch size
         self.keeps_plan_after_finish = disable_by_batch_size is None
         self.uses_draft_model = proposer == "draft"
+        # arrivals during a run: a prefill-only step over those that fit whole, then the decode step again
+        self.admits = None if disable_by_batch_size is not None else WholePromptAdmission(
+            max_num_seqs, max_num_batched_tokens, watermark, proposer, draft_sync=proposer == "draft")
 
     def schedule(self, view: View) -> StepPlan:
         adm, decode, preempt = prefill_prioritized(

@@ -15,7 +15,7 @@ Deviations:
 from __future__ import annotations
 
 from repro.plan import IDLE, StepPlan
-from repro.policy import Policy
+from repro.policy import Policy, WholePromptAdmission
 from repro.state import View
 from systems.lib import prefill_prioritized
 
@@ -29,6 +29,8 @@ class VLLM(Policy):
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
+        # arrivals during a run: a prefill-only step over those that fit whole, then the decode step again
+        self.admits = WholePromptAdmission(max_num_seqs, max_num_batched_tokens, watermark)
 
     def schedule(self, view: View) -> StepPlan:
         adm, decode, preempt = prefill_prioritized(

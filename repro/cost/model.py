@@ -32,6 +32,7 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -298,6 +299,41 @@ class CostModel:
         linear, lm_head, allreduce, overhead = fixed
         # kv_read_s and _parts' attention elementwise: with V_half > 0 a read of 0 tokens prices at exactly 0.0 as
         # kv_read_s has it, and the prefill pairs' + 0.0 leaves a non-negative sum unchanged
+        if c.v_half > 0.0:
+            read = _kv_bytes_s(c, kv * c.kv_bytes)
+        else:
+            with np.errstate(invalid="ignore"):
+                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
+        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
+        return linear + attention + lm_head + allreduce + overhead
+
+    def forward_s_blocks(self, shapes: Sequence[tuple[int, int, int, bool]], lengths: Sequence[int],
+                         kv_read_tokens: np.ndarray, query_pairs: np.ndarray | float = 0.0,
+                         which: Which = "target") -> np.ndarray:
+        """:meth:`forward_s_many` of consecutive blocks of passes along the last axis of ``kv_read_tokens``: block i,
+        ``lengths[i]`` long, has the shape ``shapes[i]`` = (num_tokens, num_seqs, lm_head_tokens, decode_only). Each
+        value equals ``forward_s_many``'s of its block, bit for bit (the same operations, elementwise)."""
+        if len(shapes) == 1:
+            tok, seqs, head, graphs = shapes[0]
+            return self.forward_s_many(tok, seqs, kv_read_tokens, query_pairs, head, graphs, which)
+        kv = np.asarray(kv_read_tokens, dtype=np.float64)
+        if self._profiles and which in self._profiles:
+            qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
+            cuts = np.cumsum(lengths)[:-1].tolist()
+            return np.concatenate([self.forward_s_many(tok, seqs, x, q, head, graphs, which)
+                                   for (tok, seqs, head, graphs), x, q in zip(
+                                       shapes, np.split(kv, cuts, axis=-1), np.split(qp, cuts, axis=-1), strict=True)],
+                                  axis=-1)
+        c = self._c(which)
+        parts = []
+        for tok, seqs, head, graphs in shapes:
+            key = (which, tok, seqs, head, graphs)
+            fixed = self._fixed_parts.get(key)
+            if fixed is None:
+                linear, _, lm_head, allreduce, overhead = _parts(c, tok, seqs, 0.0, 0.0, head, graphs, 0.0)
+                fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
+            parts.append(fixed)
+        linear, lm_head, allreduce, overhead = np.repeat(np.array(parts), lengths, axis=0).T
         if c.v_half > 0.0:
             read = _kv_bytes_s(c, kv * c.kv_bytes)
         else:

@@ -122,29 +122,50 @@ def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, 
     the same terms, summed in the same order (a row sum is numpy's sum of that row), priced by
     :meth:`~repro.cost.model.CostModel.forward_s_many`. Also returns the fixed costs inside each step's verification
     (the pass's ``overhead_s`` plus the host seconds, as a step trace records them), the same for every step."""
+    verify, overhead = verify_runs_s(cost, k, [ctx])
+    return verify, overhead[0]
+
+
+def verify_runs_s(cost: CostModel, k: int, blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, list[float]]:
+    """:func:`verify_run_s` of consecutive stretches of steps, each over its own requests (``blocks``: each
+    stretch's contexts, steps × requests): the stretches' values one after the other, and each stretch's fixed
+    costs."""
     profile = cost.engine
-    ctx = np.ascontiguousarray(ctx)  # a row sum of another layout may add in another order
-    n = ctx.shape[1]
     q = k + 1
-    n_spec = float(n) if k else 0.0
-    host = profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
-    dec_tokens = n * k + n
-    if profile.scorer == "batch_expansion" and n_spec:
-        expanded = float(n * q)
-        kv = (1.0 + k * profile.expand_reread) * ctx
-        kv_be = kv.sum(axis=1) + (n * q * (q + 1)) / 2.0
-        seqs, kv_read, qpairs = expanded, kv_be, kv_be  # (verify_pass adds the non-expanded requests' 0.0)
-        host += profile.expand_seq_s * expanded
-        qmax = 1.0
-    else:
-        seqs = float(n)
-        kv_read = ctx.sum(axis=1).astype(np.float64) + float(n * q)
-        qpairs = (q * (ctx + q)).sum(axis=1).astype(np.float64) if n_spec else kv_read
-        qmax = float(q)
-    graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
-        and dec_tokens <= profile.graph_max_tokens
-    return cost.forward_s_many(dec_tokens, int(seqs), kv_read, qpairs, dec_tokens, graphs) + host, \
-        cost.fixed_s(int(seqs), graphs) + host
+    shapes: list[tuple[int, int, int, bool]] = []
+    hosts: list[float] = []
+    overheads: list[float] = []
+    kv_reads: list[np.ndarray] = []
+    qpairs: list[np.ndarray] = []
+    for ctx in blocks:
+        ctx = np.ascontiguousarray(ctx)  # a row sum of another layout may add in another order
+        n = ctx.shape[1]
+        n_spec = float(n) if k else 0.0
+        host = profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
+        dec_tokens = n * k + n
+        if profile.scorer == "batch_expansion" and n_spec:
+            expanded = float(n * q)
+            kv_be = ((1.0 + k * profile.expand_reread) * ctx).sum(axis=1) + (n * q * (q + 1)) / 2.0
+            seqs, kv_read, qp = expanded, kv_be, kv_be  # (verify_pass adds the non-expanded requests' 0.0)
+            host += profile.expand_seq_s * expanded
+            qmax = 1.0
+        else:
+            seqs = float(n)
+            kv_read = ctx.sum(axis=1).astype(np.float64) + float(n * q)
+            qp = (q * (ctx + q)).sum(axis=1).astype(np.float64) if n_spec else kv_read
+            qmax = float(q)
+        graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
+            and dec_tokens <= profile.graph_max_tokens
+        shapes.append((dec_tokens, int(seqs), dec_tokens, graphs))
+        hosts.append(host)
+        overheads.append(cost.fixed_s(int(seqs), graphs) + host)
+        kv_reads.append(kv_read)
+        qpairs.append(qp)
+    if len(blocks) == 1:
+        return cost.forward_s_blocks(shapes, [], kv_reads[0], qpairs[0]) + hosts[0], overheads
+    lengths = [b.shape[0] for b in blocks]
+    return cost.forward_s_blocks(shapes, lengths, np.concatenate(kv_reads), np.concatenate(qpairs)) \
+        + np.repeat(hosts, lengths), overheads
 
 
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
@@ -203,15 +224,29 @@ class StepCoster:
         co-located model-based proposer ``prop``, whose cache (if it keeps one) holds every computed token (no
         catch-up) and with nothing else in the step; ``csum`` holds each step's total context. Each value equals
         ``draft_s`` of that step bit for bit (the same passes, accumulated in the same order)."""
+        return self.draft_runs_s(prop, k, [n], csum, [csum.size])
+
+    def draft_runs_s(self, prop: Proposer, k: int, ns: Sequence[int], csum: np.ndarray,
+                     lengths: Sequence[int]) -> np.ndarray:
+        """:meth:`draft_run_s` of consecutive stretches of steps, ``lengths[i]`` steps over ``ns[i]`` requests each
+        (``csum``: every step's total context, the stretches one after the other)."""
         which = prop.which
         if which is None or prop.remote or k <= 0:
             raise ValueError(f"draft_run_s: proposer {prop.name!r} with k={k} does not draft a model chain here")
         # pass j of k reads csum + j·n; every pass has n tokens, n sequences and scores n tokens (as draft_s charges)
-        passes = prop.cost.forward_s_many(n, n, csum + (np.arange(1, k + 1) * n)[:, None], 0.0, n, True, which)
+        if len(ns) == 1:
+            n = ns[0]
+            passes = prop.cost.forward_s_many(n, n, csum + (np.arange(1, k + 1) * n)[:, None], 0.0, n, True, which)
+            host: float | np.ndarray = prop.host_s(n)
+        else:
+            per_step = np.repeat(ns, lengths)
+            passes = prop.cost.forward_s_blocks([(n, n, n, True) for n in ns], lengths,
+                                                csum + np.arange(1, k + 1)[:, None] * per_step, 0.0, which)
+            host = np.repeat([prop.host_s(n) for n in ns], lengths)
         total = 0.0 + passes[0]
         for j in range(1, k):
             total = total + passes[j]
-        return prop.host_s(n) + total
+        return host + total
 
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                     spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
