@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_runs_s
+from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, decode_runs_s, verify_pass, verify_runs_s
 from repro.kv import KvPool
 from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
 from repro.policy import PolicyContext, whole_prompts_that_fit
@@ -317,21 +317,22 @@ class Replica:
         overhead_s = 0.0
         step_s = self._run_step_s  # the mean step of the last stretch (sizes the next segment)
         waiting_start = False  # requests admitted whose first step has not started yet
+        admission = _Admission(admits, self._resolve(admits.proposer), k, prop) if admits is not None else None
         while True:
             if nxt <= t:  # an arrival is due before the next step
-                if admits is None or arrivals is None or (limit is not None and t > limit):
+                if admission is None or arrivals is None or (limit is not None and t > limit):
                     break
-                m_new = self._admit_in_run(admits, arrivals, t, cols, members, a, other, kv_total, prop)
+                m_new = self._admit_in_run(admission, arrivals, t, cols, members, a, other, kv_total)
                 if m_new is None:
                     break  # not everyone waiting fits: the policy plans the next step
-                t, joined, synced = m_new
+                t, joined = m_new
                 prefills += 1
                 nxt = arrivals.time()
                 if joined.size:
                     cols.join(joined, a)
                     members = np.concatenate([members, joined])
                     waiting_start = True
-                if not synced:
+                if joined.size and not admission.in_step:
                     break  # a draft cache the prefill did not fill: the policy plans the catch-up
                 continue
             if (limit is not None and t > limit) or not members.size or (budget is not None and a >= budget):
@@ -367,7 +368,6 @@ class Replica:
             # its stretches: a request that finishes at step f leaves after it
             bounds = [a, *sorted({f + 1 for f in fin[(fin >= a) & (fin < seg_end - 1)].tolist()}), seg_end]
             blocks: list[np.ndarray] = []
-            sizes: list[int] = []
             full = False  # the segment ends where KV runs out
             for s0, s1 in itertools.pairwise(bounds):
                 m = members if s0 == a else members[fin >= s0]
@@ -379,29 +379,26 @@ class Replica:
                     cut = int(fits.argmin())
                     if cut:
                         blocks.append(ctxs[:cut])
-                        sizes.append(m.size)
                     full = True
                     break
                 blocks.append(ctxs)
-                sizes.append(m.size)
             if not blocks:
                 if a == 0 and not prefills:
                     return None  # the plan's own step does not fit: the step-by-step path reports it
                 break
-            lengths = [b.shape[0] for b in blocks]
-            length = sum(lengths)
-            verify, overheads = verify_runs_s(self.cost, k, blocks)
-            overhead_s = overheads[0]
+            length = sum(b.shape[0] for b in blocks)
             if k:
                 csum = (blocks[0].sum(axis=1) if len(blocks) == 1
                         else np.concatenate([b.sum(axis=1) for b in blocks])).astype(np.float64)
-                draft = self.coster.draft_runs_s(prop, k, sizes, csum, lengths)
+                draft, verify, overheads = decode_runs_s(self.cost, prop, k, blocks, csum)
                 seq = np.empty(2 * length + 1)
                 seq[1::2], seq[2::2] = draft, verify
             else:
+                verify, overheads = verify_runs_s(self.cost, k, blocks)
                 draft = np.zeros(length)
                 seq = np.empty(length + 1)
                 seq[1:] = verify
+            overhead_s = overheads[0]
             seq[0] = t
             times = np.add.accumulate(seq)  # the start, + drafting, + verification, step after step
             end_at = times[2::2] if k else times[1:]
@@ -425,57 +422,45 @@ class Replica:
         return self._close_run(plan, prop, k, cols, now, t, a, prefills, other, ends, drafts, verifies,
                                overhead_s, schedule_wall_s)
 
-    def _admit_in_run(self, admits: WholePromptAdmission, arrivals: ArrivalFeed, t: float, cols: _Columns,
-                      members: np.ndarray, a: int, other: int, kv_total: int,
-                      prop: Proposer) -> tuple[float, np.ndarray, bool] | None:
+    def _admit_in_run(self, adm: _Admission, arrivals: ArrivalFeed, t: float, cols: _Columns, members: np.ndarray,
+                      a: int, other: int, kv_total: int) -> tuple[float, np.ndarray] | None:
         """Inside a run, at the step boundary ``t``: admit the arrivals due by then if every one fits the policy's rule
-        (with the run's KV as it stands after ``a`` steps), and run their prefill step (:meth:`_execute`, the very
-        plan the policy would make). Returns the step's end, the columns of the admitted requests that go on to
-        decode, and whether they can (their state as expected, draft caches in step); ``None`` (nothing done)
-        where not every one fits."""
-        s, bs = self.s, self.kv.block_size
+        (with the run's KV as it stands after ``a`` steps), and run their prefill step (:meth:`_prefill`, the very
+        plan the policy would make). Returns the step's end and the columns of the admitted requests that go on to
+        decode; ``None`` (nothing done) where not every one fits."""
+        s, bs, rule = self.s, self.kv.block_size, adm.rule
         first, last = arrivals.next, arrivals.due(t)
         need = s.prompt_len[first:last] + s.num_generated[first:last]
         used = other + int(((cols.contexts(members, a, 1)[0] + (bs - 1)) // bs).sum()) if members.size else other
-        fit = whole_prompts_that_fit(need.tolist(), token_budget=admits.max_num_batched_tokens,
-                                     max_new_seqs=admits.max_num_seqs - members.size,
-                                     free_blocks=kv_total - used - int(admits.watermark * kv_total), block_size=bs)
+        fit = whole_prompts_that_fit(need.tolist(), token_budget=rule.max_num_batched_tokens,
+                                     max_new_seqs=rule.max_num_seqs - members.size,
+                                     free_blocks=kv_total - used - int(rule.watermark * kv_total), block_size=bs)
         if fit < last - first:
             return None
         arrivals.next = last
         self.kv.used = used  # the run's blocks as they stand (its requests' own counts are written at its end)
         pids = np.arange(first, last, dtype=np.int64)
-        end_at, fin = self._prefill(pids, need, admits, t)
+        end_at, fin = self._prefill(adm, pids, need, t)
         self.num_steps += 1
         if fin.size:
             pids = pids[s.status[pids] != _FINISHED]
-        if not pids.size:
-            return end_at, _NO_INT, True
         c = cols.n0 + pids - cols.base
         new = c >= cols.count
         if new.any():
-            cols.expect(pids[new])
-        gen = s.num_generated[pids]
-        ok = ((cols.gen0[c] == gen) & (cols.ctx0[c] == s.num_computed[pids])
-              & (cols.rem[c] == s.output_len[pids] - gen)).all()
-        if cols.k and prop.keeps_kv:
-            ok = ok and bool((s.num_draft_computed[pids] == s.num_computed[pids]).all())
-        return end_at, c, bool(ok)
+            cols.expect(pids[new])  # (as the prefill leaves them: their first token, their prompt cached)
+        return end_at, c
 
-    def _prefill(self, pids: np.ndarray, tokens: np.ndarray, admits: WholePromptAdmission,
-                 now: float) -> tuple[float, np.ndarray]:
-        """:meth:`_execute` of the prefill-only step a policy that :attr:`~repro.policy.Policy.admits` plans for
-        arrivals ``pids`` (whole prompts of ``tokens``, nothing cached yet), as a run admits them: the same terms
-        in the same order, without the checks such a plan passes. Returns the step's end and the requests it
-        finished."""
-        s = self.s
-        plan = StepPlan(proposer=admits.proposer, draft_sync=admits.draft_sync)  # (the drafting reads only these)
-        prop = self._resolve(plan.proposer)
+    def _prefill(self, adm: _Admission, pids: np.ndarray, tokens: np.ndarray, now: float) -> tuple[float, np.ndarray]:
+        """:meth:`_execute` of the prefill-only step the policy plans for arrivals ``pids`` (whole prompts of
+        ``tokens``, nothing cached, never admitted before), as a run admits them: the same terms in the same order,
+        without the checks such a plan passes. Returns the step's end and the requests it finished."""
+        s, plan, prop = self.s, adm.plan, adm.prop
         s.status[pids] = _RUNNING  # admission (they were never put in the waiting queue)
         s.running.extend(pids.tolist())
-        self.kv.allocate(pids, tokens)
-        pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # (nothing cached: 0 + ...)
-        pre = PrefillBatch(pids, tokens, pairs, np.ones(pids.size, dtype=bool), 0.0)
+        blocks = (tokens + (self.kv.block_size - 1)) // self.kv.block_size  # (the rule kept them within the pool)
+        s.kv_blocks[pids] = blocks
+        self.kv.used += int(blocks.sum())
+        pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # the prompts' causal pairs (nothing cached: 0 + ...)
         num_tokens, num_seqs = int(tokens.sum()), int(pids.size)
         if not plan.draft_sync:
             draft_s = 0.0
@@ -492,7 +477,14 @@ class Replica:
         end_at = now + 0.0 + draft_s + verify_s  # (no memory actions: + 0.0, as the step charges them)
         end_at += 0.0  # (nothing sent)
         s.service_s[pids] += draft_s + verify_s
-        fin = self._apply_prefill(plan, prop, pre, end_at)
+        # _apply_prefill: each prompt completes and samples the request's first token
+        s.num_computed[pids] = tokens
+        if adm.syncs_draft:
+            s.num_draft_computed[pids] = tokens
+        s.first_token_at[pids] = end_at
+        s.num_generated[pids] = 1
+        s.last_token_at[pids] = end_at
+        fin = pids[s.output_len[pids] <= 1]
         if fin.size:
             self._finish(fin, end_at)
         self.kv.check()
@@ -506,10 +498,19 @@ class Replica:
         each request's tokens, KV, counters and times, its service summed step by step, the finishes in step order;
         tell observers. Returns ``end``."""
         s, bs = self.s, self.kv.block_size
-        c = np.flatnonzero(cols.first[:cols.count] >= 0)  # every column that joined the batch
-        first = cols.first[c]
-        took = np.minimum(cols.last[c] + 1, steps - first)  # steps each request was in
-        adv = cols.advance(c, took)
+        plain = cols.count == cols.n0  # only the plan's requests (all from the first step)
+        c: np.ndarray | slice
+        if plain:
+            c = slice(0, cols.n0)
+            ci = _AR_RUN[:cols.n0] if cols.n0 <= _AR_RUN.size else np.arange(cols.n0)  # (for 2-d gathers)
+            first = cols.first[c]
+            took = np.minimum(cols.last[c] + 1, steps)  # steps each request was in
+        else:
+            c = np.flatnonzero(cols.first[:cols.count] >= 0)  # every column that joined the batch
+            first = cols.first[c]
+            took = np.minimum(cols.last[c] + 1, steps - first)
+            ci = c
+        adv = cols.advance(ci, took)
         rids = cols.rid[c]
         new_computed = cols.ctx0[c] + adv
         s.num_generated[rids] = cols.gen0[c] + adv
@@ -520,18 +521,20 @@ class Replica:
         end_at = ends[0] if len(ends) == 1 else np.concatenate(ends)
         draft = drafts[0] if len(drafts) == 1 else np.concatenate(drafts)
         verify = verifies[0] if len(verifies) == 1 else np.concatenate(verifies)
-        if not (took > 0).all():  # admitted at the run's last boundary: only their prefill ran
-            c, first, took, adv, rids = c[took > 0], first[took > 0], took[took > 0], adv[took > 0], rids[took > 0]
+        if not plain and not (took > 0).all():  # admitted at the run's last boundary: only their prefill ran
+            c = ci = ci[took > 0]
+            first, took, adv, rids = first[took > 0], took[took > 0], adv[took > 0], rids[took > 0]
         # each request's service: what it had, + each of its steps' seconds in turn (+ 0.0 past its last: the same)
         span = int(took.max())
         j = _AR_RUN[:span] if span <= _RUN_AHEAD_MAX else np.arange(span)
-        work = np.empty((c.size, span + 1))
+        work = np.empty((rids.size, span + 1))
         work[:, 0] = s.service_s[rids]
-        work[:, 1:] = (draft + verify)[np.minimum(first[:, None] + j, steps - 1)]
-        work[:, 1:] *= j < took[:, None]
+        work[:, 1:] = (draft + verify)[:span] if plain else (draft + verify)[np.minimum(first[:, None] + j, steps - 1)]
+        if (took < span).any():
+            work[:, 1:] *= j < took[:, None]
         s.service_s[rids] = np.add.accumulate(work, axis=1)[:, -1]
         if k:
-            acc, mat = cols.acc[c, took], cols.mat[c, took]
+            acc, mat = cols.acc[ci, took], cols.mat[ci, took]
             if prop.keeps_kv:
                 s.num_draft_computed[rids] = cols.ctx0[c] + adv
             s.num_proposed[rids] += k * took
@@ -540,7 +543,7 @@ class Replica:
             s.num_spec_steps[rids] += took
         s.num_decode_steps[rids] += took
         fresh = np.isnan(s.first_decode_at[rids])
-        s.first_decode_at[rids[fresh]] = cols.start_at[c[fresh]]  # its first step after the first token
+        s.first_decode_at[rids[fresh]] = cols.start_at[c][fresh]  # its first step after the first token
         s.last_token_at[rids] = end_at[first + took - 1]
         fin = adv == cols.rem[c]
         if fin.any():  # each at the end of its finishing step
@@ -917,6 +920,20 @@ _NO_BOOL = np.zeros(0, dtype=bool)
 _NO_DECODE = DecodeBatch(_NO_INT, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, None)
 
 
+class _Admission:
+    """What a run that admits arrivals needs of the policy's rule (:class:`~repro.policy.WholePromptAdmission`):
+    the rule, its prefill plan (the drafting reads only its proposer and ``draft_sync``) and proposer, whether that
+    prefill fills the draft's cache, and whether the admitted requests can then decode with the run's proposer
+    ``prop`` at chain length ``k`` without a catch-up."""
+
+    def __init__(self, rule: WholePromptAdmission, prefill_prop: Proposer, k: int, prop: Proposer) -> None:
+        self.rule = rule
+        self.plan = StepPlan(proposer=rule.proposer, draft_sync=rule.draft_sync)
+        self.prop = prefill_prop
+        self.syncs_draft = rule.draft_sync and prefill_prop.keeps_kv
+        self.in_step = not (k and prop.keeps_kv) or self.syncs_draft
+
+
 class ArrivalFeed:
     """The run's arrivals as the engine hands them to a replica whose runs go on through them: their times and the
     next one not yet arrived (a replica that admits some moves it on)."""
@@ -936,6 +953,8 @@ class ArrivalFeed:
 
 
 _NEVER = 1 << 40  # a request's last step while its finish is not scored yet
+# a column not in use: rid, gen0, ctx0, rem, first (-1: not joined), last, avail, end, fin
+_FILL = np.array([0, 0, 0, 0, -1, _NEVER, 0, 0, _NEVER], dtype=np.int64)[:, None]
 
 
 class _Columns:
@@ -948,32 +967,49 @@ class _Columns:
 
     def __init__(self, s: RequestState, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray,
                  k: int, now: float, base: int, expected: int = 0) -> None:
-        self.s, self.k, self.count = s, k, 0
-        self.n0, self.base = int(rids.size), base
-        self.rid = self.gen0 = self.ctx0 = self.rem = _NO_INT
-        self.first = self.last = self.avail = self.end = self.fin = _NO_INT
-        self.start_at = np.zeros(0)
-        self.ahead = self.acc = self.mat = np.zeros((0, _RUN_AHEAD_MAX + 1), dtype=np.int64)
-        self._grow(rids.size + max(expected, 16))
-        self._set(np.arange(rids.size), rids, gen, ctx, rem)
-        self.join(np.arange(rids.size), 0)
-        self.start_at[:rids.size] = now
+        self.s, self.k = s, k
+        n = int(rids.size)
+        self.n0, self.base, self.count = n, base, n
+        cap = n + max(expected, 16)
+        ints = np.empty((9, cap), dtype=np.int64)  # rid, gen0, ctx0, rem, first, last, avail, end, fin
+        ints[:, n:] = _FILL
+        cols = ints[:, :n]
+        cols[0], cols[1], cols[2], cols[3], cols[4] = rids, gen, ctx, rem, 0
+        if k:  # nothing scored yet
+            cols[5], cols[6], cols[7], cols[8] = _NEVER, 0, 0, _NEVER
+        else:  # one token a step: nothing to score, each finishes after what it has left
+            cols[5], cols[6], cols[7], cols[8] = rem - 1, _NEVER, rem, rem - 1
+        self._use(ints)
+        self.start_at = np.zeros(cap)
+        self.start_at[:n] = now
+        if k:
+            self.ahead = self.acc = self.mat = np.zeros((0, _RUN_AHEAD_MAX + 1), dtype=np.int64)
+            self._grow_steps(cap)
+
+    def _use(self, ints: np.ndarray) -> None:
+        self._ints = ints
+        self.rid, self.gen0, self.ctx0, self.rem, self.first = ints[0], ints[1], ints[2], ints[3], ints[4]
+        self.last, self.avail, self.end, self.fin = ints[5], ints[6], ints[7], ints[8]
 
     def _grow(self, cap: int) -> None:
         old = self.rid.size
-        if cap <= old:
-            return
-        for name, fill in (("rid", 0), ("gen0", 0), ("ctx0", 0), ("rem", 0), ("first", -1), ("last", _NEVER),
-                           ("avail", 0), ("end", 0), ("fin", _NEVER), ("start_at", 0.0)):
-            arr = np.full(cap, fill, dtype=np.float64 if name == "start_at" else np.int64)
-            arr[:old] = getattr(self, name)
-            setattr(self, name, arr)
+        ints = np.empty((9, cap), dtype=np.int64)
+        ints[:, :old] = self._ints
+        ints[:, old:] = _FILL
+        self._use(ints)
+        start_at = np.zeros(cap)
+        start_at[:old] = self.start_at
+        self.start_at = start_at
         if self.k:
-            for name in ("ahead", "acc", "mat"):
-                arr = np.empty((cap, _RUN_AHEAD_MAX + 1), dtype=np.int64)  # a request's steps side by side
-                arr[:old] = getattr(self, name)
-                arr[old:, 0] = 0
-                setattr(self, name, arr)
+            self._grow_steps(cap)
+
+    def _grow_steps(self, cap: int) -> None:
+        old = self.ahead.shape[0]
+        for name in ("ahead", "acc", "mat"):
+            arr = np.empty((cap, _RUN_AHEAD_MAX + 1), dtype=np.int64)  # a request's steps side by side
+            arr[:old] = getattr(self, name)
+            arr[old:, 0] = 0
+            setattr(self, name, arr)
 
     def _set(self, c: np.ndarray, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray) -> None:
         self.rid[c], self.gen0[c], self.ctx0[c], self.rem[c] = rids, gen, ctx, rem
@@ -1013,9 +1049,9 @@ class _Columns:
 
     def contexts(self, members: np.ndarray, a: int, length: int) -> np.ndarray:
         """The members' contexts in the run's steps ``a`` .. ``a + length - 1`` (steps × members)."""
-        rows = (a - self.first[members]) + _AR_RUN[:length, None]
-        off = self.ahead[members, rows] if self.k else np.minimum(rows, self.rem[members])
-        return self.ctx0[members] + off
+        if not self.k:  # one token a step (a member's steps end with its finishing step: nothing to cap)
+            return (self.ctx0[members] + (a - self.first[members])) + _AR_RUN[:length, None]
+        return self.ctx0[members] + self.ahead[members, (a - self.first[members]) + _AR_RUN[:length, None]]
 
     def advance(self, c: np.ndarray, took: np.ndarray) -> np.ndarray:
         """What columns ``c`` advanced in their first ``took`` steps."""

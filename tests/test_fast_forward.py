@@ -15,10 +15,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass, verify_run_s
+from repro.cost.step import (
+    DecodeBatch,
+    PrefillBatch,
+    StepCoster,
+    decode_runs_s,
+    draft_runs_s,
+    verify_pass,
+    verify_run_s,
+    verify_runs_s,
+)
 from repro.engine import SimOutput
 from repro.oracle import TokenOracle
 from repro.plan import StepPlan
+from repro.policy import whole_prompts_that_fit
 from repro.proposers import colocated
 from repro.simulate import build, compose
 from repro.state import RequestState
@@ -95,6 +105,27 @@ def test_draft_run_equals_the_steps_drafting(proposer: str, k: int) -> None:
         assert run[i] == step
 
 
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "turbospec_mq"])
+@pytest.mark.parametrize("proposer", ["draft", "eagle"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_stretches_priced_together_equal_each_priced_alone(engine: str, proposer: str, k: int) -> None:
+    """A segment of a run (stretches over 20, 19, 1 and 7 requests) priced in one evaluation of the pass formula,
+    both models' rows at once (``decode_runs_s``), gives each stretch's ``draft_run_s`` and ``verify_run_s``."""
+    cost = make_cost(engine=engine)
+    prop = colocated(cost)[proposer]
+    rng = np.random.default_rng(k)
+    blocks = [rng.integers(1, 4000, (steps, n)).astype(np.int64) for steps, n in ((3, 20), (1, 19), (4, 1), (2, 7))]
+    for some in (blocks[:1], blocks):
+        csum = np.concatenate([b.sum(axis=1) for b in some]).astype(np.float64)
+        draft, verify, overheads = decode_runs_s(cost, prop, k, some, csum)
+        alone = [verify_run_s(cost, k, b) for b in some]
+        assert verify.tolist() == [x for v, _ in alone for x in v.tolist()]
+        assert overheads == [o for _, o in alone]
+        assert draft.tolist() == [x for b in some for x in draft_runs_s(prop, k, [b.shape[1]], b.sum(axis=1).astype(
+            np.float64), [b.shape[0]]).tolist()]
+        assert verify_runs_s(cost, k, some)[0].tolist() == verify.tolist()
+
+
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize(("first", "ends"), [(900, None), (250, None), (250, 40), (5_000, 40)],
                          ids=["across chunks", "within a chunk", "within a chunk, ends", "far chunks, ends"])
@@ -133,14 +164,18 @@ def test_prompt_lookup_has_no_chain_run() -> None:
 
 # --- whole runs -------------------------------------------------------------------------------------------------
 
-def _run(overrides: list[str], fast_forward: bool, onward: bool = True) -> tuple[SimOutput, int]:
-    """The run and how often its policies planned; ``onward=False``: runs stop at finishes."""
+def _run(overrides: list[str], fast_forward: bool, onward: bool = True,
+         through: bool = True) -> tuple[SimOutput, int]:
+    """The run and how often its policies planned; ``onward=False``: runs stop at finishes; ``through=False``: runs
+    stop before arrivals."""
     built = build(compose(overrides))
     schedules = 0
     for rep in built.engine.replicas:
         rep.fast_forward = rep.fast_forward and fast_forward
         pol, orig = rep.policy, rep.policy.schedule
         pol.keeps_plan_after_finish = pol.keeps_plan_after_finish and onward
+        if not through:
+            pol.admits = None
 
         def counted(view: Any, orig: Any = orig) -> StepPlan:
             nonlocal schedules
@@ -179,6 +214,12 @@ SCENARIOS = {
     "static k=3 switching off by batch size (runs stop at finishes)": [
         "system=static_sd_eagle_k3", "system.disable_by_batch_size=4", "model=llama3-8b", "hardware=h100-80g",
         "rps=1", *WORKLOAD],
+    "vllm, at most 4 running (admissions refused inside runs)": ["system=vllm", "system.max_num_seqs=4", "rps=3",
+                                                                 *WORKLOAD],
+    "static k=3, a 30 % KV watermark (admissions refused inside runs)": [
+        "system=static_sd_k3", "system.watermark=0.3", "rps=8", "engine.gpu_memory_utilization=0.23", *WORKLOAD],
+    "static k=3, bursts (arrivals at one boundary, arrivals during a prefill)": ["system=static_sd_k3", "rps=40",
+                                                                                  *WORKLOAD],
     "vllm at low load (runs go on past finishes)": ["system=vllm", "rps=0.5", *WORKLOAD],
     "static k=3 at low load, batch expansion (runs go on past finishes)": ["system=static_sd_k3", "rps=0.5",
                                                                            *WORKLOAD],
@@ -217,6 +258,42 @@ def test_runs_go_on_past_finishes_where_the_policy_keeps_its_plan(system: str) -
         assert np.array_equal(getattr(onward.state, name), getattr(stop.state, name), equal_nan=True), name
     assert onward.sim_time_s == stop.sim_time_s and onward.num_steps == stop.num_steps
     assert asked_onward < 0.85 * asked_stop  # finishes with nothing waiting asked for no new plan
+
+
+@pytest.mark.parametrize(("system", "rps"), [("vllm", 4), ("static_sd_k3", 4), ("static_sd_k3", 40)])
+def test_runs_go_on_through_arrivals_where_the_policy_declares_how_it_admits(system: str, rps: float) -> None:
+    """A policy that declares its admission rule (Policy.admits: vLLM v0's whole prompts, first come first served)
+    has its arrivals admitted and prefilled inside the engine's runs: it is asked for a handful of plans instead of
+    two per arrival, and nothing else changes."""
+    overrides = [f"system={system}", f"rps={rps}", *WORKLOAD]
+    assert build(compose(overrides)).engine.replicas[0].policy.admits is not None
+    through, asked_through = _run(overrides, True)
+    stop, asked_stop = _run(overrides, True, through=False)
+    for name in STATE:
+        assert np.array_equal(getattr(through.state, name), getattr(stop.state, name), equal_nan=True), name
+    assert through.sim_time_s == stop.sim_time_s and through.num_steps == stop.num_steps
+    assert asked_stop > 60 and asked_through < asked_stop / 4
+
+
+@pytest.mark.parametrize("overrides", [["system=sarathi"], ["system=fcfs"], ["system=turbospec"],
+                                       ["system=static_sd_k3", "system.disable_by_batch_size=4"]])
+def test_policies_that_plan_their_admissions_declare_no_rule(overrides: list[str]) -> None:
+    """Chunked prefill (Sarathi-Serve), a request-level order, adaptive systems and speculation that switches off by
+    batch size plan their own admissions: runs stop before arrivals there."""
+    assert build(compose([*overrides, "num_requests=4"])).engine.replicas[0].policy.admits is None
+
+
+def test_the_admission_rule_is_the_schedulers() -> None:
+    """The engine admits inside runs by the very function vLLM's scheduler admits with (``fcfs_admit`` without
+    chunking is ``whole_prompts_that_fit``): head of line, token budget, sequence limit, blocks above the
+    watermark."""
+    need = [100, 300, 50, 900]
+    assert whole_prompts_that_fit(need, token_budget=450, max_new_seqs=8, free_blocks=100, block_size=16) == 3
+    assert whole_prompts_that_fit(need, token_budget=399, max_new_seqs=8, free_blocks=100, block_size=16) == 1
+    assert whole_prompts_that_fit(need, token_budget=4096, max_new_seqs=2, free_blocks=100, block_size=16) == 2
+    assert whole_prompts_that_fit(need, token_budget=4096, max_new_seqs=8, free_blocks=30, block_size=16) == 3
+    assert whole_prompts_that_fit(need, token_budget=4096, max_new_seqs=8, free_blocks=29, block_size=16) == 2
+    assert whole_prompts_that_fit(need, token_budget=4096, max_new_seqs=0, free_blocks=100, block_size=16) == 0
 
 
 def test_kv_pressure_scenarios_do_preempt() -> None:

@@ -216,6 +216,7 @@ class CostModel:
             self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp)
         # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
+        self._row_consts: dict[tuple[str, ...], tuple[np.ndarray, ...]] = {}  # forward_s_rows: each row's constants
 
     def _c(self, which: str) -> _Coeffs:
         try:
@@ -341,6 +342,44 @@ class CostModel:
                 read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
         attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
         return linear + attention + lm_head + allreduce + overhead
+
+    def forward_s_rows(self, rows: Sequence[tuple[Which, Sequence[tuple[int, int, int, bool]]]],
+                       lengths: Sequence[int], kv_read_tokens: np.ndarray,
+                       query_pairs: np.ndarray) -> np.ndarray | None:
+        """:meth:`forward_s_blocks` of several rows of passes at once, row ``r`` of ``kv_read_tokens`` and
+        ``query_pairs`` (rows × passes) on the model ``rows[r][0]`` with its blocks' shapes ``rows[r][1]`` (each
+        block ``lengths[i]`` passes long): every value equals that of ``forward_s_blocks``, bit for bit (the same
+        operations, elementwise, with each row's constants). ``None`` where a row's model is read from a measured
+        profile or reads KV at a constant efficiency (V_half = 0): price those rows one by one."""
+        whichs = tuple(w for w, _ in rows)
+        consts = self._row_consts.get(whichs)
+        if consts is None:
+            if any(w in self._profiles for w in whichs) or any(self._c(w).v_half <= 0.0 for w in whichs):
+                return None
+            cs = [self._c(w) for w in whichs]
+            consts = self._row_consts[whichs] = tuple(
+                np.array([getattr(c, name) for c in cs])[:, None]
+                for name in ("kv_bytes", "inv_bw", "eta_lo", "eta_span", "v_half", "pair_s"))
+        kv_bytes, inv_bw, eta_lo, eta_span, v_half, pair_s = consts
+        fixed = []
+        for which, shapes in rows:
+            c = self._c(which)
+            parts = []
+            for tok, seqs, head, graphs in shapes:
+                key = (which, tok, seqs, head, graphs)
+                part = self._fixed_parts.get(key)
+                if part is None:
+                    linear, _, lm_head, allreduce, overhead = _parts(c, tok, seqs, 0.0, 0.0, head, graphs, 0.0)
+                    part = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
+                parts.append(part)
+            fixed.append(parts)
+        f = np.array(fixed)  # rows × blocks × (linear, lm_head, allreduce, overhead)
+        if len(lengths) > 1:
+            f = np.repeat(f, lengths, axis=1)
+        v = np.asarray(kv_read_tokens, dtype=np.float64) * kv_bytes
+        read = v * inv_bw / (eta_lo + eta_span * v / (v + v_half))  # _kv_bytes_s, a row's constants at a time
+        attention = np.maximum(read, pair_s * query_pairs)
+        return f[..., 0] + attention + f[..., 1] + f[..., 2] + f[..., 3]
 
     def fixed_s(self, num_seqs: int, decode_only: bool, which: Which = "target") -> float:
         """The fixed costs of a pass over ``num_seqs`` sequences (:meth:`forward`'s ``overhead_s``: per pass, per

@@ -130,6 +130,49 @@ def verify_runs_s(cost: CostModel, k: int, blocks: Sequence[np.ndarray]) -> tupl
     """:func:`verify_run_s` of consecutive stretches of steps, each over its own requests (``blocks``: each
     stretch's contexts, steps × requests): the stretches' values one after the other, and each stretch's fixed
     costs."""
+    shapes, hosts, overheads, kv_read, qpairs, lengths = _verify_terms(cost, k, blocks)
+    return cost.forward_s_blocks(shapes, lengths, kv_read, qpairs) + _per_step(hosts, lengths), overheads
+
+
+def decode_runs_s(cost: CostModel, prop: Proposer, k: int, blocks: Sequence[np.ndarray],
+                  csum: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Drafting and verification seconds of consecutive stretches of steps in which every request drafts a chain of
+    ``k`` > 0 with the co-located model-based proposer ``prop`` (:meth:`StepCoster.draft_runs_s`; ``csum``: each
+    step's total context) and the target verifies them (:func:`verify_runs_s`), and each stretch's fixed costs of
+    verification. Where both models are analytic, both come from one evaluation of the pass formula
+    (:meth:`~repro.cost.model.CostModel.forward_s_rows`); the values are those of the two functions, bit for bit."""
+    shapes, hosts, overheads, kv_read, qpairs, lengths = _verify_terms(cost, k, blocks)
+    sizes = [b.shape[1] for b in blocks]
+    which = prop.which
+    if prop.cost is cost and which is not None and not prop.remote and k > 0:
+        steps = kv_read.size
+        kv = np.empty((k + 1, steps))
+        kv[:k] = csum + np.arange(1, k + 1)[:, None] * (sizes[0] if len(sizes) == 1 else np.repeat(sizes, lengths))
+        kv[k] = kv_read
+        qp = np.zeros((k + 1, steps))
+        qp[k] = qpairs
+        passes = cost.forward_s_rows([(which, [(n, n, n, True) for n in sizes])] * k + [("target", shapes)],
+                                     lengths, kv, qp)
+        if passes is not None:
+            total = 0.0 + passes[0]
+            for j in range(1, k):
+                total = total + passes[j]
+            draft = _per_step([prop.host_s(n) for n in sizes], lengths) + total
+            return draft, passes[k] + _per_step(hosts, lengths), overheads
+    verify = cost.forward_s_blocks(shapes, lengths, kv_read, qpairs) + _per_step(hosts, lengths)
+    return draft_runs_s(prop, k, sizes, csum, lengths), verify, overheads
+
+
+def _per_step(values: list[float], lengths: Sequence[int]) -> float | np.ndarray:
+    """Each stretch's value for each of its steps (one stretch: the value itself)."""
+    return values[0] if len(values) == 1 else np.repeat(values, lengths)
+
+
+def _verify_terms(cost: CostModel, k: int, blocks: Sequence[np.ndarray]
+                  ) -> tuple[list[tuple[int, int, int, bool]], list[float], list[float], np.ndarray, np.ndarray,
+                             list[int]]:
+    """What verification of each stretch of ``blocks`` charges (:func:`verify_runs_s`): each stretch's pass shape,
+    host seconds and fixed costs, each step's KV read and query pairs, and the stretches' lengths."""
     profile = cost.engine
     q = k + 1
     shapes: list[tuple[int, int, int, bool]] = []
@@ -162,10 +205,27 @@ def verify_runs_s(cost: CostModel, k: int, blocks: Sequence[np.ndarray]) -> tupl
         kv_reads.append(kv_read)
         qpairs.append(qp)
     if len(blocks) == 1:
-        return cost.forward_s_blocks(shapes, [], kv_reads[0], qpairs[0]) + hosts[0], overheads
-    lengths = [b.shape[0] for b in blocks]
-    return cost.forward_s_blocks(shapes, lengths, np.concatenate(kv_reads), np.concatenate(qpairs)) \
-        + np.repeat(hosts, lengths), overheads
+        return shapes, hosts, overheads, kv_reads[0], qpairs[0], [kv_reads[0].size]
+    return shapes, hosts, overheads, np.concatenate(kv_reads), np.concatenate(qpairs), [b.shape[0] for b in blocks]
+
+
+def draft_runs_s(prop: Proposer, k: int, ns: Sequence[int], csum: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """:meth:`StepCoster.draft_run_s` of consecutive stretches of steps, ``lengths[i]`` steps over ``ns[i]`` requests
+    each (``csum``: every step's total context, the stretches one after the other)."""
+    which = prop.which
+    if which is None or prop.remote or k <= 0:
+        raise ValueError(f"draft_run_s: proposer {prop.name!r} with k={k} does not draft a model chain here")
+    # pass j of k reads csum + j·n; every pass has n tokens, n sequences and scores n tokens (as draft_s charges)
+    if len(ns) == 1:
+        n = ns[0]
+        passes = prop.cost.forward_s_many(n, n, csum + (np.arange(1, k + 1) * n)[:, None], 0.0, n, True, which)
+    else:
+        passes = prop.cost.forward_s_blocks([(n, n, n, True) for n in ns], lengths,
+                                            csum + np.arange(1, k + 1)[:, None] * np.repeat(ns, lengths), 0.0, which)
+    total = 0.0 + passes[0]
+    for j in range(1, k):
+        total = total + passes[j]
+    return _per_step([prop.host_s(n) for n in ns], lengths) + total
 
 
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
@@ -224,29 +284,7 @@ class StepCoster:
         co-located model-based proposer ``prop``, whose cache (if it keeps one) holds every computed token (no
         catch-up) and with nothing else in the step; ``csum`` holds each step's total context. Each value equals
         ``draft_s`` of that step bit for bit (the same passes, accumulated in the same order)."""
-        return self.draft_runs_s(prop, k, [n], csum, [csum.size])
-
-    def draft_runs_s(self, prop: Proposer, k: int, ns: Sequence[int], csum: np.ndarray,
-                     lengths: Sequence[int]) -> np.ndarray:
-        """:meth:`draft_run_s` of consecutive stretches of steps, ``lengths[i]`` steps over ``ns[i]`` requests each
-        (``csum``: every step's total context, the stretches one after the other)."""
-        which = prop.which
-        if which is None or prop.remote or k <= 0:
-            raise ValueError(f"draft_run_s: proposer {prop.name!r} with k={k} does not draft a model chain here")
-        # pass j of k reads csum + j·n; every pass has n tokens, n sequences and scores n tokens (as draft_s charges)
-        if len(ns) == 1:
-            n = ns[0]
-            passes = prop.cost.forward_s_many(n, n, csum + (np.arange(1, k + 1) * n)[:, None], 0.0, n, True, which)
-            host: float | np.ndarray = prop.host_s(n)
-        else:
-            per_step = np.repeat(ns, lengths)
-            passes = prop.cost.forward_s_blocks([(n, n, n, True) for n in ns], lengths,
-                                                csum + np.arange(1, k + 1)[:, None] * per_step, 0.0, which)
-            host = np.repeat([prop.host_s(n) for n in ns], lengths)
-        total = 0.0 + passes[0]
-        for j in range(1, k):
-            total = total + passes[j]
-        return host + total
+        return draft_runs_s(prop, k, [n], csum, [csum.size])
 
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                     spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
