@@ -1,9 +1,11 @@
 """Discrete-event simulation of one or more serving replicas.
 
-The loop is a heap of ``(time, priority, seq, kind, index)`` events: request arrivals (routed to a replica) and
-replica steps. The replicas are built from the run's :class:`~repro.deployment.Deployment`: each gets its policy, its
-cost model (its tensor parallelism) and its proposers (:mod:`repro.proposers`), and its policy is bound with that
-context. A replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, resolves the plan's
+The loop takes events in time order: request arrivals (routed to a replica; at a time, before any step) and replica
+steps (a heap of ``(time, seq, replica)``). A replica whose policy declares how it admits (``Policy.admits``) may
+admit arrivals itself inside a fast-forwarded run (:meth:`Replica.run_ahead`); the loop then moves on past them.
+The replicas are built from the run's :class:`~repro.deployment.Deployment`: each gets its policy, its cost model
+(its tensor parallelism) and its proposers (:mod:`repro.proposers`), and its policy is bound with that context. A
+replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, resolves the plan's
 proposer to the replica's object, charges the step's time with :mod:`repro.cost.step` under the run's engine profile
 (memory actions + drafting + one target forward + the host's speculation work), asks the token oracle how much
 speculation is accepted (each request scored on the stream of the proposer that drafted it), applies the result and
@@ -253,12 +255,12 @@ class Replica:
         also declares how it :attr:`~repro.policy.Policy.admits` arrivals, given the engine's ``arrivals``, has its
         run go on through them: at the first step boundary at or after an arrival, if every request then waiting
         fits the policy's rule, the engine admits them, runs their prefill step as the policy would have planned it
-        (:meth:`_execute`), and the run goes on with them last in the batch; otherwise the run ends there. Step
-        times come from the same cost functions, vectorized over each stretch of steps with the same requests
-        (:func:`~repro.cost.step.verify_run_s`, :meth:`~repro.cost.step.StepCoster.draft_run_s`), and every running
-        sum is accumulated in step order, so the state afterwards equals that of running the steps one by one, bit
-        for bit; observers get the run as a :class:`~repro.trace.StepRun` (``schedule_wall_s``: the policy's
-        planning of the first step). Returns the end of the last step run."""
+        (:meth:`_prefill`), and the run goes on with them last in the batch; otherwise the run ends there. Step
+        times come from the same cost functions, vectorized over a segment of stretches of steps with the same
+        requests at a time (:func:`~repro.cost.step.decode_runs_s`, :func:`~repro.cost.step.verify_runs_s`), and
+        every running sum is accumulated in step order, so the state afterwards equals that of running the steps one
+        by one, bit for bit; observers get the run as a :class:`~repro.trace.StepRun` (``schedule_wall_s``: the
+        policy's planning of the first step). Returns the end of the last step run."""
         s, ids_ = self.s, plan.decode_ids
         n = int(ids_.size)
         if (not n or plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size
@@ -302,8 +304,10 @@ class Replica:
         horizon = max(1, min(horizon, _RUN_AHEAD_MAX))
         base = arrivals.next if arrivals is not None else 0  # arrival i is column n + i - base
         # the run's requests: the plan's, then those it admits
+        # (a request's steps scored: as far as the horizon, or, through arrivals, as far as the run's arrays go)
         cols = _Columns(s, ids_, gen, ctx, remaining, k, now, base,
-                        min(arrivals.n - base, _ADMIT_CAP) if admits is not None and arrivals is not None else 0)
+                        min(arrivals.n - base, _ADMIT_CAP) if admits is not None and arrivals is not None else 0,
+                        _RUN_AHEAD_MAX if admits is not None else horizon)
         kv_total = self.kv.total
         other = self.kv.used - int(held.sum())  # blocks of requests outside the run (none where it admits)
         nxt = until  # the next arrival
@@ -430,6 +434,8 @@ class Replica:
         decode; ``None`` (nothing done) where not every one fits."""
         s, bs, rule = self.s, self.kv.block_size, adm.rule
         first, last = arrivals.next, arrivals.due(t)
+        if cols.n0 + last - cols.base > _RUN_COLUMNS:
+            return None  # (the run's arrays are full: a new run takes over)
         need = s.prompt_len[first:last] + s.num_generated[first:last]
         used = other + int(((cols.contexts(members, a, 1)[0] + (bs - 1)) // bs).sum()) if members.size else other
         fit = whole_prompts_that_fit(need.tolist(), token_budget=rule.max_num_batched_tokens,
@@ -915,6 +921,7 @@ _AR_RUN = np.arange(_RUN_AHEAD_MAX + 1, dtype=np.int64)
 _RUN_HORIZON = 256  # steps scored ahead at a time in a run that goes on through arrivals
 _ADMIT_AHEAD = 32  # arrivals scored ahead with the run's requests (the next chain_run call brings more)
 _ADMIT_CAP = 256  # columns set aside at first for the requests a run admits (it grows past them if need be)
+_RUN_COLUMNS = 1024  # the most requests in one run (bounds its arrays; the next run goes on from there)
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
 _NO_DECODE = DecodeBatch(_NO_INT, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, None)
@@ -966,8 +973,9 @@ class _Columns:
     scored, and ``last`` is its finishing step once scored."""
 
     def __init__(self, s: RequestState, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray,
-                 k: int, now: float, base: int, expected: int = 0) -> None:
+                 k: int, now: float, base: int, expected: int = 0, steps: int = _RUN_AHEAD_MAX) -> None:
         self.s, self.k = s, k
+        self.steps = steps  # the most steps of a request scored in the run
         n = int(rids.size)
         self.n0, self.base, self.count = n, base, n
         cap = n + max(expected, 16)
@@ -983,7 +991,7 @@ class _Columns:
         self.start_at = np.zeros(cap)
         self.start_at[:n] = now
         if k:
-            self.ahead = self.acc = self.mat = np.zeros((0, _RUN_AHEAD_MAX + 1), dtype=np.int64)
+            self.ahead = self.acc = self.mat = np.zeros((0, steps + 1), dtype=np.int64)
             self._grow_steps(cap)
 
     def _use(self, ints: np.ndarray) -> None:
@@ -1006,7 +1014,7 @@ class _Columns:
     def _grow_steps(self, cap: int) -> None:
         old = self.ahead.shape[0]
         for name in ("ahead", "acc", "mat"):
-            arr = np.empty((cap, _RUN_AHEAD_MAX + 1), dtype=np.int64)  # a request's steps side by side
+            arr = np.empty((cap, self.steps + 1), dtype=np.int64)  # a request's steps side by side
             arr[:old] = getattr(self, name)
             arr[old:, 0] = 0
             setattr(self, name, arr)
@@ -1064,7 +1072,7 @@ class _Columns:
         t0 = self.avail[c]
         ahead0 = self.ahead[c, t0]
         # (a request with r tokens left finishes within r steps)
-        h = min(horizon, _RUN_AHEAD_MAX - int(t0.max()), int((self.rem[c] - ahead0).max()))
+        h = min(horizon, self.steps - int(t0.max()), int((self.rem[c] - ahead0).max()))
         if h <= 0:
             return False
         run = oracle.chain_run(self.rid[c], self.gen0[c] + ahead0, self.k, h, prop,

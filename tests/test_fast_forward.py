@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from repro import engine
 from repro.cost.step import (
     DecodeBatch,
     PrefillBatch,
@@ -273,6 +274,19 @@ def test_runs_go_on_through_arrivals_where_the_policy_declares_how_it_admits(sys
         assert np.array_equal(getattr(through.state, name), getattr(stop.state, name), equal_nan=True), name
     assert through.sim_time_s == stop.sim_time_s and through.num_steps == stop.num_steps
     assert asked_stop > 60 and asked_through < asked_stop / 4
+
+
+def test_a_run_whose_arrays_fill_hands_over_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run takes at most ``_RUN_COLUMNS`` requests (bounding its arrays); at that point it ends, the policy plans
+    the admission, and the next run goes on: nothing changes."""
+    monkeypatch.setattr(engine, "_RUN_COLUMNS", 12)
+    overrides = ["system=static_sd_k3", "rps=4", *WORKLOAD]
+    slow, _ = _run(overrides, False)
+    fast, asked = _run(overrides, True)
+    for name in STATE:
+        assert np.array_equal(getattr(slow.state, name), getattr(fast.state, name), equal_nan=True), name
+    assert fast.sim_time_s == slow.sim_time_s and fast.num_steps == slow.num_steps
+    assert asked > 10  # runs did end at the cap
 
 
 @pytest.mark.parametrize("overrides", [["system=sarathi"], ["system=fcfs"], ["system=turbospec"],

@@ -291,13 +291,7 @@ class CostModel:
             return np.array([self.forward_s(num_tokens, num_seqs, x, 0.0, lm_head_tokens, decode_only, q, which)
                              for x, q in zip(kv.tolist(), qp.tolist(), strict=True)])
         c = self._c(which)
-        key = (which, num_tokens, num_seqs, lm_head_tokens, decode_only)
-        fixed = self._fixed_parts.get(key)
-        if fixed is None:
-            linear, _, lm_head, allreduce, overhead = _parts(c, num_tokens, num_seqs, 0.0, 0.0, lm_head_tokens,
-                                                             decode_only, 0.0)
-            fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
-        linear, lm_head, allreduce, overhead = fixed
+        linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, num_seqs, lm_head_tokens, decode_only)
         # kv_read_s and _parts' attention elementwise: with V_half > 0 a read of 0 tokens prices at exactly 0.0 as
         # kv_read_s has it, and the prefill pairs' + 0.0 leaves a non-negative sum unchanged
         if c.v_half > 0.0:
@@ -313,44 +307,30 @@ class CostModel:
                          which: Which = "target") -> np.ndarray:
         """:meth:`forward_s_many` of consecutive blocks of passes along the last axis of ``kv_read_tokens``: block i,
         ``lengths[i]`` long, has the shape ``shapes[i]`` = (num_tokens, num_seqs, lm_head_tokens, decode_only). Each
-        value equals ``forward_s_many``'s of its block, bit for bit (the same operations, elementwise)."""
+        value equals ``forward_s_many``'s of its block, bit for bit."""
         if len(shapes) == 1:
             tok, seqs, head, graphs = shapes[0]
             return self.forward_s_many(tok, seqs, kv_read_tokens, query_pairs, head, graphs, which)
         kv = np.asarray(kv_read_tokens, dtype=np.float64)
-        if self._profiles and which in self._profiles:
-            qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
-            cuts = np.cumsum(lengths)[:-1].tolist()
-            return np.concatenate([self.forward_s_many(tok, seqs, x, q, head, graphs, which)
-                                   for (tok, seqs, head, graphs), x, q in zip(
-                                       shapes, np.split(kv, cuts, axis=-1), np.split(qp, cuts, axis=-1), strict=True)],
-                                  axis=-1)
-        c = self._c(which)
-        parts = []
-        for tok, seqs, head, graphs in shapes:
-            key = (which, tok, seqs, head, graphs)
-            fixed = self._fixed_parts.get(key)
-            if fixed is None:
-                linear, _, lm_head, allreduce, overhead = _parts(c, tok, seqs, 0.0, 0.0, head, graphs, 0.0)
-                fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
-            parts.append(fixed)
-        linear, lm_head, allreduce, overhead = np.repeat(np.array(parts), lengths, axis=0).T
-        if c.v_half > 0.0:
-            read = _kv_bytes_s(c, kv * c.kv_bytes)
-        else:
-            with np.errstate(invalid="ignore"):
-                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
-        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
-        return linear + attention + lm_head + allreduce + overhead
+        rows = kv.reshape(-1, kv.shape[-1])
+        qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape).reshape(rows.shape)
+        out = self.forward_s_rows([(which, shapes)] * rows.shape[0], lengths, rows, qp)
+        if out is not None:
+            return out.reshape(kv.shape)
+        cuts = np.cumsum(lengths)[:-1].tolist()  # a measured profile, or a constant efficiency: block by block
+        return np.concatenate([self.forward_s_many(tok, seqs, x, q, head, graphs, which) for (tok, seqs, head, graphs),
+                               x, q in zip(shapes, np.split(kv, cuts, axis=-1), np.split(qp.reshape(kv.shape), cuts,
+                                                                                         axis=-1), strict=True)],
+                              axis=-1)
 
     def forward_s_rows(self, rows: Sequence[tuple[Which, Sequence[tuple[int, int, int, bool]]]],
                        lengths: Sequence[int], kv_read_tokens: np.ndarray,
                        query_pairs: np.ndarray) -> np.ndarray | None:
         """:meth:`forward_s_blocks` of several rows of passes at once, row ``r`` of ``kv_read_tokens`` and
         ``query_pairs`` (rows × passes) on the model ``rows[r][0]`` with its blocks' shapes ``rows[r][1]`` (each
-        block ``lengths[i]`` passes long): every value equals that of ``forward_s_blocks``, bit for bit (the same
-        operations, elementwise, with each row's constants). ``None`` where a row's model is read from a measured
-        profile or reads KV at a constant efficiency (V_half = 0): price those rows one by one."""
+        block ``lengths[i]`` passes long): every value equals that of ``forward_s_many`` for its block, bit for bit
+        (the same operations, elementwise, with each row's constants). ``None`` where a row's model is read from a
+        measured profile or reads KV at a constant efficiency (V_half = 0): price those rows one by one."""
         whichs = tuple(w for w, _ in rows)
         consts = self._row_consts.get(whichs)
         if consts is None:
@@ -361,25 +341,24 @@ class CostModel:
                 np.array([getattr(c, name) for c in cs])[:, None]
                 for name in ("kv_bytes", "inv_bw", "eta_lo", "eta_span", "v_half", "pair_s"))
         kv_bytes, inv_bw, eta_lo, eta_span, v_half, pair_s = consts
-        fixed = []
-        for which, shapes in rows:
-            c = self._c(which)
-            parts = []
-            for tok, seqs, head, graphs in shapes:
-                key = (which, tok, seqs, head, graphs)
-                part = self._fixed_parts.get(key)
-                if part is None:
-                    linear, _, lm_head, allreduce, overhead = _parts(c, tok, seqs, 0.0, 0.0, head, graphs, 0.0)
-                    part = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
-                parts.append(part)
-            fixed.append(parts)
-        f = np.array(fixed)  # rows × blocks × (linear, lm_head, allreduce, overhead)
-        if len(lengths) > 1:
+        f = np.array([[self._fixed(which, *shape) for shape in shapes] for which, shapes in rows])
+        if len(lengths) > 1:  # rows × blocks × (linear, lm_head, allreduce, overhead), a value a pass
             f = np.repeat(f, lengths, axis=1)
         v = np.asarray(kv_read_tokens, dtype=np.float64) * kv_bytes
-        read = v * inv_bw / (eta_lo + eta_span * v / (v + v_half))  # _kv_bytes_s, a row's constants at a time
+        read = v * inv_bw / (eta_lo + eta_span * v / (v + v_half))  # _kv_bytes_s, each row with its constants
         attention = np.maximum(read, pair_s * query_pairs)
         return f[..., 0] + attention + f[..., 1] + f[..., 2] + f[..., 3]
+
+    def _fixed(self, which: Which, num_tokens: int, num_seqs: int, lm_head_tokens: int,
+               decode_only: bool) -> tuple[float, float, float, float]:
+        """The parts of a pass that do not depend on its KV read: (linear, lm_head, allreduce, overhead)."""
+        key = (which, num_tokens, num_seqs, lm_head_tokens, decode_only)
+        fixed = self._fixed_parts.get(key)
+        if fixed is None:
+            linear, _, lm_head, allreduce, overhead = _parts(self._c(which), num_tokens, num_seqs, 0.0, 0.0,
+                                                             lm_head_tokens, decode_only, 0.0)
+            fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
+        return fixed
 
     def fixed_s(self, num_seqs: int, decode_only: bool, which: Which = "target") -> float:
         """The fixed costs of a pass over ``num_seqs`` sequences (:meth:`forward`'s ``overhead_s``: per pass, per

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from repro.cost.model import CostModel
@@ -161,3 +162,19 @@ def test_calibration_reports_the_analytic_model_against_committed_gpu_profiles(t
     assert len(rows) == 4 and not rows["checked"].any()
     assert rows["rel_err"].to_numpy() == pytest.approx(1 / 1.1 - 1, rel=1e-6)  # modelled = measured / 1.1
     assert (calibration_table(tmp_path / "none")["kind"] != "profile").all()
+
+
+@pytest.mark.parametrize("system", ["static_sd_k3", "vllm"])
+def test_runs_priced_from_a_profile_equal_the_steps(table: Path, system: str) -> None:
+    """Fast-forwarded runs (through arrivals, a segment of stretches priced at once) on a measured target profile
+    and the analytic draft leave the state that running every step leaves."""
+    out = []
+    for fast in (True, False):
+        built = build(compose([f"system={system}", "num_requests=40", "rps=4", "cost=profile", f"cost.table={table}"]))
+        for rep in built.engine.replicas:
+            rep.fast_forward = rep.fast_forward and fast
+        out.append(built.engine.run())
+    for name in ("num_generated", "finish_at", "first_token_at", "first_decode_at", "service_s", "num_accepted",
+                 "last_token_at"):
+        assert np.array_equal(getattr(out[0].state, name), getattr(out[1].state, name), equal_nan=True), name
+    assert out[0].sim_time_s == out[1].sim_time_s
