@@ -978,9 +978,10 @@ class _Columns:
         self.steps = steps  # the most steps of a request scored in the run
         n = int(rids.size)
         self.n0, self.base, self.count = n, base, n
-        cap = n + max(expected, 16)
+        cap = n + expected
         ints = np.empty((9, cap), dtype=np.int64)  # rid, gen0, ctx0, rem, first, last, avail, end, fin
-        ints[:, n:] = _FILL
+        if expected:
+            ints[:, n:] = _FILL
         cols = ints[:, :n]
         cols[0], cols[1], cols[2], cols[3], cols[4] = rids, gen, ctx, rem, 0
         if k:  # nothing scored yet
@@ -1013,11 +1014,11 @@ class _Columns:
 
     def _grow_steps(self, cap: int) -> None:
         old = self.ahead.shape[0]
-        for name in ("ahead", "acc", "mat"):
-            arr = np.empty((cap, self.steps + 1), dtype=np.int64)  # a request's steps side by side
-            arr[:old] = getattr(self, name)
-            arr[old:, 0] = 0
-            setattr(self, name, arr)
+        steps = np.empty((3, cap, self.steps + 1), dtype=np.int64)  # ahead, acc, mat: a request's steps side by side
+        if old:
+            steps[0, :old], steps[1, :old], steps[2, :old] = self.ahead, self.acc, self.mat
+        steps[:, old:, 0] = 0
+        self.ahead, self.acc, self.mat = steps[0], steps[1], steps[2]
 
     def _set(self, c: np.ndarray, rids: np.ndarray, gen: np.ndarray, ctx: np.ndarray, rem: np.ndarray) -> None:
         self.rid[c], self.gen0[c], self.ctx0[c], self.rem[c] = rids, gen, ctx, rem

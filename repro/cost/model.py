@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -216,7 +217,7 @@ class CostModel:
             self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp)
         # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
-        self._row_consts: dict[tuple[str, ...], tuple[np.ndarray, ...]] = {}  # forward_s_rows: each row's constants
+        self._row_consts: dict[tuple[str, ...], SimpleNamespace] = {}  # forward_s_rows: each row's constants
 
     def _c(self, which: str) -> _Coeffs:
         try:
@@ -290,38 +291,45 @@ class CostModel:
             qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
             return np.array([self.forward_s(num_tokens, num_seqs, x, 0.0, lm_head_tokens, decode_only, q, which)
                              for x, q in zip(kv.tolist(), qp.tolist(), strict=True)])
-        c = self._c(which)
         linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, num_seqs, lm_head_tokens, decode_only)
-        # kv_read_s and _parts' attention elementwise: with V_half > 0 a read of 0 tokens prices at exactly 0.0 as
-        # kv_read_s has it, and the prefill pairs' + 0.0 leaves a non-negative sum unchanged
-        if c.v_half > 0.0:
-            read = _kv_bytes_s(c, kv * c.kv_bytes)
-        else:
-            with np.errstate(invalid="ignore"):
-                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
-        attention = np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
-        return linear + attention + lm_head + allreduce + overhead
+        c = self._c(which)
+        return linear + self._attention(c, kv, query_pairs, c.v_half > 0.0) + lm_head + allreduce + overhead
 
     def forward_s_blocks(self, shapes: Sequence[tuple[int, int, int, bool]], lengths: Sequence[int],
                          kv_read_tokens: np.ndarray, query_pairs: np.ndarray | float = 0.0,
                          which: Which = "target") -> np.ndarray:
         """:meth:`forward_s_many` of consecutive blocks of passes along the last axis of ``kv_read_tokens``: block i,
         ``lengths[i]`` long, has the shape ``shapes[i]`` = (num_tokens, num_seqs, lm_head_tokens, decode_only). Each
-        value equals ``forward_s_many``'s of its block, bit for bit."""
+        value equals ``forward_s_many``'s of its block, bit for bit (the same operations, elementwise)."""
         if len(shapes) == 1:
             tok, seqs, head, graphs = shapes[0]
             return self.forward_s_many(tok, seqs, kv_read_tokens, query_pairs, head, graphs, which)
         kv = np.asarray(kv_read_tokens, dtype=np.float64)
-        rows = kv.reshape(-1, kv.shape[-1])
-        qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape).reshape(rows.shape)
-        out = self.forward_s_rows([(which, shapes)] * rows.shape[0], lengths, rows, qp)
-        if out is not None:
-            return out.reshape(kv.shape)
-        cuts = np.cumsum(lengths)[:-1].tolist()  # a measured profile, or a constant efficiency: block by block
-        return np.concatenate([self.forward_s_many(tok, seqs, x, q, head, graphs, which) for (tok, seqs, head, graphs),
-                               x, q in zip(shapes, np.split(kv, cuts, axis=-1), np.split(qp.reshape(kv.shape), cuts,
-                                                                                         axis=-1), strict=True)],
-                              axis=-1)
+        if self._profiles and which in self._profiles:  # a measured profile: block by block
+            qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
+            cuts = np.cumsum(lengths)[:-1].tolist()
+            return np.concatenate([self.forward_s_many(tok, seqs, x, q, head, graphs, which)
+                                   for (tok, seqs, head, graphs), x, q in zip(
+                                       shapes, np.split(kv, cuts, axis=-1), np.split(qp, cuts, axis=-1), strict=True)],
+                                  axis=-1)
+        c = self._c(which)
+        # each pass's linear, lm_head, allreduce and overhead, its block's
+        linear, lm_head, allreduce, overhead = np.repeat(np.array([self._fixed(which, *sh) for sh in shapes]),
+                                                         lengths, axis=0).T
+        return linear + self._attention(c, kv, query_pairs, c.v_half > 0.0) + lm_head + allreduce + overhead
+
+    @staticmethod
+    def _attention(c: Any, kv: np.ndarray, query_pairs: np.ndarray | float, v_half_positive: bool) -> np.ndarray:
+        """The attention seconds of passes reading ``kv`` tokens of KV with ``query_pairs`` (no prefill pairs), as
+        ``_parts`` computes them, elementwise: ``c`` holds the model's constants (or, for rows of passes on several
+        models, a column of each; ``v_half_positive``: every one's V_half is)."""
+        if v_half_positive:
+            read = _kv_bytes_s(c, kv * c.kv_bytes)
+        else:  # with V_half > 0 a read of 0 tokens prices at exactly 0.0 as kv_read_s has it
+            with np.errstate(invalid="ignore"):
+                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
+        # the prefill pairs' + 0.0 leaves a non-negative sum unchanged
+        return np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
 
     def forward_s_rows(self, rows: Sequence[tuple[Which, Sequence[tuple[int, int, int, bool]]]],
                        lengths: Sequence[int], kv_read_tokens: np.ndarray,
@@ -330,23 +338,33 @@ class CostModel:
         ``query_pairs`` (rows × passes) on the model ``rows[r][0]`` with its blocks' shapes ``rows[r][1]`` (each
         block ``lengths[i]`` passes long): every value equals that of ``forward_s_many`` for its block, bit for bit
         (the same operations, elementwise, with each row's constants). ``None`` where a row's model is read from a
-        measured profile or reads KV at a constant efficiency (V_half = 0): price those rows one by one."""
+        measured profile: price those rows one by one."""
         whichs = tuple(w for w, _ in rows)
         consts = self._row_consts.get(whichs)
         if consts is None:
-            if any(w in self._profiles for w in whichs) or any(self._c(w).v_half <= 0.0 for w in whichs):
+            if any(w in self._profiles for w in whichs):
                 return None
             cs = [self._c(w) for w in whichs]
-            consts = self._row_consts[whichs] = tuple(
-                np.array([getattr(c, name) for c in cs])[:, None]
-                for name in ("kv_bytes", "inv_bw", "eta_lo", "eta_span", "v_half", "pair_s"))
-        kv_bytes, inv_bw, eta_lo, eta_span, v_half, pair_s = consts
-        f = np.array([[self._fixed(which, *shape) for shape in shapes] for which, shapes in rows])
-        if len(lengths) > 1:  # rows × blocks × (linear, lm_head, allreduce, overhead), a value a pass
+            consts = self._row_consts[whichs] = SimpleNamespace(**{
+                name: np.array([getattr(c, name) for c in cs])[:, None]
+                for name in ("kv_bytes", "inv_bw", "eta_lo", "eta_span", "v_half", "pair_s")},
+                v_half_positive=all(c.v_half > 0.0 for c in cs))
+        # rows × blocks × (linear, lm_head, allreduce, overhead), each distinct row's worked out once
+        distinct: dict[tuple[str, int], int] = {}
+        parts: list[list[tuple[float, float, float, float]]] = []
+        at: list[int] = []
+        for which, shapes in rows:
+            i = distinct.setdefault((which, id(shapes)), len(parts))
+            if i == len(parts):
+                parts.append([self._fixed(which, *shape) for shape in shapes])
+            at.append(i)
+        f = np.array(parts)
+        if len(parts) < len(rows):
+            f = f[at]
+        if len(lengths) > 1:  # a value a pass
             f = np.repeat(f, lengths, axis=1)
-        v = np.asarray(kv_read_tokens, dtype=np.float64) * kv_bytes
-        read = v * inv_bw / (eta_lo + eta_span * v / (v + v_half))  # _kv_bytes_s, each row with its constants
-        attention = np.maximum(read, pair_s * query_pairs)
+        attention = self._attention(consts, np.asarray(kv_read_tokens, dtype=np.float64), query_pairs,
+                                    consts.v_half_positive)
         return f[..., 0] + attention + f[..., 1] + f[..., 2] + f[..., 3]
 
     def _fixed(self, which: Which, num_tokens: int, num_seqs: int, lm_head_tokens: int,

@@ -151,8 +151,8 @@ def decode_runs_s(cost: CostModel, prop: Proposer, k: int, blocks: Sequence[np.n
         kv[k] = kv_read
         qp = np.zeros((k + 1, steps))
         qp[k] = qpairs
-        passes = cost.forward_s_rows([(which, [(n, n, n, True) for n in sizes])] * k + [("target", shapes)],
-                                     lengths, kv, qp)
+        drafting = [(n, n, n, True) for n in sizes]  # (one list for the k passes: its parts are looked up once)
+        passes = cost.forward_s_rows([(which, drafting)] * k + [("target", shapes)], lengths, kv, qp)
         if passes is not None:
             total = 0.0 + passes[0]
             for j in range(1, k):
@@ -164,8 +164,9 @@ def decode_runs_s(cost: CostModel, prop: Proposer, k: int, blocks: Sequence[np.n
 
 
 def _per_step(values: list[float], lengths: Sequence[int]) -> float | np.ndarray:
-    """Each stretch's value for each of its steps (one stretch: the value itself)."""
-    return values[0] if len(values) == 1 else np.repeat(values, lengths)
+    """Each stretch's value for each of its steps (one value for all: that value)."""
+    first = values[0]
+    return first if len(values) == 1 or all(v == first for v in values) else np.repeat(values, lengths)
 
 
 def _verify_terms(cost: CostModel, k: int, blocks: Sequence[np.ndarray]
