@@ -516,7 +516,7 @@ class Replica:
             first = cols.first[c]
             took = np.minimum(cols.last[c] + 1, steps - first)
             ci = c
-        adv = cols.advance(ci, took)
+        adv = cols.advance(ci, took) if k else took  # (one token a step: a request's steps end with its last)
         rids = cols.rid[c]
         new_computed = cols.ctx0[c] + adv
         s.num_generated[rids] = cols.gen0[c] + adv
@@ -535,7 +535,8 @@ class Replica:
         j = _AR_RUN[:span] if span <= _RUN_AHEAD_MAX else np.arange(span)
         work = np.empty((rids.size, span + 1))
         work[:, 0] = s.service_s[rids]
-        work[:, 1:] = (draft + verify)[:span] if plain else (draft + verify)[np.minimum(first[:, None] + j, steps - 1)]
+        step_s = draft + verify if k else verify  # (0.0 + verify without drafting: the same)
+        work[:, 1:] = step_s[:span] if plain else step_s[np.minimum(first[:, None] + j, steps - 1)]
         if (took < span).any():
             work[:, 1:] *= j < took[:, None]
         s.service_s[rids] = np.add.accumulate(work, axis=1)[:, -1]
@@ -548,9 +549,9 @@ class Replica:
             s.num_matched[rids] += mat
             s.num_spec_steps[rids] += took
         s.num_decode_steps[rids] += took
-        fresh = np.isnan(s.first_decode_at[rids])
-        s.first_decode_at[rids[fresh]] = cols.start_at[c][fresh]  # its first step after the first token
-        s.last_token_at[rids] = end_at[first + took - 1]
+        fresh = np.isnan(s.first_decode_at[rids])  # their first step after the first token is in this run
+        s.first_decode_at[rids[fresh]] = now if plain else cols.start_at[c][fresh]
+        s.last_token_at[rids] = end_at[took - 1 if plain else first + took - 1]
         fin = adv == cols.rem[c]
         if fin.any():  # each at the end of its finishing step
             self._finish(rids[fin], end_at[(first + cols.last[c])[fin]])
@@ -979,18 +980,17 @@ class _Columns:
         n = int(rids.size)
         self.n0, self.base, self.count = n, base, n
         cap = n + expected
-        ints = np.empty((9, cap), dtype=np.int64)  # rid, gen0, ctx0, rem, first, last, avail, end, fin
-        if expected:
-            ints[:, n:] = _FILL
-        cols = ints[:, :n]
-        cols[0], cols[1], cols[2], cols[3], cols[4] = rids, gen, ctx, rem, 0
+        # rid, gen0, ctx0, rem, first, last, avail, end, fin
         if k:  # nothing scored yet
-            cols[5], cols[6], cols[7], cols[8] = _NEVER, 0, 0, _NEVER
+            zero = np.zeros(n, dtype=np.int64)
+            ints = np.array((rids, gen, ctx, rem, zero, zero + _NEVER, zero, zero, zero + _NEVER))
         else:  # one token a step: nothing to score, each finishes after what it has left
-            cols[5], cols[6], cols[7], cols[8] = rem - 1, _NEVER, rem, rem - 1
+            last = rem - 1
+            ints = np.array((rids, gen, ctx, rem, last - last, last, last * 0 + _NEVER, rem, last))
+        if expected:
+            ints = np.concatenate([ints, np.repeat(_FILL, expected, axis=1)], axis=1)
         self._use(ints)
-        self.start_at = np.zeros(cap)
-        self.start_at[:n] = now
+        self.start_at = np.full(cap, now)
         if k:
             self.ahead = self.acc = self.mat = np.zeros((0, steps + 1), dtype=np.int64)
             self._grow_steps(cap)
