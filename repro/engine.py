@@ -307,7 +307,7 @@ class Replica:
         # (a request's steps scored: as far as the horizon, or, through arrivals, as far as the run's arrays go)
         cols = _Columns(s, ids_, gen, ctx, remaining, k, now, base,
                         min(arrivals.n - base, _ADMIT_CAP) if admits is not None and arrivals is not None else 0,
-                        _RUN_AHEAD_MAX if admits is not None else horizon)
+                        _RUN_STEPS if admits is not None else horizon)
         kv_total = self.kv.total
         other = self.kv.used - int(held.sum())  # blocks of requests outside the run (none where it admits)
         nxt = until  # the next arrival
@@ -923,6 +923,7 @@ _RUN_HORIZON = 256  # steps scored ahead at a time in a run that goes on through
 _ADMIT_AHEAD = 32  # arrivals scored ahead with the run's requests (the next chain_run call brings more)
 _ADMIT_CAP = 256  # columns set aside at first for the requests a run admits (it grows past them if need be)
 _RUN_COLUMNS = 1024  # the most requests in one run (bounds its arrays; the next run goes on from there)
+_RUN_STEPS = 512  # the most steps of a request scored in a run through arrivals (a longer one: the next run's)
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
 _NO_DECODE = DecodeBatch(_NO_INT, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, None)
@@ -977,6 +978,7 @@ class _Columns:
                  k: int, now: float, base: int, expected: int = 0, steps: int = _RUN_AHEAD_MAX) -> None:
         self.s, self.k = s, k
         self.steps = steps  # the most steps of a request scored in the run
+        self.scored = 0  # the most steps of any request scored so far
         n = int(rids.size)
         self.n0, self.base, self.count = n, base, n
         cap = n + expected
@@ -1013,10 +1015,11 @@ class _Columns:
             self._grow_steps(cap)
 
     def _grow_steps(self, cap: int) -> None:
-        old = self.ahead.shape[0]
+        old, w = self.ahead.shape[0], self.scored + 1
         steps = np.empty((3, cap, self.steps + 1), dtype=np.int64)  # ahead, acc, mat: a request's steps side by side
-        if old:
-            steps[0, :old], steps[1, :old], steps[2, :old] = self.ahead, self.acc, self.mat
+        if old:  # (only what has been scored: the rest of a row is never read before it is written)
+            steps[0, :old, :w], steps[1, :old, :w], steps[2, :old, :w] = (
+                self.ahead[:, :w], self.acc[:, :w], self.mat[:, :w])
         steps[:, old:, 0] = 0
         self.ahead, self.acc, self.mat = steps[0], steps[1], steps[2]
 
@@ -1092,6 +1095,7 @@ class _Columns:
         if ends.any():
             self.last[c[ends]] = t0[ends] + done[:, ends].argmax(axis=0)
         self.avail[c] = t0 + h
+        self.scored = max(self.scored, int(t0.max()) + h)
         joined = c[self.first[c] >= 0]
         if joined.size:
             self._bounds(joined)

@@ -276,17 +276,20 @@ def test_runs_go_on_through_arrivals_where_the_policy_declares_how_it_admits(sys
     assert asked_stop > 60 and asked_through < asked_stop / 4
 
 
-def test_a_run_whose_arrays_fill_hands_over_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run takes at most ``_RUN_COLUMNS`` requests (bounding its arrays); at that point it ends, the policy plans
-    the admission, and the next run goes on: nothing changes."""
-    monkeypatch.setattr(engine, "_RUN_COLUMNS", 12)
+@pytest.mark.parametrize(("limit", "value"), [("_RUN_COLUMNS", 12), ("_RUN_STEPS", 24), ("_ADMIT_CAP", 2)])
+def test_a_run_whose_arrays_fill_hands_over_to_the_next(monkeypatch: pytest.MonkeyPatch, limit: str,
+                                                        value: int) -> None:
+    """A run through arrivals takes at most ``_RUN_COLUMNS`` requests and scores at most ``_RUN_STEPS`` of a
+    request's steps (bounding its arrays); at either it ends, the policy plans, and the next run goes on. Its arrays
+    grow past ``_ADMIT_CAP`` requests as it admits them. Nothing changes."""
+    monkeypatch.setattr(engine, limit, value)
     overrides = ["system=static_sd_k3", "rps=4", *WORKLOAD]
     slow, _ = _run(overrides, False)
     fast, asked = _run(overrides, True)
     for name in STATE:
         assert np.array_equal(getattr(slow.state, name), getattr(fast.state, name), equal_nan=True), name
     assert fast.sim_time_s == slow.sim_time_s and fast.num_steps == slow.num_steps
-    assert asked > 10  # runs did end at the cap
+    assert asked > 10 or limit == "_ADMIT_CAP"  # runs did end at the limit
 
 
 @pytest.mark.parametrize("overrides", [["system=sarathi"], ["system=fcfs"], ["system=turbospec"],
