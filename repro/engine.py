@@ -466,19 +466,7 @@ class Replica:
         blocks = (tokens + (self.kv.block_size - 1)) // self.kv.block_size  # (the rule kept them within the pool)
         s.kv_blocks[pids] = blocks
         self.kv.used += int(blocks.sum())
-        pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # the prompts' causal pairs (nothing cached: 0 + ...)
-        num_tokens, num_seqs = int(tokens.sum()), int(pids.size)
-        if not plan.draft_sync:
-            draft_s = 0.0
-        elif prop.which is not None and prop.keeps_kv and (self.draft_resident or not prop.resident):
-            # draft_s: the draft's pass over the prompts, its host time for no speculating request
-            draft_s = prop.host_s(0) + (0.0 + prop.cost.forward_s(num_tokens, num_seqs, 0.0, 0.0 + pairs, num_seqs,
-                                                                  pairs == 0.0, which=prop.which))
-        else:
-            draft_s = self.coster.draft_s(prop, plan, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, pids, tokens,
-                                          draft_resident=self.draft_resident)
-        # verify_pass and forward's total: the prompts read nothing cached, the LM head scores their last tokens
-        verify_s = self.cost.forward_s(num_tokens, num_seqs, 0.0 + 0.0, pairs, num_seqs, False, 0.0) + 0.0
+        draft_s, verify_s = self.coster.prompts_s(prop, plan, pids, tokens, draft_resident=self.draft_resident)
         draft_s += plan.host_s
         end_at = now + 0.0 + draft_s + verify_s  # (no memory actions: + 0.0, as the step charges them)
         end_at += 0.0  # (nothing sent)
@@ -926,7 +914,6 @@ _RUN_COLUMNS = 1024  # the most requests in one run (bounds its arrays; the next
 _RUN_STEPS = 512  # the most steps of a request scored in a run through arrivals (a longer one: the next run's)
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
-_NO_DECODE = DecodeBatch(_NO_INT, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, {}, None)
 
 
 class _Admission:
@@ -1187,14 +1174,14 @@ class Engine:
         idle_steps = 0
         stopped = False
         while True:
-            upcoming = float(arrivals[feed.next]) if feed.next < n else math.inf
+            upcoming = feed.time()
             if heap and heap[0][0] < upcoming:
                 t, _, idx = heapq.heappop(heap)
                 kind = _STEP
             elif feed.next < n:
                 t, kind, idx = upcoming, _ARRIVAL, feed.next
                 feed.next += 1
-                upcoming = float(arrivals[feed.next]) if feed.next < n else math.inf
+                upcoming = feed.time()
             else:
                 break
             if t < now:

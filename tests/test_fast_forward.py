@@ -106,6 +106,30 @@ def test_draft_run_equals_the_steps_drafting(proposer: str, k: int) -> None:
         assert run[i] == step
 
 
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "flexflow"])
+@pytest.mark.parametrize(("proposer", "sync"), [("draft", True), ("draft", False), ("eagle", False)])
+def test_prompts_priced_in_a_run_equal_the_steps_prefill(engine: str, proposer: str, sync: bool) -> None:
+    """The prefill step a run prices for the requests it admits (``StepCoster.prompts_s``) charges what the step
+    by step path charges: ``draft_s`` and the target pass of ``verify_pass``."""
+    cost = make_cost(engine=engine)
+    n = 3
+    state = RequestState(np.zeros(n), np.full(n, 100), np.full(n, 100), np.full(n, np.inf), np.full(n, np.inf),
+                         np.zeros(n, dtype=np.int64))
+    coster, prop = StepCoster(state, cost), colocated(cost)[proposer]
+    none = DecodeBatch(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                       np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), {}, None)
+    for tokens in (np.array([517]), np.array([1, 2048, 33])[:n]):
+        pids = np.arange(tokens.size)
+        plan = StepPlan(prefill_ids=pids, prefill_tokens=tokens, proposer=proposer, draft_sync=sync)
+        pre = PrefillBatch(pids, tokens, float((tokens * (0 + (tokens + 1) / 2.0)).sum()),
+                           np.ones(tokens.size, dtype=bool), 0.0)
+        draft = coster.draft_s(prop, plan, none.ids, none.ctx, none.k, none.drafted, {}, pids, tokens,
+                               draft_resident=True) if sync else 0.0
+        shape, host = verify_pass(cost.engine, pre, none)
+        assert coster.prompts_s(prop, plan, pids, tokens, draft_resident=True) == (
+            draft, cost.forward(shape).total_s + host)
+
+
 @pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "turbospec_mq"])
 @pytest.mark.parametrize("proposer", ["draft", "eagle"])
 @pytest.mark.parametrize("k", [1, 3])

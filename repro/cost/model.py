@@ -313,10 +313,7 @@ class CostModel:
                                        shapes, np.split(kv, cuts, axis=-1), np.split(qp, cuts, axis=-1), strict=True)],
                                   axis=-1)
         c = self._c(which)
-        # each pass's linear, lm_head, allreduce and overhead, its block's
-        linear, lm_head, allreduce, overhead = np.repeat(np.array([self._fixed(which, *sh) for sh in shapes]),
-                                                         lengths, axis=0).T
-        return linear + self._attention(c, kv, query_pairs, c.v_half > 0.0) + lm_head + allreduce + overhead
+        return self._passes_s(self._fixed_rows([(which, shapes)], lengths)[0], c, kv, query_pairs, c.v_half > 0.0)
 
     @staticmethod
     def _attention(c: Any, kv: np.ndarray, query_pairs: np.ndarray | float, v_half_positive: bool) -> np.ndarray:
@@ -349,7 +346,13 @@ class CostModel:
                 name: np.array([getattr(c, name) for c in cs])[:, None]
                 for name in ("kv_bytes", "inv_bw", "eta_lo", "eta_span", "v_half", "pair_s")},
                 v_half_positive=all(c.v_half > 0.0 for c in cs))
-        # rows × blocks × (linear, lm_head, allreduce, overhead), each distinct row's worked out once
+        return self._passes_s(self._fixed_rows(rows, lengths), consts, np.asarray(kv_read_tokens, dtype=np.float64),
+                              query_pairs, consts.v_half_positive)
+
+    def _fixed_rows(self, rows: Sequence[tuple[Which, Sequence[tuple[int, int, int, bool]]]],
+                    lengths: Sequence[int]) -> np.ndarray:
+        """Each pass's :meth:`_fixed` parts, rows × passes × (linear, lm_head, allreduce, overhead): block ``i`` of
+        a row (``lengths[i]`` passes) has its shape's (each distinct row worked out once)."""
         distinct: dict[tuple[str, int], int] = {}
         parts: list[list[tuple[float, float, float, float]]] = []
         at: list[int] = []
@@ -361,11 +364,14 @@ class CostModel:
         f = np.array(parts)
         if len(parts) < len(rows):
             f = f[at]
-        if len(lengths) > 1:  # a value a pass
-            f = np.repeat(f, lengths, axis=1)
-        attention = self._attention(consts, np.asarray(kv_read_tokens, dtype=np.float64), query_pairs,
-                                    consts.v_half_positive)
-        return f[..., 0] + attention + f[..., 1] + f[..., 2] + f[..., 3]
+        return np.repeat(f, lengths, axis=1) if len(lengths) > 1 else f
+
+    def _passes_s(self, fixed: np.ndarray, c: Any, kv: np.ndarray, query_pairs: np.ndarray | float,
+                  v_half_positive: bool) -> np.ndarray:
+        """``forward_s``'s total of passes whose fixed parts are ``fixed`` (… × (linear, lm_head, allreduce,
+        overhead)), summed in its order: linear + attention + lm_head + allreduce + overhead."""
+        attention = self._attention(c, kv, query_pairs, v_half_positive)
+        return fixed[..., 0] + attention + fixed[..., 1] + fixed[..., 2] + fixed[..., 3]
 
     def _fixed(self, which: Which, num_tokens: int, num_seqs: int, lm_head_tokens: int,
                decode_only: bool) -> tuple[float, float, float, float]:

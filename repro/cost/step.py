@@ -115,6 +115,10 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     return ForwardShape(dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs), host
 
 
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_MASK = np.zeros(0, dtype=bool)
+
+
 def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, float]:
     """The verification seconds (:func:`verify_pass`'s target pass plus its host seconds) of a run of decode-only
     steps over the same requests, each speculating a chain of ``k`` (0: none) with no trees: row i of ``ctx`` (steps
@@ -279,6 +283,27 @@ class StepCoster:
                 t = max(t, self._draft_pass(ds, plan, dids, dc, k, mask, trees, pids[:0], ptok[:0])
                         + ds.uplink_s(int(k[mask].sum())))
         return host_s + t
+
+    def prompts_s(self, prop: Proposer, plan: StepPlan, pids: np.ndarray, tokens: np.ndarray, *,
+                  draft_resident: bool) -> tuple[float, float]:
+        """(drafting, verification) seconds of a prefill-only ``plan`` over whole prompts with nothing cached
+        (``tokens`` each; requests ``pids`` never computed anything): :meth:`draft_s` and :func:`verify_pass`'s
+        target pass plus its host seconds, the same terms in the same order (the draft's one pass over the prompts
+        where ``plan.draft_sync``), without building the batches."""
+        pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # the prompts' causal pairs (nothing cached: 0 + ...)
+        num_tokens, num_seqs = int(tokens.sum()), int(pids.size)
+        if not plan.draft_sync:
+            draft_s = 0.0
+        elif prop.which is not None and prop.keeps_kv and (draft_resident or not prop.resident) \
+                and (plan.draft_server is None or not self.draft_servers):
+            draft_s = prop.host_s(0) + (0.0 + prop.cost.forward_s(num_tokens, num_seqs, 0.0, 0.0 + pairs, num_seqs,
+                                                                  pairs == 0.0, which=prop.which))
+        else:
+            draft_s = self.draft_s(prop, plan, _NO_IDS, _NO_IDS, _NO_IDS, _NO_MASK, {}, pids, tokens,
+                                   draft_resident=draft_resident)
+        # the LM head scores each prompt's last token; a prefill-only pass has no host seconds of speculation
+        verify_s = self.cost.forward_s(num_tokens, num_seqs, 0.0 + 0.0, pairs, num_seqs, False, 0.0) + 0.0
+        return draft_s, verify_s
 
     def draft_run_s(self, prop: Proposer, n: int, k: int, csum: np.ndarray) -> np.ndarray:
         """:meth:`draft_s` for a run of steps in which the same ``n`` requests all draft a chain of ``k`` > 0 with the
