@@ -18,6 +18,7 @@ one replica per spec and routes each arriving request; any other policy is the d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 from repro.cost.model import CostModel, TargetProfile
 from repro.cost.serving import EngineProfile
-from repro.cost.spec import HardwareSpec, ModelSpec
+from repro.cost.spec import HardwareSpec, ModelSpec, hardware_for
 from repro.errors import ConfigError
 from repro.policy import Policy, ReplicaSpec
 from repro.proposers import DRAFT, RemoteDraftServer
@@ -125,10 +126,40 @@ def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
         path = Path(__file__).resolve().parents[1] / path
     if not path.is_file():
         raise ConfigError(f"cost.{key}: no file {table}")
+    check_profile_fits(cfg, key, path)
     try:
         return ProfileCostModel(path)
     except ValueError as exc:
         raise ConfigError(f"cost.{key}: {exc}") from None
+
+
+def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
+    """A profile table's provenance sidecar (``<csv>.json``, written by ``python -m repro.profile``) must describe
+    the run: the same model (the target for ``cost.table``, the draft for ``cost.draft_table``), tp, and, for a GPU
+    profile, the run's ``hardware``; a mismatch is a one-line ConfigError. A table without a sidecar is taken as
+    given."""
+    side = path.with_suffix(path.suffix + ".json")
+    if not side.is_file():
+        return
+    try:
+        info = json.loads(side.read_text())
+    except ValueError:
+        raise ConfigError(f"cost.{key}: {side} is not JSON") from None
+    want = cfg.draft.name if key == "draft_table" else cfg.model.name
+    role = "draft" if key == "draft_table" else "model"
+    if info.get("model") not in (None, str(want)):
+        raise ConfigError(f"cost.{key}: {path.name} was measured for {info['model']}, but this run's {role} is {want} "
+                          f"(profile it: python -m repro.profile --model {want})")
+    tp = int(cfg.get("draft_tp", 1) if key == "draft_table" else cfg.get("tp", 1))
+    if int(info.get("tp", 1)) != tp:
+        raise ConfigError(f"cost.{key}: {path.name} was measured at tp={info.get('tp', 1)}, this run has tp={tp}")
+    gpu = str(info.get("gpu") or "")  # none: a CPU profile (the sim-vs-real check on this machine prices with one)
+    hw = hardware_for(gpu) if gpu else None
+    if gpu and hw is None:
+        raise ConfigError(f"cost.{key}: {path.name} was measured on {gpu}, which no conf/hardware describes")
+    if hw is not None and hw != str(cfg.hardware.name):
+        raise ConfigError(f"cost.{key}: {path.name} was measured on {gpu}, this run's hardware is "
+                          f"{cfg.hardware.name} (run it with hardware={hw})")
 
 
 def engine_profile(cfg: Any) -> EngineProfile:

@@ -530,6 +530,34 @@ def model_vs_measured(
     return fig
 
 
+def measured_vs_modelled(
+    df: pd.DataFrame, measured: str = "measured_ms", modelled: str = "modelled_ms", gpu: str = "modelled_gpu_ms",
+    kind: str = "pass", title: str | None = None,
+) -> Figure:  # fmt: skip
+    """A measured profile against the model, one point per pass (log-log, coloured by pass kind): the model's whole
+    pass (filled) and its GPU work alone (hollow), with the diagonal and ±25 %."""
+    use_style()
+    fig, ax = plt.subplots(figsize=(PANEL_W * 1.2, PANEL_W * 1.2))
+    for (name, rows), color in zip(df.groupby(kind, sort=True), ("tab:blue", "tab:orange", "tab:green", "tab:red"),
+                                   strict=False):
+        ax.scatter(rows[measured], rows[modelled], s=10, color=color, label=f"{name}: whole pass")
+        ax.scatter(rows[measured], rows[gpu], s=14, facecolors="none", edgecolors=color, label=f"{name}: GPU work")
+    lo = float(min(df[measured].min(), df[gpu].min())) * 0.8
+    hi = float(max(df[measured].max(), df[modelled].max())) * 1.25
+    line = [lo, hi]
+    ax.plot(line, line, color="black", lw=0.8)
+    for f in (0.75, 1.25):
+        ax.plot(line, [v * f for v in line], color="grey", lw=0.6, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (ms)")
+    ax.set_ylabel("modelled (ms)")
+    if title:
+        ax.set_title(title, fontsize=8)
+    _shared_legend(fig, [ax])
+    return fig
+
+
 def relative_error_bars(
     df: pd.DataFrame, label: str = "table", err: str = "rel_err", tol: str = "tolerance",
     title: str | None = None,

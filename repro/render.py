@@ -150,6 +150,10 @@ def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.Da
     for table, rows in linear.groupby("table", sort=False):
         fig = figures.model_vs_measured(rows, xlabel=str(rows["x_name"].iloc[0]), title=str(table))
         paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+    for table, rows in points[points["kind"] == "profile"].groupby("table", sort=False):
+        fig = figures.measured_vs_modelled(rows, title=str(table))
+        paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+    profiles, points = points[points["kind"] == "profile"], points[points["kind"] != "profile"]
     anchors = points[points["kind"] != "linear"]
     if len(anchors):
         labelled = anchors.assign(table=anchors["table"] + " (" + anchors["x_name"] + "=" + anchors["x"].map(
@@ -172,9 +176,33 @@ def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.Da
         "passes is judged on its excess over 1, error_of 'ratio - 1'; an unchecked row, which no consistent model "
         "reproduces, states the error band it is held to).\n\n"
         + markdown_table(shown[cols], index=False)
+        + _profile_summary(profiles)
     )
     (out_dir / "summary.md").write_text(text)
     return [*paths, out_dir / "summary.md"]
+
+
+def _profile_summary(rows: pd.DataFrame) -> str:
+    """The committed GPU profiles' rows in brief: per profile and pass kind, the model's error against the measured
+    pass, whole and as GPU work alone (every row is in points.csv)."""
+    if rows.empty:
+        return ""
+    whole = rows["modelled_ms"] / rows["measured_ms"] - 1.0
+    gpu = rows["modelled_gpu_ms"] / rows["measured_ms"] - 1.0
+    d = rows.assign(whole=whole * 100, gpu=gpu * 100)
+    table = d.groupby(["table", "pass"], sort=False).agg(
+        passes=("x", "size"), measured_ms=("measured_ms", lambda s: f"{s.min():.3g}-{s.max():.3g}"),
+        whole_median=("whole", "median"), gpu_median=("gpu", "median"), gpu_min=("gpu", "min"),
+        gpu_max=("gpu", "max")).round(1).reset_index()
+    return (
+        "\n\n## Committed GPU profiles (profiles/, unchecked)\n\n"
+        "Passes of the papers' architectures with random weights, measured by `python -m repro.profile` (a plain "
+        "PyTorch decoder, no serving engine around it; CUDA graphs where the profile says so), against the analytic "
+        "model of the same pass on that GPU. `whole`: the model's pass with its fixed costs (per step, layer and "
+        "sequence: a serving engine's, fitted to vLLM), in %; `gpu`: its GPU work alone (linear layers, attention, "
+        "LM head), in %. Every pass is a row of points.csv; one figure per profile.\n\n"
+        + markdown_table(table, index=False)
+    )
 
 
 def _read_optional(path: Path) -> pd.DataFrame | None:

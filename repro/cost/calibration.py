@@ -12,9 +12,10 @@ modelled 1.03 against a measured 1.06 misses half the extra cost (−50 %), not 
 
 Committed GPU profiles (``profiles/*.csv`` with their ``.json`` provenance, written by ``python -m repro.profile`` on
 a GPU this project's ``conf/hardware`` describes) add one row per measured pass (``kind="profile"``, unchecked): the
-analytic model of the same pass on that GPU, for the profiled model (or as the draft, for a ``.draft.csv``). The
-profiler runs a plain PyTorch decoder (no paged attention, no CUDA graphs, no serving engine around it), so these rows
-report how far the roofline is from raw model passes; they are not tuned against.
+analytic model of the same pass on that GPU, for the profiled model (or as the draft, for a ``.draft.csv``), with
+the per-layer cost of CUDA-graph replay where the row was timed as a graph. The profiler runs a plain PyTorch decoder
+(no paged attention, no serving engine around it), so these rows report how far the roofline is from raw model
+passes; they are not tuned against.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pandas as pd
 
 from repro.cost.model import CostModel, ForwardShape, Which
 from repro.cost.serving import load_engine
-from repro.cost.spec import load_hardware, load_model
+from repro.cost.spec import hardware_for, load_hardware, load_model
 from repro.cost.step import decode_pass_s
 
 LINEAR_TOL = 0.15
@@ -84,6 +85,9 @@ class _Row:
     checked: bool = True
     ratio: bool = False  # a ratio of two passes: the error is on its excess over 1 (ratio − 1)
     band: tuple[float, float] | None = None  # an unchecked row's stated error band (lo, hi), monitored by the tests
+    modelled_gpu: float = float("nan")  # a profile row: the model's GPU work alone (the pass less its fixed costs)
+    pass_kind: str = ""  # a profile row: prefill | decode | verify
+    context: float = float("nan")  # a profile row: cached tokens per sequence
 
 
 @cache
@@ -408,16 +412,6 @@ PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 PROFILE_TOL = 0.25  # reported against, never checked (module docstring)
 
 
-def hardware_for(gpu: str) -> str | None:
-    """The ``conf/hardware`` id of a GPU as PyTorch names it (``NVIDIA H100 80GB HBM3`` → ``h100-80g``), or None:
-    the longest id whose model (``h100``) appears in the name and whose memory (``80g``), if it has one, too."""
-    name = gpu.lower().replace("-", "").replace(" ", "")
-    found = [p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "hardware").glob("*.yaml")
-             if p.stem.partition("-")[0] in name
-             and (not p.stem.partition("-")[2] or p.stem.partition("-")[2].rstrip("g") + "gb" in name)]
-    return max(found, key=len) if gpu and found else None
-
-
 def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
     """One unchecked row per pass of every committed GPU profile (module docstring)."""
     rows: list[_Row] = []
@@ -425,8 +419,8 @@ def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
         side = path.with_suffix(path.suffix + ".json")
         info = json.loads(side.read_text()) if side.is_file() else {}
         hw = hardware_for(str(info.get("gpu") or ""))
-        if hw is None:  # a CPU profile, or a GPU conf/hardware does not describe
-            continue
+        if hw is None or info.get("role") == "mixed":  # a CPU profile, a GPU conf/hardware does not describe, or
+            continue  # mixed steps (their own format)
         role: Which = "draft" if info.get("role") == "draft" else "target"
         target = str(info.get("target", info["model"])) if role == "draft" else str(info["model"])
         cm = _cm(hw, target, draft=str(info["model"]) if role == "draft" else None)
@@ -434,12 +428,18 @@ def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
             for r in csv.DictReader(fh):
                 n, c, ms = int(float(r["num_tokens"])), int(float(r["context"])), float(r["latency_ms"])
                 seqs = int(float(r.get("num_seqs") or (1 if c == 0 else n)))
-                modelled = cm.forward_s(n, seqs, kv_read_tokens=seqs * c + n,
-                                        prefill_attn_pairs=n * (n + 1) / 2 if c == 0 else 0.0,
-                                        lm_head_tokens=n if seqs < n and c > 0 else seqs, which=role) * 1e3
-                rows.append(_Row(f"{info.get('gpu')} {info['model']} profile", "tokens", n, ms, modelled, PROFILE_TOL,
-                                 "profile", f"{path.name}: context {c}, {seqs} sequences; random weights, plain "
-                                 f"PyTorch (python -m repro.profile, {info.get('date', '?')})", checked=False))
+                graph = r.get("mode") == "graph"
+                kind = "prefill" if c == 0 else "verify" if seqs < n else "decode"
+                cost = cm.forward(ForwardShape(n, seqs, kv_read_tokens=seqs * c + n,
+                                               prefill_attn_pairs=n * (n + 1) / 2 if c == 0 else 0.0,
+                                               lm_head_tokens=n if kind == "verify" else seqs, decode_only=graph),
+                                  which=role)
+                how = "CUDA graph" if graph else "eager"
+                rows.append(_Row(f"{info.get('gpu')} {info['model']} profile", "tokens", n, ms, cost.total_s * 1e3,
+                                 PROFILE_TOL, "profile", f"{path.name}: context {c}, {seqs} sequences; random weights, "
+                                 f"plain PyTorch, {how} (python -m repro.profile, {info.get('date', '?')})",
+                                 checked=False, modelled_gpu=(cost.total_s - cost.overhead_s) * 1e3, pass_kind=kind,
+                                 context=c))
     return rows
 
 
@@ -460,6 +460,9 @@ def calibration_table(profiles: Path = PROFILES_DIR) -> pd.DataFrame:
             "error_of": ["ratio - 1" if r.ratio else "value" for r in rows],
             "band_lo": [r.band[0] if r.band else float("nan") for r in rows],
             "band_hi": [r.band[1] if r.band else float("nan") for r in rows],
+            "modelled_gpu_ms": [r.modelled_gpu for r in rows],
+            "pass": [r.pass_kind for r in rows],
+            "context": [r.context for r in rows],
         }
     )
     ratio = df["error_of"] == "ratio - 1"

@@ -14,22 +14,22 @@ drafts, or a tree) against ``context`` cached ones. Those rows must form their o
 tokens per sequence, ``context``), interpolated trilinearly for passes whose sequences score more than one token;
 every other pass uses the main grid. (``python -m repro.profile --k 1 3 7`` writes both.)
 
-``num_tokens`` is the number of tokens through the model in the pass (Σ q_i), ``context`` the mean KV context
-each sequence attends (``kv_read_tokens / num_seqs``; 0 for prefill-only passes) and ``latency_ms`` the
-measured
-wall time of the whole pass. The points must form a full grid (every ``num_tokens`` with every ``context``).
-Between grid points latency is interpolated bilinearly; beyond the grid it is extrapolated linearly from
-the last
-two points of each axis (clamped at zero). Prefill attention enters only through ``num_tokens``: profile
-prefill passes at ``context = 0``. ``forward`` returns the whole latency as ``linear_s`` (a profile does
-not split
-its components).
+``num_tokens`` is the number of tokens through the model in the pass (Σ q_i), ``context`` the mean KV context each
+sequence attends (``kv_read_tokens / num_seqs``; 0 for prefill-only passes) and ``latency_ms`` the measured wall time
+of the whole pass. The points must form a grid (every ``num_tokens`` with every ``context``), except that a row may
+stop short of the largest contexts: a GPU cannot hold the cache of 512 sequences at 2,048 tokens of a 7B model, so
+the profiler skips those cells, and they are extended linearly along context (:func:`extend_contexts`, listed in
+``ProfileCostModel.extended``). Between grid points latency is interpolated bilinearly; beyond the grid it is
+extrapolated linearly from the last two points of each axis (clamped at zero). Prefill attention enters only through
+``num_tokens``: profile prefill passes at ``context = 0``. ``forward`` returns the whole latency as ``linear_s`` (a
+profile does not split its components). Other columns (the profiler's ``mode``) are ignored.
 """
 
 from __future__ import annotations
 
 import csv
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 from repro.cost.model import ForwardCost, ForwardShape
@@ -44,6 +44,41 @@ def _bracket(axis: tuple[float, ...], x: float) -> tuple[int, float]:
         return 0, 0.0
     i = min(max(bisect_right(axis, x) - 1, 0), len(axis) - 2)
     return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def extend_contexts(rows: dict[tuple[float, ...], dict[float, float]], contexts: tuple[float, ...],
+                    seqs: Callable[[tuple[float, ...]], float]) -> dict[tuple[float, ...], float]:
+    """The cells a row lacks past its last measured context (a profiler skips the large-context corner that does not
+    fit in the GPU's memory), each extended linearly along context: from the row's own two largest contexts, or, for
+    a row with fewer than two, with the slope per sequence and cached token of the nearest row (by ``seqs``) that has
+    them. Decode attention reads every cached token once, so at a fixed batch a pass grows linearly with context.
+    Returns ``{(*row, context): seconds}``; a row missing a context below one it has, or no row to take a slope from,
+    is a ValueError naming it."""
+    slopes: dict[tuple[float, ...], float] = {}
+    for row, cells in rows.items():
+        have = sorted(cells)
+        if not have or any(c not in cells for c in contexts if c < have[-1]):
+            gap = next((c for c in contexts if c not in cells), None)
+            raise ValueError(f"missing context {gap:g} of row {row} below a measured one" if have else
+                             f"row {row} has no measured context")
+        if len(have) >= 2:
+            c1, c2 = have[-2], have[-1]
+            slopes[row] = (cells[c2] - cells[c1]) / (c2 - c1) / seqs(row)
+    out: dict[tuple[float, ...], float] = {}
+    for row, cells in rows.items():
+        last = max(cells)
+        todo = [c for c in contexts if c > last]
+        if not todo:
+            continue
+        if row in slopes:
+            slope = slopes[row]
+        elif slopes:
+            slope = slopes[min(slopes, key=lambda r: abs(seqs(r) - seqs(row)))]
+        else:
+            raise ValueError(f"no row has two measured contexts to extend row {row} from")
+        for c in todo:
+            out[(*row, c)] = cells[last] + slope * seqs(row) * (c - last)
+    return out
 
 
 class ProfileCostModel:
@@ -65,6 +100,17 @@ class ProfileCostModel:
                     table[n, c] = t
         self.tokens = tuple(sorted({t for t, _ in table}))
         self.contexts = tuple(sorted({c for _, c in table}))
+        #: cells the table did not measure, extended along the attention slope (:func:`extend_contexts`)
+        self.extended: list[tuple[float, ...]] = []
+        decode: dict[tuple[float, ...], dict[float, float]] = {
+            (t,): {c: v for (t2, c), v in table.items() if t2 == t and c > 0} for t in self.tokens}
+        try:
+            positive = tuple(c for c in self.contexts if c > 0)
+            extra = extend_contexts(decode, positive, lambda row: row[0]) if positive else {}
+        except ValueError as exc:
+            raise ValueError(f"{path}: profile is not a full grid; {exc}") from None
+        table.update({(row[0], c): v for (*row, c), v in extra.items()})
+        self.extended += [(t, c) for (t, c) in extra]
         missing = [(t, c) for t in self.tokens for c in self.contexts if (t, c) not in table]
         if missing:
             raise ValueError(
@@ -74,6 +120,16 @@ class ProfileCostModel:
         self._spec: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] | None = None
         if spec:
             axes = tuple(tuple(sorted({key[i] for key in spec})) for i in range(3))
+            rows: dict[tuple[float, ...], dict[float, float]] = {
+                (b, q): {c: v for (b2, q2, c), v in spec.items() if (b2, q2) == (b, q)}
+                for b in axes[0] for q in axes[1]}
+            try:
+                extra = extend_contexts(rows, axes[2], lambda row: row[0])
+            except ValueError as exc:
+                raise ValueError(f"{path}: the verification rows (num_seqs < num_tokens) are not a full grid; "
+                                 f"{exc}") from None
+            spec.update({(b, q, c): v for (b, q, c), v in extra.items()})
+            self.extended += list(extra)
             gaps = [(b, q, c) for b in axes[0] for q in axes[1] for c in axes[2] if (b, q, c) not in spec]
             if gaps:
                 raise ValueError(f"{path}: the verification rows (num_seqs < num_tokens) are not a full grid; missing "

@@ -250,3 +250,13 @@ def load_hardware(name: str) -> HardwareSpec:
 def load_model(name: str) -> ModelSpec:
     """``conf/model/<name>.yaml`` as a :class:`ModelSpec` (unknown id → :class:`UnknownSpecError`)."""
     return ModelSpec(**_load("model", name))
+
+
+def hardware_for(gpu: str) -> str | None:
+    """The ``conf/hardware`` id of a GPU as PyTorch names it (``NVIDIA H100 80GB HBM3`` → ``h100-80g``), or None:
+    the longest id whose model (``h100``) appears in the name and whose memory (``80g``), if it has one, too."""
+    name = gpu.lower().replace("-", "").replace(" ", "")
+    found = [p.stem for p in (CONF_DIR / "hardware").glob("*.yaml")
+             if p.stem.partition("-")[0] in name
+             and (not p.stem.partition("-")[2] or p.stem.partition("-")[2].rstrip("g") + "gb" in name)]
+    return max(found, key=len) if gpu and found else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,7 +111,7 @@ def test_the_random_decoder_runs_every_architecture_shape() -> None:
     model = RandomDecoder(tiny, "cpu", torch.float32)
     with torch.inference_mode():
         assert tuple(model.forward(torch.zeros(1, 5, dtype=torch.long), None).shape) == (1, 100)  # prefill
-        assert tuple(model.forward(torch.zeros(3, 1, dtype=torch.long), model.cache(3, 7)).shape) == (3, 100)
+        assert tuple(model.forward(torch.zeros(3, 1, dtype=torch.long), model.cache(3, 7, 1)).shape) == (3, 100)
 
 
 def test_a_draft_profile_prices_the_drafts(table: Path) -> None:
@@ -178,3 +179,106 @@ def test_runs_priced_from_a_profile_equal_the_steps(table: Path, system: str) ->
                  "last_token_at"):
         assert np.array_equal(getattr(out[0].state, name), getattr(out[1].state, name), equal_nan=True), name
     assert out[0].sim_time_s == out[1].sim_time_s
+
+
+def _reference_pass(model: Any, ids: Any, cache: list[tuple[Any, Any]], context: int, all_logits: bool) -> Any:
+    """The textbook pass the profiler's must equal: K/V heads repeated, the cache concatenated, an explicit mask."""
+    torch = model.torch
+    f, s = torch.nn.functional, model.spec
+    b, n = ids.shape
+    hd, nh, nkv = s.hd, s.num_heads, s.num_kv_heads
+    x = model.embed[ids]
+    for i, lay in enumerate(model.layers):
+        y = f.rms_norm(x, (s.hidden_size,))
+        qkv = y @ lay["qkv"].T
+        q = qkv[..., : nh * hd].view(b, n, nh, hd).transpose(1, 2)
+        k = qkv[..., nh * hd: (nh + nkv) * hd].view(b, n, nkv, hd).transpose(1, 2)
+        v = qkv[..., (nh + nkv) * hd:].view(b, n, nkv, hd).transpose(1, 2)
+        if context:
+            k = torch.cat([cache[i][0][:, :, :context], k], dim=2)
+            v = torch.cat([cache[i][1][:, :, :context], v], dim=2)
+        k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
+        mask = torch.ones(n, context + n, dtype=torch.bool).tril(diagonal=context)
+        att = f.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + att.transpose(1, 2).reshape(b, n, nh * hd) @ lay["o"].T
+        y = f.rms_norm(x, (s.hidden_size,))
+        gate, up = (y @ lay["gate_up"].T).chunk(2, dim=-1)
+        x = x + (f.silu(gate) * up) @ lay["down"].T
+    last = x.reshape(b * n, -1) if all_logits else x[:, -1]
+    return f.rms_norm(last, (s.hidden_size,)) @ model.head.T
+
+
+@pytest.mark.parametrize("kv_heads", [4, 1])  # multi-head and grouped-query (4 query heads per K/V head)
+def test_the_profilers_passes_compute_the_textbook_pass(kv_heads: int) -> None:
+    """Folded GQA heads, the verification mask, the cache written in place and a mixed step's groups give the same
+    logits as the textbook pass (so what is timed is the pass the table names)."""
+    torch = pytest.importorskip("torch", reason="needs PyTorch")
+    from repro.profile import RandomDecoder
+
+    spec = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=kv_heads,
+                     intermediate_size=96, vocab_size=50, max_context=64, tokenizer="llama2")
+    model = RandomDecoder(spec, "cpu", torch.float64)
+    model.embed *= 50  # unit-scale activations: differences would show
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        prompt = torch.randint(50, (1, 9), generator=gen)
+        assert torch.allclose(model.forward(prompt, None), _reference_pass(model, prompt, [], 0, False))
+        for b, n, c in ((3, 1, 7), (2, 4, 5)):  # decodes; verifications of the last token + 3 drafts
+            ids = torch.randint(50, (b, n), generator=gen)
+            cache = model.cache(b, c, n)
+            want = _reference_pass(model, ids, cache, c, n > 1)
+            assert torch.allclose(model.forward(ids, cache, all_logits=n > 1), want)
+            assert torch.allclose(model.forward(ids, cache, all_logits=n > 1), want)  # a replay: same pass
+        # a mixed step: a prompt chunk and two decodes in one pass
+        dec = torch.randint(50, (2, 1), generator=gen)
+        dcache = model.cache(2, 6, 1)
+        both = model.forward_groups([(prompt, None, 0, False), (dec, dcache, 6, False)])
+        assert torch.allclose(both, torch.cat([_reference_pass(model, prompt, [], 0, False),
+                                               _reference_pass(model, dec, dcache, 6, False)]))
+
+
+def test_a_row_short_of_the_largest_contexts_is_extended_along_the_attention_slope(tmp_path: Path) -> None:
+    """The profiler skips the cells that do not fit in memory: the large-context corner. A row with two measured
+    contexts goes on along its own slope; a row with one takes the per-sequence slope of the nearest row."""
+    path = tmp_path / "p.csv"
+    ms = {(1, 0): 5.0, (1, 128): 6.0, (1, 512): 7.0, (1, 2048): 11.0, (8, 0): 6.0, (8, 128): 8.0, (8, 512): 12.0,
+          (64, 0): 9.0, (64, 128): 20.0}
+    path.write_text("num_tokens,context,latency_ms,num_seqs\n"
+                    + "".join(f"{n},{c},{v},{1 if c == 0 else n}\n" for (n, c), v in ms.items()))
+    prof = ProfileCostModel(path)
+    assert sorted(prof.extended) == [(8, 2048), (64, 512), (64, 2048)]
+    per_seq_ctx = (12.0 - 8.0) / (512 - 128) / 8  # ms per sequence and cached token, from row 8
+    assert prof.forward_s(8, 8, 8 * 2048) == pytest.approx((12.0 + per_seq_ctx * 8 * 1536) / 1e3)
+    assert prof.forward_s(64, 64, 64 * 512) == pytest.approx((20.0 + per_seq_ctx * 64 * 384) / 1e3)
+    bad = tmp_path / "gap.csv"  # a gap below a measured context is not a memory skip
+    bad.write_text(path.read_text().replace("1,128,6.0,1\n", ""))
+    with pytest.raises(ValueError, match="below a measured one"):
+        ProfileCostModel(bad)
+
+
+@pytest.mark.parametrize(("sidecar", "overrides", "match"), [
+    ({"model": "llama-68m"}, [], r"measured for llama-68m, but this run's model is llama2-7b"),
+    ({"model": "llama2-7b", "gpu": "NVIDIA H100 80GB HBM3"}, [], r"measured on NVIDIA H100.*hardware=h100-80g"),
+    ({"model": "llama2-7b", "tp": 1}, ["model=llama2-70b", "tp=4"], r"measured for llama2-7b"),
+    ({"model": "llama2-7b", "tp": 2}, [], r"measured at tp=2, this run has tp=1"),
+    ({"model": "llama-160m"}, ["draft"], r"cost\.draft_table: .*measured for llama-160m, but this run's draft"),
+])
+def test_a_profile_for_another_setup_is_refused(table: Path, tmp_path: Path, sidecar: dict[str, Any],
+                                                overrides: list[str], match: str) -> None:
+    """The profiler's sidecar names the model, tp and GPU it measured; a table that does not describe the run is
+    refused in one line (a CPU profile of llama-68m once priced Llama-2-70B at tp 4 without a word)."""
+    import json
+
+    path = tmp_path / "p.csv"
+    path.write_text(table.read_text())
+    (tmp_path / "p.csv.json").write_text(json.dumps(sidecar))
+    base = ["system=static_sd_k3", "num_requests=5", "cost=profile"]
+    if overrides == ["draft"]:
+        base += [f"cost.table={table}", f"cost.draft_table={path}", "model@draft=llama-68m"]
+        overrides = []
+    else:
+        base.append(f"cost.table={path}")
+    with pytest.raises(ConfigError, match=match):
+        build(compose([*base, *overrides]))
+    (tmp_path / "p.csv.json").write_text(json.dumps({"model": "llama2-7b", "gpu": "NVIDIA A100-SXM4-80GB", "tp": 1}))
+    build(compose(["system=vllm", "num_requests=5", "cost=profile", f"cost.table={path}"]))  # the right one runs
