@@ -1,4 +1,4 @@
-"""A replica's paged KV cache: blocks of ``block_size`` tokens, shared by its requests (DESIGN.md, "Engine").
+"""A replica's paged KV cache: blocks of ``block_size`` tokens, shared by its requests (docs/design.md, "Engine").
 
 The pool's size comes from the cost model (GPU memory left after the weights, by where a draft model's weights and
 KV live: :meth:`repro.cost.model.CostModel.kv_capacity_blocks`); each request's block count lives in the request

@@ -71,7 +71,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-#: Metric columns every points.csv row carries (DESIGN.md "points.csv columns"), in this order.
+#: Metric columns every points.csv row carries (docs/design.md, "points.csv columns"), in this order.
 POINT_METRICS: tuple[str, ...] = (
     "num_requests",
     "slo_attainment",

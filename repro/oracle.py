@@ -1,7 +1,7 @@
 """Token oracle: ground truth for what speculation would achieve, with common random numbers.
 
 The oracle models, for request ``r`` at output position ``t`` (0-based), the draft model's distribution over
-its top-``W`` tokens and the target's choice among them (DESIGN.md, "Token oracle"):
+its top-``W`` tokens and the target's choice among them (docs/design.md, "Token oracle"):
 
 - **acceptance level.** Each request draws a level ``a_r ~ Beta`` with mean ``a_dataset`` (the table entry
   of the (draft, target) pair, e.g. TurboSpec Table 3) and standard deviation ``spread``. With ``drift`` the

@@ -51,7 +51,7 @@ if [ "${1:-}" = quick ]; then  # half a minute: the whole pipeline on a small mo
     exit 0
 fi
 ctx="0 64 128 512 1024 2048"
-# TurboSpec and AdaServe: Llama-2-7B with its Llama-160M / Llama-68M drafts (CALIBRATION.md's H100 anchors)
+# TurboSpec and AdaServe: Llama-2-7B with its Llama-160M / Llama-68M drafts (docs/calibration.md's H100 anchors)
 profile llama2-7b 140 --model llama2-7b --draft llama-160m --contexts $ctx --k 1 3 5 --mixed
 # Nightjar: Qwen2.5-7B with Qwen2.5-0.5B
 profile qwen2.5-7b 100 --model qwen2.5-7b --draft qwen2.5-0.5b --contexts $ctx --k 1 3 5

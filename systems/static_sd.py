@@ -8,7 +8,7 @@ Each iteration: vLLM's prefill-prioritized batch scheduler (the draft model pref
 its KV in sync); decode steps propose k tokens per request with the configured proposer (draft model, EAGLE head
 or prompt lookup), verify them in one target forward and keep ``accepted + 1``. The engine is vLLM v0
 (``conf/engine/vllm_v0.yaml``): batch-expansion scoring, KV memory split with a draft model as v0 splits it (the
-draft on the driver GPU, draft and target blocks split evenly; CALIBRATION.md).
+draft on the driver GPU, draft and target blocks split evenly; docs/calibration.md).
 
 Deviations:
 - ``disable_by_batch_size`` (vLLM's ``speculative_disable_by_batch_size``) turns speculation off for a step whose

@@ -25,10 +25,10 @@ Deviations:
   is ambiguous here: §5.3 describes a prefill-like (multi-query) verification pass with piecewise CUDA graphs, and
   Eq. 3 charges each context token's KV once, which fits batch expansion only within 76 % (a multi-query engine
   within 3-8 %; tests/systems/test_turbospec.py), so on vllm_v0 the controller's latency model is structurally off
-  at long contexts. Chosen: vllm_v0 (CALIBRATION.md; Fig. 2's 1.70x step, Figs. 9-10's and the tables' switch-off
+  at long contexts. Chosen: vllm_v0 (docs/calibration.md; Fig. 2's 1.70x step, Figs. 9-10's and the tables' switch-off
   need it); ``engine=turbospec_mq`` runs the other reading (conf/engine/turbospec_mq.yaml).
 - Eq. 3 is fitted piecewise: one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES). Our cost
-  model's linear layers bend at the roofline knee (DESIGN.md, "Cost model"), which a single plane misses by up to
+  model's linear layers bend at the roofline knee (docs/design.md, "Cost model"), which a single plane misses by up to
   25 % between batch 1 and 2k tokens; per bucket the fit stays within a few percent. ``LatencyFit`` with one
   bucket is the paper's single plane.
 - Acceptance rate: a chain shows only its accepted prefix and its first rejection, so a step's rate is

@@ -197,7 +197,7 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
         raise ValueError(f"data mode {mode!r}: expected one of {DATA_MODES}")
     root = data_root()
     if mode == "files" and root is None:
-        pytest.skip(f"needs the data folder ($REPRO_DATA or {SHARED_DATA}, laid out as in its MANIFEST.md)")
+        pytest.skip(f"needs the data folder ($REPRO_DATA or {SHARED_DATA}, laid out as in docs/data.md)")
     empty.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("REPRO_DATA")
     os.environ["REPRO_DATA"] = str(root if mode == "files" else empty)

@@ -1,4 +1,4 @@
-"""Loaders for the real dataset and trace files (../shared/data/MANIFEST.md) and the hub-only sets.
+"""Loaders for the real dataset and trace files (docs/data.md) and the hub-only sets.
 
 Every loader returns :class:`LengthRecords`: per-record prompt and reference-output token counts in the target
 model family's tokenizer (or the counts the file ships with, named in ``tokenizer``), ``-1`` where a file
@@ -109,7 +109,7 @@ def _existing_dir(path: Path, setting: str) -> Path:
     if path.is_dir():
         return path
     why = "not a folder" if path.exists() else "no such folder"
-    raise DataMissingError(f"{setting}: {why} (point it at a data folder laid out as in MANIFEST.md, or unset it)")
+    raise DataMissingError(f"{setting}: {why} (point it at a data folder laid out as in docs/data.md, or unset it)")
 
 
 def find_user_path(path: str, root: Path | None, what: str) -> tuple[Path, str]:

@@ -1,6 +1,6 @@
 """Token counting with the target model family's tokenizer, or an estimate when its file is absent.
 
-Tokenizer files are read from ``<data root>/tokenizers/`` (see ../shared/data/MANIFEST.md):
+Tokenizer files are read from ``<data root>/tokenizers/`` (see docs/data.md):
 
 - ``llama2``: ``llama2_tokenizer.model`` (SentencePiece; also Vicuna v1.5),
 - ``llama3``: ``llama3_tokenizer.model`` (tiktoken BPE with the Llama-3 split pattern),

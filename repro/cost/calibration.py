@@ -1,4 +1,4 @@
-"""Every measured number in ``../shared/CALIBRATION.md`` that the cost model should reproduce, next to the model.
+"""Every measured number in ``docs/calibration.md`` that the cost model should reproduce, next to the model.
 
 ``calibration_table()`` returns one tidy row per number: the four Vidur linear-layer profiles (``kind="linear"``,
 compared with ``ForwardCost.linear_s`` of a single-sequence pass, tolerance 15 %) and the whole-step anchors from
@@ -42,7 +42,7 @@ PR5691_CONTEXT = 256  # vLLM #5691's scoring benchmark: context not stated
 ANCHOR_TOL = 0.20
 MiB = 2**20
 
-# CALIBRATION.md, "Linear-layer time vs tokens in the step" (Vidur profiles, ms per step, all layers).
+# docs/calibration.md, "Linear-layer time vs tokens in the step" (Vidur profiles, ms per step, all layers).
 LINEAR_X = (1, 8, 16, 32, 64, 96, 128, 192, 256, 512)
 LINEAR_TABLES: dict[str, tuple[str, str, int, tuple[float, ...]]] = {
     "A100 Llama-2-7B linear": (
@@ -310,8 +310,8 @@ def _anchor_rows() -> list[_Row]:
     # LAPS-SD §3 Figure 2: switching a 500-output-token request costs 14.21 % of its inference time (L20).
     rows.append(_laps_row())
 
-    # vLLM PR #5691 (CALIBRATION.md): scoring time of Llama-7B on one A100, CUDA graphs, k = 5 proposals per sequence,
-    # with the multi-query scorer and with batch expansion. Context not stated: 256 tokens, as below.
+    # vLLM PR #5691 (docs/calibration.md): scoring time of Llama-7B on one A100, CUDA graphs, k = 5 proposals per
+    # sequence, with the multi-query scorer and with batch expansion. Context not stated: 256 tokens, as below.
     mq = _cm("a100-80g", "llama2-7b", scorer="multi_query")
     be = _cm("a100-80g", "llama2-7b")
     for batch, mqa, bex in ((4, 13.7, 15.4), (8, 14.8, 17.7), (16, 18.4, 23.9), (32, 25.5, 36.4), (64, 35.1, 54.5),
@@ -325,7 +325,7 @@ def _anchor_rows() -> list[_Row]:
             f"vLLM v0's batch expansion: 6 single-query sequences per sequence, each reading its context "
             f"({PR5691_CONTEXT}, not stated), CUDA graphs up to 256 of them, the expansion's host work")
 
-    # CALIBRATION.md consequences for verification cost (whole pass, context 256, same launch mode).
+    # docs/calibration.md: the consequences for verification cost (whole pass, context 256, same launch mode).
     for hw, name in (("a100-80g", "A100"), ("h100-80g", "H100")):
         cm = _cm(hw, "llama2-7b", engine="vllm_v1")  # Vidur's kernel profiles: no engine's scorer
         base8 = _decode_s(cm, 8, 256)

@@ -1,11 +1,11 @@
-"""Analytic step-latency model of one forward pass (DESIGN.md, "Cost model"), calibrated in ``calibration.py``.
+"""Analytic step-latency model of one forward pass (docs/design.md, "Cost model"), calibrated in ``calibration.py``.
 
 For a pass with N = Σq_i tokens over S sequences on ``tp`` GPUs (all quantities per GPU, i.e. divided by tp):
 
 - **linear layers** (QKV, O, gated MLP): a smooth roofline ``t = (t_mem^p + t_comp^p)^(1/p)`` with ``t_mem = weight
   bytes / (BW · mem_efficiency)`` and ``t_comp = 2 · P_linear · N / (peak · compute_efficiency)``. It stays flat
   while the weights dominate and bends into the compute line around N ≈ the AdaServe budget; the exponent p
-  (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles (CALIBRATION.md tables),
+  (``knee_sharpness``) sets how round the knee is. Fitted to Vidur's linear-layer profiles (docs/calibration.md tables),
   one parameter set per GPU.
 - **attention**: decode/verify passes read ``kv_read_tokens`` tokens of KV. The bandwidth they reach grows with how
   much they read: ``kv_efficiency`` of peak for a small read, approaching ``kv_efficiency_large`` for a large batch ×
@@ -19,7 +19,7 @@ For a pass with N = Σq_i tokens over S sequences on ``tp`` GPUs (all quantities
   interconnect + latency`` each (Megatron-LM, Shoeybi et al. 2019, §3).
 - **fixed costs**: per pass, per layer (eager kernel launches, or the lower CUDA-graph replay cost when the pass is
   decode-only) and per sequence (CPU-side bookkeeping and sampling), as in Vidur (Agrawal et al., MLSys 2024) and
-  the vLLM fits quoted in CALIBRATION.md.
+  the vLLM fits quoted in docs/calibration.md.
 
 How the *engine* turns a step into passes (batch expansion, which passes replay CUDA graphs, host-side speculation
 costs) is not here: :mod:`repro.cost.step` builds the shapes under the run's :class:`~repro.cost.serving.EngineProfile`
@@ -407,7 +407,7 @@ class CostModel:
         profile's ``draft_kv_layout``):
 
         - ``spread``: the draft's weights and KV are spread over the tp GPUs like the target's (one pool);
-        - ``vllm_v0``: vLLM v0's speculative decoding (0.5–0.6, TurboSpec's base; CALIBRATION.md): the draft runs
+        - ``vllm_v0``: vLLM v0's speculative decoding (0.5–0.6, TurboSpec's base; docs/calibration.md): the draft runs
           on the driver GPU (draft TP 1), and ``split_num_cache_blocks_evenly`` gives draft and target the same
           number of blocks, sized so both fit in what the target alone would have had on that GPU. The driver
           GPU, which also holds the draft's weights, bounds the pool: blocks = (free memory of the driver GPU) /

@@ -1,4 +1,4 @@
-"""A cost model read from a measured profile, for users who profile their own GPU (DESIGN.md, "Cost model").
+"""A cost model read from a measured profile, for users who profile their own GPU (docs/design.md, "Cost model").
 
 CSV format (header required, one row per measured target forward pass, any row order)::
 

@@ -1,4 +1,4 @@
-"""Engine profiles: how the serving engine a paper ran executes speculation (DESIGN.md, "Cost model").
+"""Engine profiles: how the serving engine a paper ran executes speculation (docs/design.md, "Cost model").
 
 The same plan costs different time on different engines. A profile (``conf/engine/NAME.yaml``, chosen per system in
 its config and swappable with ``engine=NAME``) says, for one engine implementation:

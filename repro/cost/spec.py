@@ -3,7 +3,7 @@
 
 A YAML file is flat ``key: value`` data whose keys are exactly the dataclass fields, so ``HardwareSpec(**cfg)`` fails
 at once on an unknown or missing key. Every number in the YAML cites its source in a comment (vendor data sheets,
-HuggingFace ``config.json`` files, and the fits documented in ``../shared/CALIBRATION.md``).
+HuggingFace ``config.json`` files, and the fits documented in ``docs/calibration.md``).
 
 Units: ``*_tflops`` in 1e12 FLOP/s, ``*_gbs`` in 1e9 bytes/s, ``memory_gb`` in GiB (what ``nvidia-smi`` reports for
 an "80 GB" part is 80 GiB), ``*_s`` in seconds, ``*_us`` in microseconds.

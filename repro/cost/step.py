@@ -1,5 +1,5 @@
 """Step costing: a planned step's shape in seconds, under one replica's cost model, engine profile and proposers
-(DESIGN.md, "Cost model" and "Engine").
+(docs/design.md, "Cost model" and "Engine").
 
 The engine checks a plan and turns it into the batches below (:class:`PrefillBatch`, :class:`DecodeBatch`); this
 module charges them. :func:`verify_pass` is the target's one forward pass over every prefill chunk and every decoding

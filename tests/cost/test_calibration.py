@@ -1,4 +1,4 @@
-"""Every number in CALIBRATION.md that the cost model should reproduce, within its stated tolerance.
+"""Every number in docs/calibration.md that the cost model should reproduce, within its stated tolerance.
 
 Rows the model cannot reproduce consistently (``checked=False``; the row's note says why) are strict expected
 failures: a change that makes one reproducible fails here until the row is marked checked. Each such row also
@@ -13,7 +13,7 @@ from repro.cost.calibration import PROFILES_DIR, calibration_errors, calibration
 from repro.cost.profile import ProfileCostModel
 
 _ALL = calibration_table()
-_TABLE = _ALL[_ALL["kind"] != "profile"]  # CALIBRATION.md's published rows (the committed profiles: below)
+_TABLE = _ALL[_ALL["kind"] != "profile"]  # docs/calibration.md's published rows (the committed profiles: below)
 _PARAMS = [
     pytest.param(
         r.table,

@@ -244,7 +244,7 @@ def test_conf_dir_located() -> None:
 
 
 def test_vllm_v0_kv_split_at_tp4() -> None:
-    # vLLM v0 with a draft (CALIBRATION.md): the draft (Llama-3.2-1B, TP 1) lives on the driver GPU, and draft and
+    # vLLM v0 with a draft (docs/calibration.md): the draft (Llama-3.2-1B, TP 1) lives on the driver GPU, and draft and
     # target get equal block counts that together fit that GPU. Llama-3.1-70B at TP 4 on H100s: per token the target
     # keeps 2·80 layers·8 KV heads·128·2 B / 4 GPUs = 81,920 B per GPU, the draft 2·16·8·64·2 = 32,768 B.
     from repro.cost.model import GiB
@@ -328,7 +328,7 @@ def test_kv_capacity_with_a_resident_draft_by_hand() -> None:
     assert m.kv_capacity_blocks() < int(free // (16 * 524_288))
 
 
-# --- consistency the cost model must keep (CALIBRATION.md): more work never costs less; CLI == engine ---------------
+# --- consistency the cost model must keep (docs/calibration.md): more work never costs less; CLI == engine ----------
 @pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "flexflow"])
 @pytest.mark.parametrize(("model", "hw"), [("llama2-7b", "a100-80g"), ("llama3-8b", "h100-80g")])
 def test_a_pass_never_costs_less_when_it_computes_more(engine: str, model: str, hw: str) -> None:
@@ -347,7 +347,7 @@ def test_a_pass_never_costs_less_when_it_computes_more(engine: str, model: str, 
             qs = [t(b, q, c) for q in (1, 2, 4, 16)]
             assert qs == sorted(qs), (b, c, qs)
             assert t(b, 1, c) <= t(b, 1, 2 * c + 1) and t(b, 2, c) <= t(2 * b, 2, c)
-    assert t(128, 2, 512) > t(128, 1, 512)  # the CALIBRATION.md case: 48.5 vs 22.4 ms before the prefix read
+    assert t(128, 2, 512) > t(128, 1, 512)  # the recorded case: 48.5 vs 22.4 ms before the prefix read
 
 
 def test_cli_and_engine_charge_the_same_pass() -> None:

@@ -16,7 +16,7 @@ from workloads.sonnet import load_sonnet_lines, sample_sonnet
 from workloads.stats import QUANTILES, find_table, sample_table
 from workloads.tokens import count_tokens
 
-# The file each dataset's default loader reads (../shared/data/MANIFEST.md).
+# The file each dataset's default loader reads (docs/data.md).
 FILE_OF = {
     "sharegpt": "sharegpt/sharegpt_llama3_tokens_300b.jsonl",
     "alpaca": "alpaca/alpaca_5000.json",
@@ -38,7 +38,7 @@ FILE_OF = {
 LLAMA2 = "tokenizers/llama2_tokenizer.model"
 LLAMA3 = "tokenizers/llama3_tokenizer.model"
 
-# (dataset, records, output known) on the files listed in ../shared/data/MANIFEST.md
+# (dataset, records, output known) on the files listed in docs/data.md
 REAL = [
     ("sharegpt", 300, True),
     ("alpaca", 5000, True),

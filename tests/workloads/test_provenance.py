@@ -51,7 +51,7 @@ def test_repro_data_pointing_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(DataMissingError) as err:
         check_data_root()
     assert str(err.value) == (
-        f"REPRO_DATA={bad}: {why} (point it at a data folder laid out as in MANIFEST.md, or unset it)"
+        f"REPRO_DATA={bad}: {why} (point it at a data folder laid out as in docs/data.md, or unset it)"
     )
     assert isinstance(err.value, errors.DataMissingError)
     with pytest.raises(DataMissingError, match=f"REPRO_DATA={bad}: {why}"):
