@@ -9,15 +9,16 @@ before anything runs (:func:`repro.validate.check_point`; each distinct workload
 :func:`repro.validate.check_workload`, so a missing data file is named too), and runs the points through
 :func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a process
 pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
-Each finished point is appended to points.csv at once; at the end the file is rewritten in grid order with the
-experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes the
-files) and the figures and summary.md are drawn (:mod:`repro.render`).
+Each point is appended to points.csv as it finishes; at the end the file is rewritten in grid order with
+the experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes
+the files) and the figures and summary.md are drawn (:mod:`repro.render`).
 
 The output folder is not touched before the first point finishes, nor when it holds another run
 (:func:`refuse_to_replace`). ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point
-of this run and computes the rest; a plain run starts points.csv afresh. The calibration kind writes the cost
-model's calibration table as points.csv instead (no simulation); the memory kind writes each point's GPU memory
-breakdown (no simulation: :func:`memory_row`).
+of this run and computes the rest; a plain run starts points.csv afresh. Ctrl-C stops a run with its finished
+points saved (:mod:`repro.stopping`). The calibration kind writes the cost model's calibration table as points.csv
+instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
+:func:`memory_row`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,7 @@ from repro.results import (
     save_tables,
     write_table,
 )
+from repro.stopping import Interrupted, signals_held, signum_of, stop_workers, worker_init
 from repro.validate import check_keys, check_point, check_values, check_workload
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
@@ -249,8 +253,12 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
-    _run_points(ctx, todo, cfgs, keep, len(points), record,
-                lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
+    try:
+        _run_points(ctx, todo, cfgs, keep, len(points), record,
+                    lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
+    except KeyboardInterrupt as exc:
+        saved = len(pf.rows) if started else len(kept)
+        raise Interrupted(signum_of(exc), saved, len(points), pf.path if saved else None, started) from None
     if not started:
         pf.start(kept)
     # points whose configs coincide (the same values reached from two cases) share one result, each row under its
@@ -334,7 +342,8 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
             outer()
 
     def progress(out: Outcome) -> None:
-        bar.set_postfix_str(record(out), refresh=False)
+        with signals_held():  # a point is saved whole, then Ctrl-C stops the run
+            bar.set_postfix_str(record(out), refresh=False)
         bar.update()
         lines.update()
         if outer:
@@ -351,7 +360,7 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
         elif kind == "submitit" and not real:
             _execute_submitit(todo, cfgs, keep, progress, launcher, describe)
         else:
-            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress)
+            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress, describe)
     finally:
         bar.close()
 
@@ -380,25 +389,42 @@ class ProgressLines:
 
 
 def _execute(
-    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any]
+    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any],
+    describe: Callable[[int], str] = str,
 ) -> None:
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
-    ``on_done`` gets each outcome as it ends."""
+    ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
+    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.stopping`)."""
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
-            on_done(run_one(i, cfgs[i], keep[i]))
+            on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
         return
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(todo))) as pool:
-        pending: set[Future[Outcome]] = {pool.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        futures: dict[Future[Outcome], int] = {pool.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=futures.__getitem__):
+                on_done(_named(futures[fut], describe, fut.result))
+    except BaseException:
+        with signals_held(deliver=False):
+            stop_workers(pool)
+        raise
+    pool.shutdown()
+
+
+def _named(i: int, describe: Callable[[int], str], get: Callable[[], Outcome]) -> Outcome:
+    """``get()``, a :class:`ReproError` it raises prefixed with point ``i``'s name."""
+    try:
+        return get()
+    except ReproError as exc:
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for fut in finished:
-                    on_done(fut.result())
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+            named = type(exc)(f"{describe(i)}: {exc}")
+        except TypeError:  # an error class with a constructor of its own
+            named = ReproError(f"{describe(i)}: {exc}")
+        raise named from None
 
 
 def _execute_ray(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int,
@@ -462,20 +488,26 @@ def _execute_submitit(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bo
         jobs = {i: executor.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
     failed: list[str] = []
     pending = dict(jobs)
-    while pending:
-        for i, job in list(pending.items()):
-            if not job.done():
-                continue
-            del pending[i]
-            try:
-                out = job.result()
-            except Exception as exc:  # the job's own exception, or submitit's report of a lost job
-                failed.append(f"{describe(i)}: {one_line(exc)}")
-                tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
-                continue
-            on_done(out)
-        if pending:
-            time.sleep(0.2)
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if not job.done():
+                    continue
+                del pending[i]
+                try:
+                    out = job.result()
+                except Exception as exc:  # the job's own exception, or submitit's report of a lost job
+                    failed.append(f"{describe(i)}: {one_line(exc)}")
+                    tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
+                    continue
+                on_done(out)
+            if pending:
+                time.sleep(0.2)
+    except BaseException:  # Ctrl-C: the jobs still queued or running are cancelled, not left behind
+        with signals_held(deliver=False):
+            for job in pending.values():
+                job.cancel(check=False)
+        raise
     if failed:
         raise ReproError(f"{len(failed)} point(s) failed on {launcher.get('cluster')} (the others are in points.csv): "
                          + "; ".join(failed))
@@ -562,7 +594,8 @@ def run_experiment(
     own for a run the command line narrowed).
 
     Nothing is written before every point is checked and the folder is found free: one that holds another run is
-    refused (:func:`refuse_to_replace`).
+    refused (:func:`refuse_to_replace`). Ctrl-C (or SIGTERM, where the command line raises it) stops the run with
+    :class:`~repro.stopping.Interrupted` once the finished points are saved and manifest.json records the stop.
 
     Args:
         cfg: the composed main config (conf/config.yaml + conf/exp/NAME.yaml + command-line overrides).
@@ -615,7 +648,16 @@ def run_experiment(
             notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
             started=started, wall_s=time.perf_counter() - t0), **extra}
 
-    points, num_run = KINDS[spec.kind](ctx)
+    try:
+        points, num_run = KINDS[spec.kind](ctx)
+    except Interrupted as stop:
+        if stop.wrote:  # say what the folder now holds (its summary and figures are not redrawn)
+            with signals_held(deliver=False):
+                stopped = {"signal": signal.Signals(stop.signum).name, "points_saved": stop.saved,
+                           "points_total": stop.total}
+                atomic_write_text(out / "manifest.json",
+                                  json.dumps(manifest_of(interrupted=stopped), indent=2, default=str) + "\n")
+        raise
     manifest = manifest_of()
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
     warning = datasources.warning(manifest["data"])

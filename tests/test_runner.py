@@ -19,6 +19,7 @@ from repro.compose import compose_config, hydra_context
 from repro.errors import ConfigError
 from repro.metrics import POINT_METRICS, summarize
 from repro.results import CONF_DIR, default_out_dir
+from repro.stopping import Interrupted
 
 TEST_EXP = """\
 # @package _global_
@@ -162,9 +163,12 @@ def test_resume_after_kill(conf_dir: Path, tmp_path: Path, monkeypatch: pytest.M
     run(conf_dir, ref)
     out = tmp_path / "out"
     monkeypatch.setattr(simulate, "run_point", FakeRunPoint(fail_after=5))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as stop:  # Ctrl-C during the sixth point
         run(conf_dir, out)
+    assert (stop.value.saved, stop.value.total, stop.value.path) == (5, 16, out / "points.csv")
     assert len(pd.read_csv(out / "points.csv")) == 5  # finished points survived the kill
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["interrupted"] == {"signal": "SIGINT", "points_saved": 5, "points_total": 16}
     with pytest.raises(ConfigError, match=r"holds 5 of this run's 16 points .*resume=true"):
         run(conf_dir, out)  # a plain run would start the unfinished one afresh
     second = FakeRunPoint()
@@ -198,9 +202,10 @@ def test_config_error_in_point_is_one_line(
         raise ConfigError("system config (systems.vllm.VLLM): unexpected keyword argument 'bogus'")
 
     monkeypatch.setattr(simulate, "run_point", broken)
-    with pytest.raises(ConfigError, match="bogus"):
-        run(conf_dir, tmp_path / "o", "n_jobs=2")  # comes back from a worker process as the same error
-    assert not (tmp_path / "o").exists()  # failed before a point finished: nothing written
+    for n_jobs in (1, 2):  # from a worker process, the same error
+        with pytest.raises(ConfigError, match=r"^point vllm seed=0 rps=1.0 draft=llama-160m \(.*\): .*bogus"):
+            run(conf_dir, tmp_path / "o", f"n_jobs={n_jobs}")
+        assert not (tmp_path / "o").exists()  # failed before a point finished: nothing written
 
 
 def test_redraw_from_csv(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
