@@ -13,13 +13,16 @@
     regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.check`).
 
 A configuration mistake (unknown key or config name, a value of the wrong type or out of range, a physically
-impossible setting) or a missing data file prints one line ``error: ...`` on stderr and exits with status 2.
+impossible setting), a missing data file or an output folder holding another run prints one line ``error: ...`` on
+stderr and exits with status 2. Ctrl-C or SIGTERM stops a run with its finished points saved and prints one line
+saying how many and the command that resumes; the status is 130 after Ctrl-C, 143 after SIGTERM
+(:mod:`repro.stopping`).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import hydra
@@ -31,6 +34,7 @@ from repro.errors import ReproError
 from repro.grid import group_overrides
 from repro.results import CONF_DIR
 from repro.runner import run_experiment
+from repro.stopping import Interrupted, exit_status, raise_on_sigterm, resume_command
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
 COMMANDS = ("list", "check", "all")
@@ -66,6 +70,29 @@ def fail(exc: ReproError) -> None:
     sys.exit(2)
 
 
+def stopped(exc: KeyboardInterrupt, args: Sequence[str] | None) -> None:
+    """Report a run stopped by Ctrl-C or SIGTERM on one line (with the command resuming it, from ``args``, when it
+    is an experiment run) and exit with 128 + the signal's number."""
+    resume = resume_command(args) if args is not None else None
+    if isinstance(exc, Interrupted):
+        line = exc.line(resume)
+    else:  # before any point ran, or after all had finished
+        line = "interrupted" + (f"; run again with: {resume}" if resume else "")
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(exit_status(exc))
+
+
+def guarded(run: Callable[[], None], args: Sequence[str] | None) -> None:
+    """``run()`` with its user-fixable errors and its stop by Ctrl-C or SIGTERM reported on one line."""
+    raise_on_sigterm()
+    try:
+        run()
+    except ReproError as exc:
+        fail(exc)
+    except KeyboardInterrupt as exc:
+        stopped(exc, args)
+
+
 def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR, composer: Composer | None = None) -> DictConfig:
     """Compose the command line, so a typo is one ``error:`` line with status 2; the composed config is the run's.
     With ``composer``, the Hydra composition it makes is kept for the run's points (a one-point run then composes
@@ -78,11 +105,7 @@ def validate(overrides: Sequence[str], conf_dir: Path = CONF_DIR, composer: Comp
 def _run(cfg: DictConfig) -> None:
     """Hydra task: run the experiment ``cfg.exp`` and print its one-line summary."""
     overrides = list(HydraConfig.get().overrides.task)
-    try:
-        result = run_experiment(cfg, overrides)
-    except ReproError as exc:
-        fail(exc)
-    print(result.summary_line())
+    guarded(lambda: print(run_experiment(cfg, overrides).summary_line()), sys.argv[1:])
 
 
 def case_key_args(args: Sequence[str], conf_dir: Path = CONF_DIR) -> list[str]:
@@ -112,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args[:1] in (["check"], ["all"]):
         from repro import check
 
-        sys.exit(check.main(args))
+        guarded(lambda: sys.exit(check.main(args)), None)
+        return
+    typed = list(args)  # what the resume command repeats
     # a flag's value (``--cfg job``, ``--info all``) aside
     bare = [a for i, a in enumerate(args) if not a.startswith(("-", "~")) and "=" not in a
             and not (i and args[i - 1].startswith("-"))]
@@ -127,12 +152,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     # a plain run: the config composed once here is the run's (what @hydra.main would pass, composed twice more),
     # and its Hydra composition serves the points that share its config groups
-    composer = Composer()
-    try:
-        result = run_experiment(validate(args, composer=composer), args, composer=composer)
-    except ReproError as exc:
-        fail(exc)
-    print(result.summary_line())
+    def run() -> None:
+        composer = Composer()
+        print(run_experiment(validate(args, composer=composer), args, composer=composer).summary_line())
+
+    guarded(run, typed)
 
 
 if __name__ == "__main__":

@@ -208,7 +208,7 @@ def run_one(name: str, quick: bool, out_dir: Path, extra: Sequence[str] = (),
             progress: Callable[[], None] | None = None, n_jobs: int | None = None) -> runner.ExperimentResult:
     cfg, overrides = _compose(name, quick, [*extra, *([f"n_jobs={n_jobs}"] if n_jobs else [])])
     return runner.run_experiment(cfg, overrides, out_dir=out_dir, log=lambda s: tqdm.write(s, file=sys.stderr),
-                                 progress=progress)
+                                 progress=progress, overwrite=True)  # a scratch or reference folder, replaced
 
 
 def data_present() -> bool:

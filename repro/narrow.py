@@ -32,8 +32,8 @@ from repro.errors import ConfigError
 from repro.expspec import ExpSpec, system_entries
 
 #: Command-line keys that say how to run, not what: never narrow anything.
-RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "launcher", "resume", "out_dir", "save_requests", "save_columns",
-                      "save_step_columns", "hydra"})
+RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "launcher", "resume", "overwrite", "out_dir", "save_requests",
+                      "save_columns", "save_step_columns", "hydra"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +50,12 @@ class UserValue:
 
 @dataclass
 class Narrowed:
-    """An experiment after the command line narrowed it, and one line per narrowing."""
+    """An experiment after the command line narrowed it, one line per narrowing, and the command line's values that
+    narrowed it (``by``: key and value, in command-line order)."""
 
     exp: dict[str, Any]
     lines: list[str] = field(default_factory=list)
+    by: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def parse(overrides: Sequence[str], cfg: DictConfig | None, groups: Mapping[str, str]) -> list[UserValue]:
@@ -100,13 +102,17 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
         e["cases"] = [dict(c) if isinstance(c, Mapping) else c for c in e["cases"]]
     values = {u.key: u for u in user if u.key not in RUN_KEYS}
     default_exp = e.get("name") == "default"
+    narrowing: set[str] = set()  # the keys that added a line
     if "system" in values:
+        n = len(out.lines)
         _narrow_systems(e, list(e.get("cases") or []), str(values["system"].value), default_exp, out.lines)
+        narrowing.update(["system"] if len(out.lines) > n else [])
     if "seed" in values and list(e.get("seeds") or [0]) != [values["seed"].value]:
         before = list(e.get("seeds") or [0])
         e["seeds"] = [int(values["seed"].value)]
         if not default_exp:
             out.lines.append(f"seed={values['seed'].value}: runs that seed only (the experiment runs {_show(before)})")
+            narrowing.add("seed")
     cases = list(e.get("cases") or [])
     case_key = str(e.get("case_key") or "case")
     if "case" in values and values["case"].value is not None:
@@ -118,15 +124,19 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
         if not keep:
             raise ConfigError(f"{case_key}={label}: no such case (cases: {labels})")
         out.lines.append(f"{case_key}={label}: runs that case only (of {labels})")
+        narrowing.add("case")
         cases = keep
     for key, uv in values.items():
         if key in ("system", "seed", "case"):
             continue
+        n = len(out.lines)
         _narrow_grid(e, cases, key, uv, out.lines)
         cases = _narrow_cases(cases, case_key, key, uv, out.lines)
         _free_entries(e, cases, key, uv, out.lines)
+        narrowing.update([key] if len(out.lines) > n else [])
     if e.get("cases"):
         e["cases"] = cases
+    out.by = [(key, uv.value) for key, uv in values.items() if key in narrowing]
     return out
 
 

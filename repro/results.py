@@ -23,8 +23,9 @@ Files in the output directory:
 ``config_hash`` identifies a point's resolved config (without the run-control keys, :data:`RUN_CONTROL_KEYS`) and
 ``code_version`` the source files that produced it (not the git commit); resume keeps a row when both match. Every
 file is written through a temporary file and ``os.replace`` (:func:`atomic_write_text`), so a reader never sees half
-of one. A user's run goes to ``runs/NAME`` (:func:`default_out_dir`); the committed references live in
-``results/NAME`` (:func:`reference_dir`).
+of one. A user's run goes to ``runs/NAME``, a narrowed one beside it (:func:`default_out_dir`); the committed
+references live in ``results/NAME`` (:func:`reference_dir`). :func:`earlier_run` reads what a folder already holds,
+so that a run does not replace another one unasked.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -55,7 +58,7 @@ CONF_DIR = REPO_ROOT / "conf"
 RESULTS_DIR = REPO_ROOT / "results"
 
 #: Keys that control how a run is executed, not what it computes: left out of ``config_hash``.
-RUN_CONTROL_KEYS = ("n_jobs", "launcher", "resume", "out_dir", "quick", "save_requests", "save_columns",
+RUN_CONTROL_KEYS = ("n_jobs", "launcher", "resume", "overwrite", "out_dir", "quick", "save_requests", "save_columns",
                     "save_step_columns", "case", "exp", "hydra")
 KEY_COLS = ("exp", "system", "seed")
 TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
@@ -67,9 +70,13 @@ HASH_LEN = 16
 # ------------------------------------------------------------------------------------------- folders
 
 
-def default_out_dir(name: str, quick: bool, root: Path = REPO_ROOT) -> Path:
+def default_out_dir(name: str, quick: bool, narrowed: Sequence[str] = (), root: Path = REPO_ROOT) -> Path:
     """Where a user's run writes when ``out_dir`` is not given: ``runs/NAME`` (``runs/quick/NAME``), an untracked
-    folder. Only the regeneration commands (``repro all``, ``repro check --update``) write ``results/``."""
+    folder; a run the command line narrowed (``narrowed``: its ``key=value`` narrowings) writes beside it, to
+    ``runs/NAME@key=value,...`` (sorted; characters other than letters, digits and ``._+-=`` become ``_``). Only
+    the regeneration commands (``repro all``, ``repro check --update``) write ``results/``."""
+    if narrowed:
+        name += "@" + ",".join(sorted(re.sub(r"[^A-Za-z0-9._+=-]", "_", n) for n in narrowed))
     return root / "runs" / ("quick" if quick else "") / name
 
 
@@ -93,8 +100,12 @@ def config_hash(cfg: DictConfig) -> str:
     """Hash of a point's resolved config without the run-control keys (:data:`RUN_CONTROL_KEYS`)."""
     data = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
-    for key in RUN_CONTROL_KEYS:
-        data.pop(key, None)
+    return dict_hash({str(k): v for k, v in data.items()})
+
+
+def dict_hash(data: Mapping[str, Any]) -> str:
+    """:func:`config_hash` of a plain resolved config (e.g. a manifest's ``config``)."""
+    data = {k: v for k, v in data.items() if k not in RUN_CONTROL_KEYS}
     if data.get("backend") == {"kind": "sim"}:  # the default backend: hashes as before backends existed
         data.pop("backend")
     text = json.dumps(data, sort_keys=True, default=str)
@@ -176,10 +187,11 @@ class PointsFile:
             return []
         with self.path.open(newline="") as f:
             rows = list(csv.DictReader(f))
-        return [r for r in rows if len(r.get("code_version") or "") == HASH_LEN and None not in r]
+        return [r for r in rows if _complete(r)]
 
     def start(self, kept: list[dict[str, str]]) -> None:
-        """Begin the file with the rows kept from a previous run (none for a plain run)."""
+        """Begin the file (and its folder) with the rows kept from a previous run (none for a plain run)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows = list(kept)
         self._widen({k for r in kept for k in r})
         self._rewrite(self.rows)
@@ -217,8 +229,50 @@ class PointsFile:
         atomic_write_text(self.path, text)
 
 
+def _complete(row: Mapping[str, Any]) -> bool:
+    """A points.csv row written whole (not a line cut by a kill)."""
+    return len(row.get("code_version") or "") == HASH_LEN and None not in row
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierRun:
+    """The run a results folder already holds (:func:`earlier_run`)."""
+
+    exp: str
+    keys: frozenset[tuple[str, str]]  # a sweep's (system, config_hash) per point; else one (kind, config hash)
+    sweep: bool
+
+
+def earlier_run(folder: Path) -> EarlierRun | None:
+    """The run ``folder`` holds, or None when it holds none (no points.csv rows and no manifest.json).
+
+    A sweep's points are the ``(system, config_hash)`` of its complete rows; a kind whose points.csv has no config
+    hashes (calibration, memory) is one key: its manifest's kind and the :func:`dict_hash` of its config."""
+    rows: list[dict[str, str]] = []
+    cols: list[str] = []
+    if (folder / "points.csv").is_file():
+        with (folder / "points.csv").open(newline="") as f:
+            reader = csv.DictReader(f)
+            rows, cols = list(reader), list(reader.fieldnames or [])
+    try:
+        meta = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    exp = str(meta.get("exp") or (rows[0].get("exp") if rows else "") or "?")
+    if "config_hash" in cols:
+        keys = frozenset((r["system"], r["config_hash"]) for r in rows if _complete(r))
+        return EarlierRun(exp, keys, True) if keys else None
+    if not rows and not meta:
+        return None
+    config = meta.get("config")
+    return EarlierRun(exp, frozenset({(str(meta.get("kind")), dict_hash(config if isinstance(config, dict) else {}))}),
+                      False)
+
+
 def write_table(path: Path, table: pd.DataFrame) -> None:
-    """A whole table as points.csv (every cell through :func:`fmt`), e.g. the calibration table."""
+    """A whole table as points.csv (every cell through :func:`fmt`), e.g. the calibration table; makes the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = csv_line(list(table.columns)) + "".join(
         csv_line([fmt(v) for v in row]) for row in table.itertuples(index=False)
     )

@@ -5,16 +5,19 @@ and the command line), reads its ``exp`` block into an :class:`~repro.expspec.Ex
 command line's narrowing, :mod:`repro.narrow`) and runs the experiment's kind (:data:`KINDS`). A sweep expands the
 points (:mod:`repro.grid`), composes each point's config (the command line's overrides, then the point's own; Hydra
 composes each distinct choice of config groups once, :class:`repro.compose.Composer`), refuses an impossible point
-before anything runs (:func:`repro.validate.check_point`), and runs the points through
+before anything runs (:func:`repro.validate.check_point`; each distinct workload is built once where the points run,
+:func:`repro.validate.check_workload`, so a missing data file is named too), and runs the points through
 :func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a process
 pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
-Each finished point is appended to points.csv at once; at the end the file is rewritten in grid order with the
-experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes the
-files) and the figures and summary.md are drawn (:mod:`repro.render`).
+Each point is appended to points.csv as it finishes; at the end the file is rewritten in grid order with
+the experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes
+the files) and the figures and summary.md are drawn (:mod:`repro.render`).
 
-``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point of this run and computes the
-rest; a plain run truncates points.csv first. The calibration kind writes the cost model's calibration table as
-points.csv instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
+The output folder is not touched before the first point finishes, nor when it holds another run
+(:func:`refuse_to_replace`). ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point
+of this run and computes the rest; a plain run starts points.csv afresh. Ctrl-C stops a run with its finished
+points saved (:mod:`repro.stopping`). The calibration kind writes the cost model's calibration table as points.csv
+instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
 :func:`memory_row`).
 """
 
@@ -23,12 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +58,15 @@ from repro.results import (
     code_version,
     config_hash,
     default_out_dir,
+    dict_hash,
     display_path,
+    earlier_run,
     fmt,
     save_tables,
     write_table,
 )
-from repro.validate import check_keys, check_point, check_values
+from repro.stopping import Interrupted, signals_held, signum_of, stop_workers, worker_init
+from repro.validate import check_keys, check_point, check_values, check_workload
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
 REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
@@ -139,6 +147,7 @@ class RunContext:
     shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
     progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
     composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
+    overwrite: bool = False  # replace whatever run out_dir holds (the regeneration commands; overwrite=true)
 
 
 @dataclass
@@ -202,20 +211,32 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             check_point(c, where=f"point {p.describe()}: ")
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *spec.grid_columns()])
-    wanted = {(p.system, h) for p, h in zip(points, hashes, strict=True)}
+    wanted = frozenset((p.system, h) for p, h in zip(points, hashes, strict=True))
     done: dict[tuple[str, str], dict[str, str]] = {}
     if ctx.cfg.get("resume"):
         for r in pf.read_existing():
             if (r["system"], r["config_hash"]) in wanted and r["code_version"] == version:
                 done[(r["system"], r["config_hash"])] = r
+    kept = list(done.values())
     kept_hashes = {h for _, h in done}
-    pf.start(list(done.values()))
     todo = [i for i, p in enumerate(points) if (p.system, hashes[i]) not in done]
+    built: set[str] = set()
+    for i in todo if data_here(ctx.cfg.get("launcher") or {}) else []:  # each distinct workload, before writing
+        key = json.dumps([to_dict(cfgs[i].workload), str(cfgs[i].model.name)], sort_keys=True, default=str)
+        if key not in built:
+            built.add(key)
+            check_workload(cfgs[i], where=f"point {points[i].describe()}: ")
+    refuse_to_replace(ctx, wanted)
     keep = [bool(c.get("save_requests")) for c in cfgs]  # per point: a case may turn it off
     tables: dict[int, Outcome] = {}
     announced: set[str] = set()
+    started = False  # points.csv is written from the first finished point on: a run that fails first touches nothing
 
     def record(out: Outcome) -> str:
+        nonlocal started
+        if not started:
+            pf.start(kept)
+            started = True
         p = points[out.index]
         row = {**p.keys(name), **out.metrics, "wall_s": out.wall_s}
         row.update(config_hash=hashes[out.index], code_version=version)
@@ -232,8 +253,14 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
-    _run_points(ctx, todo, cfgs, keep, len(points), record,
-                lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
+    try:
+        _run_points(ctx, todo, cfgs, keep, len(points), record,
+                    lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
+    except KeyboardInterrupt as exc:
+        saved = len(pf.rows) if started else len(kept)
+        raise Interrupted(signum_of(exc), saved, len(points), pf.path if saved else None, started) from None
+    if not started:
+        pf.start(kept)
     # points whose configs coincide (the same values reached from two cases) share one result, each row under its
     # own keys (e.g. the case label)
     blank = dict.fromkeys(spec.grid_columns(), "")
@@ -244,6 +271,46 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps,
                                    out.rounds) for i, out in sorted(tables.items())], kept_hashes)
     return pd.read_csv(pf.path), len(todo)
+
+
+def data_here(launcher: Any) -> bool:
+    """Whether the points run on this machine, with its data files: not on a Ray cluster (``launcher.address``) nor
+    through Slurm."""
+    kind = str(launcher.get("kind", "local"))
+    if kind == "ray":
+        return not launcher.get("address")
+    return kind != "submitit" or str(launcher.get("cluster") or "slurm") in ("local", "debug")
+
+
+def refuse_to_replace(ctx: RunContext, wanted: frozenset[tuple[str, str]]) -> None:
+    """Refuse (:class:`ConfigError`) to write over a run that ``ctx.out_dir`` holds unless this run computes exactly
+    its points (``wanted``, as :func:`~repro.results.earlier_run` keys them), or some of them with ``resume=true``,
+    or ``overwrite=true``."""
+    if ctx.overwrite or ctx.cfg.get("overwrite"):
+        return
+    earlier = earlier_run(ctx.out_dir)
+    if earlier is None or earlier.keys == wanted:
+        return
+    where = display_path(ctx.out_dir)
+    other = earlier.keys - wanted
+    if not other:  # an unfinished run of this sweep (or of a part of it)
+        if ctx.cfg.get("resume"):
+            return
+        raise ConfigError(f"{where} holds {len(earlier.keys)} of this run's {len(wanted)} points (an unfinished "
+                          f"run?): add resume=true to compute only the other {len(wanted) - len(earlier.keys)}, "
+                          "overwrite=true to recompute them all, or out_dir=DIR to write elsewhere")
+    how_many = "none" if other == earlier.keys else f"{len(earlier.keys) - len(other)}"
+    what = f" ({len(earlier.keys)} points, {how_many} of them in this run)" if earlier.sweep else ""
+    resume = " (resume=true continues a run from its own command line only)" if earlier.sweep else ""
+    raise ConfigError(f"{where} holds another run of {earlier.exp}{what}: give out_dir=DIR to write this run "
+                      f"elsewhere, or overwrite=true to replace that run{resume}")
+
+
+def run_key(ctx: RunContext) -> frozenset[tuple[str, str]]:
+    """A run without config hashes per point (calibration, memory) as :func:`~repro.results.earlier_run` keys it:
+    its kind and the hash of the config its manifest records."""
+    config = json.loads(json.dumps({**to_dict(ctx.cfg), "exp": ctx.spec.source}, default=str))
+    return frozenset({(ctx.spec.kind, dict_hash(config))})
 
 
 def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
@@ -275,7 +342,8 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
             outer()
 
     def progress(out: Outcome) -> None:
-        bar.set_postfix_str(record(out), refresh=False)
+        with signals_held():  # a point is saved whole, then Ctrl-C stops the run
+            bar.set_postfix_str(record(out), refresh=False)
         bar.update()
         lines.update()
         if outer:
@@ -292,7 +360,7 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
         elif kind == "submitit" and not real:
             _execute_submitit(todo, cfgs, keep, progress, launcher, describe)
         else:
-            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress)
+            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress, describe)
     finally:
         bar.close()
 
@@ -321,25 +389,42 @@ class ProgressLines:
 
 
 def _execute(
-    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any]
+    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any],
+    describe: Callable[[int], str] = str,
 ) -> None:
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
-    ``on_done`` gets each outcome as it ends."""
+    ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
+    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.stopping`)."""
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
-            on_done(run_one(i, cfgs[i], keep[i]))
+            on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
         return
-    with ProcessPoolExecutor(max_workers=min(n_jobs, len(todo))) as pool:
-        pending: set[Future[Outcome]] = {pool.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        futures: dict[Future[Outcome], int] = {pool.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=futures.__getitem__):
+                on_done(_named(futures[fut], describe, fut.result))
+    except BaseException:
+        with signals_held(deliver=False):
+            stop_workers(pool)
+        raise
+    pool.shutdown()
+
+
+def _named(i: int, describe: Callable[[int], str], get: Callable[[], Outcome]) -> Outcome:
+    """``get()``, a :class:`ReproError` it raises prefixed with point ``i``'s name."""
+    try:
+        return get()
+    except ReproError as exc:
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for fut in finished:
-                    on_done(fut.result())
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+            named = type(exc)(f"{describe(i)}: {exc}")
+        except TypeError:  # an error class with a constructor of its own
+            named = ReproError(f"{describe(i)}: {exc}")
+        raise named from None
 
 
 def _execute_ray(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int,
@@ -403,20 +488,26 @@ def _execute_submitit(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bo
         jobs = {i: executor.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
     failed: list[str] = []
     pending = dict(jobs)
-    while pending:
-        for i, job in list(pending.items()):
-            if not job.done():
-                continue
-            del pending[i]
-            try:
-                out = job.result()
-            except Exception as exc:  # the job's own exception, or submitit's report of a lost job
-                failed.append(f"{describe(i)}: {one_line(exc)}")
-                tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
-                continue
-            on_done(out)
-        if pending:
-            time.sleep(0.2)
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if not job.done():
+                    continue
+                del pending[i]
+                try:
+                    out = job.result()
+                except Exception as exc:  # the job's own exception, or submitit's report of a lost job
+                    failed.append(f"{describe(i)}: {one_line(exc)}")
+                    tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
+                    continue
+                on_done(out)
+            if pending:
+                time.sleep(0.2)
+    except BaseException:  # Ctrl-C: the jobs still queued or running are cancelled, not left behind
+        with signals_held(deliver=False):
+            for job in pending.values():
+                job.cancel(check=False)
+        raise
     if failed:
         raise ReproError(f"{len(failed)} point(s) failed on {launcher.get('cluster')} (the others are in points.csv): "
                          + "; ".join(failed))
@@ -430,6 +521,7 @@ def run_calibration(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         raise ReproError(
             f"exp.kind=calibration needs repro.cost.calibration.calibration_table ({exc})"
         ) from None
+    refuse_to_replace(ctx, run_key(ctx))
     table = calibration_table().reset_index(drop=True)
     if "within_tol" not in table.columns:
         table["within_tol"] = table["rel_err"].abs() <= table["tolerance"]
@@ -473,6 +565,7 @@ def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         compose = ctx.composer or Composer(ctx.conf_dir)
         cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
     rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]
+    refuse_to_replace(ctx, run_key(ctx))
     path = ctx.out_dir / "points.csv"
     write_table(path, pd.DataFrame(rows))
     return pd.read_csv(path), len(points)
@@ -494,9 +587,15 @@ def run_experiment(
     log: Callable[[str], None] | None = None,
     progress: Callable[[], None] | None = None,
     composer: Composer | None = None,
+    overwrite: bool = False,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
-    summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.results.default_out_dir`.
+    summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.results.default_out_dir` (a folder of its
+    own for a run the command line narrowed).
+
+    Nothing is written before every point is checked and the folder is found free: one that holds another run is
+    refused (:func:`refuse_to_replace`). Ctrl-C (or SIGTERM, where the command line raises it) stops the run with
+    :class:`~repro.stopping.Interrupted` once the finished points are saved and manifest.json records the stop.
 
     Args:
         cfg: the composed main config (conf/config.yaml + conf/exp/NAME.yaml + command-line overrides).
@@ -509,6 +608,7 @@ def run_experiment(
         progress: called once per finished point instead of drawing this run's own progress bar.
         composer: the :class:`~repro.compose.Composer` that composed ``cfg`` (on ``conf_dir``), whose Hydra
             compositions the points then reuse.
+        overwrite: replace the run ``out_dir`` holds, whatever it is (the regeneration commands; ``overwrite=true``).
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
@@ -532,20 +632,33 @@ def run_experiment(
     if spec.missing():
         raise ConfigError(f"experiment {spec.name} runs on real models and needs {', '.join(spec.missing())}: "
                           f"{REAL_INSTALL}")
-    out = Path(out_dir or cfg.get("out_dir") or default_out_dir(spec.name, quick))
-    out.mkdir(parents=True, exist_ok=True)
+    by = [f"{key}={fmt(value)}" for key, value in narrowed.by]
+    out = Path(out_dir or cfg.get("out_dir") or default_out_dir(spec.name, quick, by))
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
     ctx.progress = progress
     ctx.composer = composer
+    ctx.overwrite = overwrite
     ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
-    points, num_run = KINDS[spec.kind](ctx)
-    manifest = build_manifest(
-        spec, to_dict(cfg), quick=quick, n_jobs=n_jobs, overrides=ctx.overrides, conf_dir=conf_dir, notes=ctx.notes,
-        sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed, started=started,
-        wall_s=time.perf_counter() - t0,
-    )
+
+    def manifest_of(**extra: Any) -> dict[str, Any]:
+        return {**build_manifest(
+            spec, to_dict(cfg), quick=quick, n_jobs=n_jobs, overrides=ctx.overrides, conf_dir=conf_dir,
+            notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
+            started=started, wall_s=time.perf_counter() - t0), **extra}
+
+    try:
+        points, num_run = KINDS[spec.kind](ctx)
+    except Interrupted as stop:
+        if stop.wrote:  # say what the folder now holds (its summary and figures are not redrawn)
+            with signals_held(deliver=False):
+                stopped = {"signal": signal.Signals(stop.signum).name, "points_saved": stop.saved,
+                           "points_total": stop.total}
+                atomic_write_text(out / "manifest.json",
+                                  json.dumps(manifest_of(interrupted=stopped), indent=2, default=str) + "\n")
+        raise
+    manifest = manifest_of()
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
     warning = datasources.warning(manifest["data"])
     if warning:

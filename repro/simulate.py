@@ -93,7 +93,6 @@ class Built:
 def build(cfg: DictConfig) -> Built:
     """Build the system, its deployment, the workload, the oracle and the engine of one composed point."""
     from repro.oracle import Drafter, TokenOracle
-    from workloads import build_workload
 
     ss_workload, ss_oracle, ss_policy = np.random.SeedSequence(int(cfg.seed)).spawn(3)
     policy = instantiate_system(cfg.system)
@@ -101,11 +100,7 @@ def build(cfg: DictConfig) -> Built:
     cost = deployment.cost_model()
     model = cost.model
     baseline = baseline_tpot_s(cost)
-    try:
-        table = build_workload(cfg.workload, seed=ss_workload, tokenizer=model.tokenizer,
-                               max_model_len=model.max_context, baseline_tpot_s=baseline)
-    except ValueError as exc:  # the workload's own checks name the bad key or value
-        raise ConfigError(f"workload config: {exc}") from None
+    table = request_table(cfg, cost, baseline, ss_workload)
     clients, servers = getattr(table, "client", None), deployment.draft_servers
     if clients is not None and servers and int(clients.max(initial=0)) >= len(servers):
         raise ConfigError(f"workload.clients: {int(clients.max()) + 1} clients (datasets) but {len(servers)} "
@@ -130,6 +125,18 @@ def build(cfg: DictConfig) -> Built:
                     fast_forward=bool(cfg.engine.get("fast_forward", True)))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
                  oracle=oracle, backend=backend)
+
+
+def request_table(cfg: DictConfig, cost: CostModel, baseline_s: float, seed: np.random.SeedSequence) -> Any:
+    """The point's requests (:func:`workloads.build_workload` for its target model); the workload's own complaints
+    become a :class:`ConfigError`, a missing data file stays a DataMissingError."""
+    from workloads import build_workload
+
+    try:
+        return build_workload(cfg.workload, seed=seed, tokenizer=cost.model.tokenizer,
+                              max_model_len=cost.model.max_context, baseline_tpot_s=baseline_s)
+    except ValueError as exc:  # the workload's own checks name the bad key or value
+        raise ConfigError(f"workload config: {exc}") from None
 
 
 def backend_kind(cfg: DictConfig) -> str:
@@ -219,19 +226,14 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     summarize it like a simulated point, plus vLLM's serving metrics (``mean_itl_ms``, ``p99_ttft_ms``, ...)."""
     from repro.backends.openai import replay, vllm_metrics
     from repro.metrics import summarize, with_latencies
-    from workloads import build_workload
 
     b = cfg.backend
     if not b.get("url"):
         raise ConfigError("backend=openai needs backend.url (the server's base URL, e.g. http://127.0.0.1:8000/v1)")
     cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system)).cost_model()  # as build() makes it
     model = cost.model
-    try:  # the simulation's workload for the same config and seed: the same requests, arrivals and SLOs
-        table = build_workload(cfg.workload, seed=np.random.SeedSequence(int(cfg.seed)).spawn(3)[0],
-                               tokenizer=model.tokenizer, max_model_len=model.max_context,
-                               baseline_tpot_s=baseline_tpot_s(cost))
-    except ValueError as exc:
-        raise ConfigError(f"workload config: {exc}") from None
+    # the simulation's workload for the same config and seed: the same requests, arrivals and SLOs
+    table = request_table(cfg, cost, baseline_tpot_s(cost), np.random.SeedSequence(int(cfg.seed)).spawn(3)[0])
     n = len(table)
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url),
                  model=str(b.model or model.name), vocab_size=int(b.vocab_size or model.vocab_size),

@@ -8,7 +8,8 @@ Three layers, all raising :class:`repro.errors.ConfigError`:
   right type and range (``rps=abc``, ``rps=-1``, ``quick=maybe``, ``n_jobs=0``);
 - :func:`check_point`: one fully composed point is physically possible — tensor parallelism splits the attention
   heads, the target's weights (plus a resident draft's) leave KV memory on the GPUs, the workload and system
-  configs build (their constructors check budgets, counts and block sizes).
+  configs build (their constructors check budgets, counts and block sizes); :func:`check_workload`: its requests
+  build from the data files they need (a missing file raises :class:`repro.errors.DataMissingError`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ KNOBS: dict[str, Knob] = {
     "quick": Knob("bool"),
     "n_jobs": Knob("int", 0, nullable=True),
     "resume": Knob("bool"),
+    "overwrite": Knob("bool"),
     "out_dir": Knob("str", nullable=True),
     "save_requests": Knob("bool"),
     "case": Knob("str", nullable=True),
@@ -181,6 +183,25 @@ def check_keys(added: Iterable[str], known: Iterable[str]) -> None:
         top = key.split(".")[0]
         if top not in known:
             raise ConfigError(f"+{key}: '{top}' is not a config key{suggest(top, known)}")
+
+
+def check_workload(cfg: DictConfig, where: str = "") -> None:
+    """The point's request table builds (its data files exist, its workload's own checks pass); an error names
+    ``where``. The data loaders cache what they read, so the workers that run the points read it again only when
+    they do not share this process's memory (not forked from it)."""
+    import numpy as np
+
+    from repro.deployment import Deployment
+    from repro.errors import DataMissingError
+    from repro.simulate import baseline_tpot_s, instantiate_system, request_table
+
+    cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system, where)).cost_model()
+    try:
+        request_table(cfg, cost, baseline_tpot_s(cost), np.random.SeedSequence(int(cfg.seed)).spawn(3)[0])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+    except DataMissingError as exc:
+        raise DataMissingError(f"{where}{exc}") from None
 
 
 # --------------------------------------------------------------------------------------------- physics

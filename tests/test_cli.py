@@ -158,7 +158,7 @@ def test_without_an_experiment_the_chosen_system_runs(tmp_path: Path) -> None:
 def test_a_user_run_leaves_the_references_untouched() -> None:
     ref = REPO / "results" / "quick" / "smoke" / "points.csv"
     before = ref.read_bytes()
-    res = cli("-m", "repro", "+exp=smoke", "quick=true", "n_jobs=2")
+    res = cli("-m", "repro", "+exp=smoke", "quick=true", "n_jobs=2", "overwrite=true")  # whatever runs/ held
     assert res.returncode == 0, res.stderr
     assert ref.read_bytes() == before
     assert (REPO / "runs" / "quick" / "smoke" / "summary.md").is_file()

@@ -18,7 +18,8 @@ from repro import claims, runner, simulate
 from repro.compose import compose_config, hydra_context
 from repro.errors import ConfigError
 from repro.metrics import POINT_METRICS, summarize
-from repro.results import CONF_DIR
+from repro.results import CONF_DIR, default_out_dir
+from repro.stopping import Interrupted
 
 TEST_EXP = """\
 # @package _global_
@@ -162,9 +163,14 @@ def test_resume_after_kill(conf_dir: Path, tmp_path: Path, monkeypatch: pytest.M
     run(conf_dir, ref)
     out = tmp_path / "out"
     monkeypatch.setattr(simulate, "run_point", FakeRunPoint(fail_after=5))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as stop:  # Ctrl-C during the sixth point
         run(conf_dir, out)
+    assert (stop.value.saved, stop.value.total, stop.value.path) == (5, 16, out / "points.csv")
     assert len(pd.read_csv(out / "points.csv")) == 5  # finished points survived the kill
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["interrupted"] == {"signal": "SIGINT", "points_saved": 5, "points_total": 16}
+    with pytest.raises(ConfigError, match=r"holds 5 of this run's 16 points .*resume=true"):
+        run(conf_dir, out)  # a plain run would start the unfinished one afresh
     second = FakeRunPoint()
     monkeypatch.setattr(simulate, "run_point", second)
     run(conf_dir, out, "resume=true")
@@ -196,8 +202,10 @@ def test_config_error_in_point_is_one_line(
         raise ConfigError("system config (systems.vllm.VLLM): unexpected keyword argument 'bogus'")
 
     monkeypatch.setattr(simulate, "run_point", broken)
-    with pytest.raises(ConfigError, match="bogus"):
-        run(conf_dir, tmp_path / "o", "n_jobs=2")  # comes back from a worker process as the same error
+    for n_jobs in (1, 2):  # from a worker process, the same error
+        with pytest.raises(ConfigError, match=r"^point vllm seed=0 rps=1.0 draft=llama-160m \(.*\): .*bogus"):
+            run(conf_dir, tmp_path / "o", f"n_jobs={n_jobs}")
+        assert not (tmp_path / "o").exists()  # failed before a point finished: nothing written
 
 
 def test_redraw_from_csv(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
@@ -210,6 +218,68 @@ def test_redraw_from_csv(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> 
     fake.calls = 0
     render.redraw(out)
     assert fake.calls == 0 and (out / "attain.png").exists() and (out / "summary.md").exists()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_another_run_in_the_folder_is_refused_unless_replaced(
+    conf_dir: Path, tmp_path: Path, fake: FakeRunPoint
+) -> None:
+    out = tmp_path / "out"
+    run(conf_dir, out)
+    before = _files(out)
+    for extra in (["system=vllm"], ["system=vllm", "resume=true"], ["num_requests=7"]):
+        with pytest.raises(ConfigError, match=r"holds another run of grid_test \(16 points, (8|none) of them in "
+                                              r"this run\): give out_dir=DIR .* or overwrite=true"):
+            run(conf_dir, out, *extra)
+        assert _files(out) == before, extra
+    fake.calls = 0
+    run(conf_dir, out, "system=vllm", "overwrite=true")
+    assert fake.calls == 8 and len(pd.read_csv(out / "points.csv")) == 8
+    run(conf_dir, out, "resume=true")  # the other 8 points
+    assert fake.calls == 16 and len(pd.read_csv(out / "points.csv")) == 16
+
+
+def test_a_point_failing_first_leaves_the_folder_untouched(
+    conf_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    monkeypatch.setattr(simulate, "run_point", FakeRunPoint())
+    run(conf_dir, out)
+    before = _files(out)
+
+    def broken(cfg: DictConfig) -> simulate.PointResult:
+        raise ConfigError("no such trace")
+
+    monkeypatch.setattr(simulate, "run_point", broken)
+    with pytest.raises(ConfigError, match="no such trace"):
+        run(conf_dir, out)  # the same points: a plain re-run may replace them, once one has finished
+    assert _files(out) == before
+
+
+def test_a_narrowed_run_writes_beside_the_experiment(
+    conf_dir: Path, tmp_path: Path, fake: FakeRunPoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "default_out_dir",
+                        lambda name, quick, by=(): default_out_dir(name, quick, by, root=tmp_path))
+    for extra, folder in [
+        ((), "grid_test"),
+        (("num_requests=7",), "grid_test"),  # not a narrowing (but other points: refused)
+        (("rps=2", "system=vllm"), "grid_test@rps=2,system=vllm"),
+        (("system=vllm", "rps=2.0", "quick=true"), "quick/grid_test@system=vllm"),  # quick runs rps=2 only
+    ]:
+        overrides = ["+exp=grid_test", "n_jobs=1", *extra]
+        with hydra_context(conf_dir):
+            cfg = compose_config(overrides)
+        try:
+            res = runner.run_experiment(cfg, overrides, conf_dir=conf_dir, log=lambda _: None)
+        except ConfigError as exc:
+            assert extra == ("num_requests=7",) and "holds another run" in str(exc)
+            continue
+        assert res.out_dir == tmp_path / "runs" / folder and (res.out_dir / "summary.md").is_file()
+    assert len(pd.read_csv(tmp_path / "runs" / "grid_test" / "points.csv")) == 16
 
 
 # ----------------------------------------------------------------------------------------- claims
