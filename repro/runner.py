@@ -39,7 +39,15 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from repro import datasources, narrow
-from repro.compose import Composer, check_data_root, hydra_context, known_top_keys, one_line, to_dict
+from repro.compose import (
+    Composer,
+    check_data_root,
+    check_grid_keys,
+    hydra_context,
+    known_top_keys,
+    one_line,
+    to_dict,
+)
 from repro.derived import Derived, with_derived
 from repro.errors import ConfigError, ReproError
 from repro.expspec import SEED_KEY, ExpSpec, apply_quick
@@ -519,8 +527,10 @@ def run_experiment(
     user = narrow.parse(overrides, cfg, groups)
     exp_name = next((str(u.value) for u in user if u.key == "exp"), None)
     check_keys([u.key for u in user if u.added and not u.group], known_top_keys(conf_dir, exp_name))
+    check_grid_keys(exp_raw, conf_dir, exp_name)
     quick = bool(cfg.get("quick"))
-    exp, quick_overrides = apply_quick(exp_raw, quick)
+    # what the command line set under exp (exp.grid.rps=[...], exp.systems=[...]) wins over the quick block
+    exp, quick_overrides = apply_quick(exp_raw, quick, [u.key[4:] for u in user if u.key.startswith("exp.")])
     check_values(cfg, ExpSpec.parse(exp), first=[u.key for u in user])
     check_data_root(cfg)
     narrowed = narrow.narrow(exp, user)
