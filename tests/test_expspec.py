@@ -81,8 +81,8 @@ def test_quick_replaces_keys_and_adds_overrides() -> None:
 
 
 def test_what_the_command_line_set_under_exp_wins_over_quick() -> None:
-    exp = {"grid": {"rps": [1], "k": [1, 2]}, "systems": ["vllm"], "seeds": [3],
-           "quick": {"grid": {"rps": [2], "k": [1]}, "systems": ["sarathi"]}}
+    exp: dict[str, Any] = {"grid": {"rps": [1], "k": [1, 2]}, "systems": ["vllm"], "seeds": [3],
+                           "quick": {"grid": {"rps": [2], "k": [1]}, "systems": ["sarathi"]}}
     q, _ = apply_quick(exp, True, ["grid.rps", "systems", "seeds"])
     assert q["grid"] == {"rps": [1], "k": [1]} and q["systems"] == ["vllm"] and q["seeds"] == [3]
     assert exp["quick"]["grid"] == {"rps": [2], "k": [1]}  # (the caller's mapping is left as it was)
