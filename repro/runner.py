@@ -62,6 +62,7 @@ from repro.results import (
     config_hash,
     default_out_dir,
     display_path,
+    engines_line,
     fmt,
     save_tables,
     write_table,
@@ -147,6 +148,9 @@ class RunContext:
     shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
     progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
     composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
+    say: Callable[[str], None] = print  # where the run's console lines go (run_experiment: stderr)
+    engines: dict[str, str] = field(default_factory=dict)  # system label -> its points' engine profile(s)
+    engine_warning: bool = False  # the command line chose systems that run on different engine profiles
 
 
 @dataclass
@@ -208,6 +212,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         if h not in checked:
             checked.add(h)
             check_point(c, where=f"point {p.describe()}: ")
+    note_engines(ctx, points, cfgs)
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *spec.grid_columns()])
     wanted = {(p.system, h) for p, h in zip(points, hashes, strict=True)}
@@ -252,6 +257,20 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps,
                                    out.rounds) for i, out in sorted(tables.items())], kept_hashes)
     return pd.read_csv(pf.path), len(todo)
+
+
+def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConfig]) -> None:
+    """Record each system's engine profile; where they differ and the command line chose the systems (not
+    ``engine=``), say so on the console before anything runs (:func:`~repro.results.engines_line`)."""
+    names: dict[str, dict[str, None]] = {}
+    for p, c in zip(points, cfgs, strict=True):
+        names.setdefault(p.system, {})[str(OmegaConf.select(c, "engine.name", default="?"))] = None
+    ctx.engines = {label: ", ".join(engines) for label, engines in names.items()}
+    user = [o.lstrip("+").split("=", 1)[0] for o in ctx.overrides]
+    chose = any(k.startswith(("exp.systems", "exp.cases")) for k in user)
+    ctx.engine_warning = chose and "engine" not in user and engines_line(ctx.engines) is not None
+    if ctx.engine_warning:
+        ctx.say(f"warning: {engines_line(ctx.engines, warning=True)}")
 
 
 def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
@@ -547,6 +566,7 @@ def run_experiment(
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
+    ctx.say = say
     ctx.progress = progress
     ctx.composer = composer
     ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
@@ -554,7 +574,7 @@ def run_experiment(
     manifest = build_manifest(
         spec, to_dict(cfg), quick=quick, n_jobs=n_jobs, overrides=ctx.overrides, conf_dir=conf_dir, notes=ctx.notes,
         sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed, started=started,
-        wall_s=time.perf_counter() - t0,
+        wall_s=time.perf_counter() - t0, engines=ctx.engines, engine_warning=ctx.engine_warning,
     )
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
     warning = datasources.warning(manifest["data"])
