@@ -110,8 +110,8 @@ def write_summary(
         parts.append(f"Narrowed: {line}\n")
     engines = engines_line(manifest.get("engines") or {}, bool(manifest.get("engine_warning")))
     if engines:
-        parts.append(f"> **{engines[0].upper()}{engines[1:]}**\n" if manifest.get("engine_warning")
-                     else f"{engines[0].upper()}{engines[1:]}.\n")
+        text = engines[:1].upper() + engines[1:]
+        parts.append(f"> **{text}**\n" if manifest.get("engine_warning") else f"{text}.\n")
     parts.append(_run_line(manifest, points) + "\n")
     for spec in exp.figures:
         table = figure_table(points, spec)
