@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,12 +51,16 @@ def one_line(exc: BaseException) -> str:
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
 
 
-def explain(exc: BaseException, conf_dir: Path = CONF_DIR) -> str:
+def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[str] = ()) -> str:
     """A Hydra composition error on one line; for a key no config has, say so and suggest the nearest key (Hydra's
-    own hint, ``+key=value``, would add the typo as a new key that nothing reads)."""
+    own hint, ``+key=value``, would add the typo as a new key that nothing reads); for a grid key the experiment
+    (named in ``overrides``) does not sweep, :func:`unswept_grid_key`."""
     m = _NOT_IN_STRUCT.search(str(exc))
     if m:
         key = m.group(1)
+        if key.startswith("exp.grid.") and key.count(".") == 2:
+            return unswept_grid_key(key.removeprefix("exp.grid."), conf_dir, exp_name(overrides),
+                                    _override_value(overrides, key))
         owners = _systems_with(key, conf_dir)
         if owners:  # a knob of some systems, not of the one composed (the default, or an experiment's base)
             shown = ", ".join(owners[:6]) + (f" and {len(owners) - 6} more" if len(owners) > 6 else "")
@@ -129,7 +133,7 @@ def _compose_with_choices(overrides: Sequence[str], where: str = "") -> tuple[Di
         with open_dict(cfg):
             del cfg["hydra"]
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{where}{explain(exc)}") from None
+        raise ConfigError(f"{where}{explain(exc, overrides=overrides)}") from None
     _check_groups(cfg, where)
     return cfg, choices
 
@@ -238,6 +242,66 @@ def known_top_keys(conf_dir: Path, exp_name: str | None) -> set[str]:
             if isinstance(node, DictConfig):
                 known |= {str(k) for k in node if k != "defaults"}
     return known
+
+
+def exp_name(overrides: Sequence[str]) -> str | None:
+    """The experiment ``+exp=NAME`` (or ``exp=NAME``) in ``overrides`` selects (None: the default one)."""
+    return next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("exp=")), None)
+
+
+def own_grid_keys(conf_dir: Path, name: str | None) -> list[str]:
+    """The keys experiment ``name``'s file sweeps (in ``exp.grid``, its cases' grids and its quick block's); none
+    for the default experiment."""
+    path = conf_dir / "exp" / f"{name}.yaml"
+    node = OmegaConf.load(path) if name and path.is_file() else None
+    exp = node.get("exp") if isinstance(node, DictConfig) else None
+    if not isinstance(exp, DictConfig):
+        return []
+    holders = [exp, exp.get("quick") or {}]
+    holders += [c for h in list(holders) for c in (h.get("cases") or []) if isinstance(c, DictConfig)]
+    keys: dict[str, None] = {}
+    for h in holders:
+        grid = h.get("grid")
+        if isinstance(grid, DictConfig):
+            keys.update(dict.fromkeys(str(k) for k in grid))
+    return list(keys)
+
+
+def unswept_grid_key(key: str, conf_dir: Path, name: str | None, values: Any = None) -> str:
+    """Why ``exp.grid.KEY`` is refused when the experiment does not sweep KEY: what it sweeps, and the override
+    that sets one value for every point."""
+    from repro.grid import format_value
+
+    swept = own_grid_keys(conf_dir, name)
+    first = values[0] if isinstance(values, list | tuple) and values else values
+    example = "VALUE" if first is None or isinstance(first, list | tuple | dict) else format_value(first)
+    return (f"exp.grid.{key}: {f'experiment {name}' if name else 'the default experiment'} does not sweep {key} "
+            f"({'it sweeps ' + ', '.join(swept) if swept else 'it sweeps nothing'}; the command line may change a "
+            f"swept key's values, not add a key): {key}={example} sets one value for every point")
+
+
+def check_grid_keys(exp: Mapping[str, Any], conf_dir: Path, name: str | None) -> None:
+    """Every grid key of the composed ``exp`` block (its grid and its cases') is one experiment ``name``'s file
+    sweeps: a key added on the command line is refused (:func:`unswept_grid_key`)."""
+    own = set(own_grid_keys(conf_dir, name))
+    grids = [exp.get("grid") or {}, *((c.get("grid") or {}) for c in exp.get("cases") or [] if isinstance(c, Mapping))]
+    for grid in grids:
+        for key, values in grid.items():
+            if str(key) not in own:
+                raise ConfigError(unswept_grid_key(str(key), conf_dir, name, values))
+
+
+def _override_value(overrides: Sequence[str], key: str) -> Any:
+    """The value ``overrides`` give ``key`` (parsed as Hydra parses it; None when none does)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for text in reversed(list(overrides)):
+        if text.lstrip("+").split("=", 1)[0] == key:
+            try:
+                return OverridesParser.create().parse_overrides([text])[0].value()
+            except HydraException:
+                return None
+    return None
 
 
 def check_data_root(cfg: DictConfig) -> None:

@@ -66,6 +66,7 @@ class SimOutput:
     sim_time_s: float
     num_steps: int
     steps: list[StepRecord] = field(default_factory=list)
+    num_scheduled: int = 0  # Σ over the steps of the requests each ran: / num_steps, the mean batch size
     step_telemetry: list[Mapping[str, float] | None] = field(default_factory=list)
     request_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the policies' per-request estimates
     rounds: pd.DataFrame | None = None  # the round trace (record_rounds): one row per decoding request per step
@@ -105,6 +106,7 @@ class Replica:
         self._arange = np.arange(1024)
         self.busy = False
         self.num_steps = 0
+        self.num_scheduled = 0  # Σ over its steps of the requests each step ran (prefilling or decoding)
         self.view = View(state, block_size=block_size, max_model_len=max_model_len, cost=cost,
                          drafter=drafter, replica=index)
         self._sync_view()
@@ -169,6 +171,7 @@ class Replica:
                 return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
         self.num_steps += 1
+        self.num_scheduled += int(pre.ids.size + dec.ids.size)
         self._sync_view()
         if observers:
             event = StepEvent(self.index, plan, result, pre, dec, matched,
@@ -448,6 +451,7 @@ class Replica:
         pids = np.arange(first, last, dtype=np.int64)
         end_at, fin = self._prefill(adm, pids, need, t)
         self.num_steps += 1
+        self.num_scheduled += int(pids.size)
         if fin.size:
             pids = pids[s.status[pids] != _FINISHED]
         c = cols.n0 + pids - cols.base
@@ -545,6 +549,7 @@ class Replica:
             self._finish(rids[fin], end_at[(first + cols.last[c])[fin]])
         self.kv.check()
         self.num_steps += steps
+        self.num_scheduled += int(took.sum())
         self._run_step_s = (end - now) / (steps + prefills)
         self._sync_view()
         if self.observers:  # (a run with observers stops at its first finish: every step has the same requests)
@@ -1219,7 +1224,7 @@ class Engine:
                 f"{len(r.s.swapped)} swapped requests and nothing left to happen")
         tracer = self.tracer
         return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
-                         num_steps=sum(r.num_steps for r in reps),
+                         num_steps=sum(r.num_steps for r in reps), num_scheduled=sum(r.num_scheduled for r in reps),
                          steps=tracer.records if tracer is not None else [],
                          step_telemetry=tracer.telemetry if tracer is not None else [],
                          request_columns=self._request_columns(),

@@ -41,6 +41,8 @@ from repro.validate import suggest
 
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
 QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
+#: Experiment kinds whose points run ``exp.systems`` (a calibration runs none).
+SYSTEM_KINDS = ("sweep", "memory")
 SEED_KEY = "seed"
 
 
@@ -123,6 +125,8 @@ class ExpSpec:
             compare=tuple(str(c) for c in _list(raw, "compare", "points.csv column names")),
             source=raw,
         )
+        if raw.get("systems") is not None and spec.kind in SYSTEM_KINDS and not spec.system_labels():
+            raise ConfigError("exp.systems: an empty list runs no system (name one or more: exp.systems=[vllm])")
         check(spec.derived, [SEED_KEY, *spec.grid_columns()])
         return spec
 
@@ -155,18 +159,38 @@ class ExpSpec:
 EXP_KEYS = tuple(f.name for f in fields(ExpSpec) if f.name != "source")
 
 
-def apply_quick(exp: Mapping[str, Any], quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def apply_quick(exp: Mapping[str, Any], quick: bool, keep: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``exp`` mapping after ``quick`` (its ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the
-    experiment's) and the config overrides ``exp.quick`` adds to every point (e.g. ``num_requests: 100``)."""
-    exp = dict(exp)
+    experiment's) and the config overrides ``exp.quick`` adds to every point (e.g. ``num_requests: 100``). The
+    paths in ``keep`` (``grid.rps``, ``systems``: what the command line set under ``exp``) keep ``exp``'s values."""
+    out = dict(exp)
     extra: dict[str, Any] = {}
     if quick:
         for key, value in (exp.get("quick") or {}).items():
             if key in QUICK_EXP_KEYS:
-                exp[key] = value
+                out[key] = value
             else:
                 extra[key] = value
-    return exp, extra
+        for path in keep:
+            parts = path.split(".")
+            if parts[0] in QUICK_EXP_KEYS and parts[0] in (exp.get("quick") or {}):
+                _put(out, parts, exp)
+    return out, extra
+
+
+def _put(out: dict[str, Any], parts: Sequence[str], src: Mapping[str, Any]) -> None:
+    """Set ``out`` at the path ``parts`` to ``src``'s value there (copying the maps on the way; nothing when
+    ``src`` has none)."""
+    value: Any = src
+    for p in parts:
+        if not isinstance(value, Mapping) or p not in value:
+            return
+        value = value[p]
+    node = out
+    for p in parts[:-1]:
+        node[p] = dict(node[p]) if isinstance(node.get(p), Mapping) else {}
+        node = node[p]
+    node[parts[-1]] = value
 
 
 def system_entries(systems: Sequence[Any], where: str = "exp.systems") -> tuple[SystemEntry, ...]:
@@ -204,6 +228,9 @@ def _case(case: Any, grid: Mapping[str, Any], systems: tuple[SystemEntry, ...], 
     own = case.get("systems")
     if own is not None and not isinstance(own, list | tuple):
         raise ConfigError(f"{where}.systems: expected a list like exp.systems, got {own!r}")
+    if own is not None and not own:
+        raise ConfigError(f"{where}.systems: an empty list runs no system in this case (name one or more, or drop "
+                          "the key: the case then runs exp.systems)")
     return Case(
         label,
         _map(case.get("overrides"), f"{where}.overrides"),
@@ -215,9 +242,11 @@ def _case(case: Any, grid: Mapping[str, Any], systems: tuple[SystemEntry, ...], 
 def _grid(value: Any, where: str, case_key: str | None) -> dict[str, Any]:
     """A grid map; ``system``, ``seed``, ``exp`` and the case key are not grid keys."""
     grid = _map(value, where)
-    for key in grid:
+    for key, values in grid.items():
         if key in ("system", "seed", "exp", case_key or "exp"):
             raise ConfigError(f"exp.grid: '{key}' cannot be a grid key (use exp.systems / exp.seeds)")
+        if isinstance(values, list | tuple) and not values:
+            raise ConfigError(f"{where}.{key}: an empty list sweeps no value (give one or more: {where}.{key}=[...])")
     return grid
 
 
@@ -261,6 +290,8 @@ def _seeds(value: Any) -> tuple[int, ...]:
         return ()
     if not isinstance(value, list | tuple):
         raise bad
+    if not value:
+        raise ConfigError("exp.seeds: an empty list runs no seed (give one or more: exp.seeds=[0])")
     for s in value:
         if isinstance(s, bool) or not isinstance(s, int | float) or not float(s).is_integer():
             raise bad

@@ -45,6 +45,10 @@ draft acceptance rate (vLLM v0's ``draft_acceptance_rate``)
 mean accepted length (vLLM's ``mean_acceptance_length``)
     Tokens emitted per decode step = (Σ accepted + Σ decode steps) / Σ decode steps. Equals vLLM's ``1 + accepted /
     num_drafts`` when every decode step speculates, and 1.0 without speculation.
+mean batch size
+    ``mean_batch_size``: the requests a step runs (prefilling or decoding: vLLM's running batch), averaged over the
+    steps; 1.0 for a scheduler that runs one request at a time (LAPS-SD's). A live server's run has no steps: there
+    it is the time-averaged number of requests between first token and finish (Little's law).
 service time (LAPS-SD's attained service)
     A request's ``service_s``: the seconds of the steps it ran in (drafting + verification; at batch size 1 its own
     execution time). ``swap_s``: the seconds its KV spent crossing the host link (swapped out and back in).
@@ -164,7 +168,8 @@ def attained(requests: pd.DataFrame, tpot_start: str = "first_token_at") -> np.n
 
 
 def summarize(
-    requests: pd.DataFrame, sim_time_s: float, steps: pd.DataFrame | None = None
+    requests: pd.DataFrame, sim_time_s: float, steps: pd.DataFrame | None = None,
+    batched: tuple[int, int] | None = None,
 ) -> dict[str, float]:
     """Aggregate metrics of one point (see the module docstring for each definition).
 
@@ -175,6 +180,7 @@ def summarize(
         sim_time_s: simulated duration the rates are taken over (first arrival → last event).
         steps: the optional per-step trace (start_at, latency_s, num_seqs, ...): exact mean batch size
         and busy time.
+        batched: a simulated run's ``(steps, Σ requests over its steps)``: the mean batch size without a trace.
 
     Returns:
         A flat dict of floats: every :data:`POINT_METRICS` key, then extras (vLLM names where vLLM has one).
@@ -219,19 +225,21 @@ def summarize(
         "acceptance_rate": _ratio(accepted, proposed),
         # Mean accepted length: tokens emitted per decode step = (accepted + bonus) / decode steps.
         "mean_accepted_len": _ratio(accepted + decode_steps, decode_steps),
-        "mean_batch_size": _mean_batch_size(requests, sim_time_s, steps),
+        "mean_batch_size": _mean_batch_size(requests, sim_time_s, steps, batched),
         "sim_time_s": float(sim_time_s),
     }
     m.update(_extras(requests, m, sim_time_s, steps, ok, ttft, tpot, accepted, decode_steps, spec_steps))
     return m
 
 
-def _mean_batch_size(requests: pd.DataFrame, sim_time_s: float, steps: pd.DataFrame | None) -> float:
-    """Mean sequences per step: the step trace's mean ``num_seqs``, or, without a trace, the
-    time-averaged number
-    of requests between first token and finish (Little's law; an estimate of the decode batch size)."""
+def _mean_batch_size(requests: pd.DataFrame, sim_time_s: float, steps: pd.DataFrame | None,
+                     batched: tuple[int, int] | None = None) -> float:
+    """Mean batch size (module docstring): from the step trace, else the run's counts (``batched``), else Little's
+    law."""
     if steps is not None and len(steps) and "num_seqs" in steps.columns:
         return float(steps["num_seqs"].to_numpy(dtype=np.float64).mean())
+    if batched is not None:
+        return _ratio(float(batched[1]), float(batched[0]))
     first = _arr(requests, "first_token_at")
     end = np.where(np.isfinite(_arr(requests, "finish_at")), _arr(requests, "finish_at"), sim_time_s)
     resident = np.where(np.isfinite(first), np.maximum(end - first, 0.0), 0.0)

@@ -95,6 +95,12 @@ class Policy:
     #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget
     #: (:func:`repro.simulate.edge_optimum`). None for every other system.
     round_budget: int | None = None
+    #: what the run must give the policy, checked before anything runs (:func:`repro.validate.check_point`):
+    #: remote draft servers (``engine.draft_servers``; GoodSpeed's clients draft there) ...
+    needs_draft_servers: bool = False
+    #: ... and an engine profile that verifies token trees that branch (:attr:`EngineProfile.verifies_trees
+    #: <repro.cost.serving.EngineProfile.verifies_trees>`), for a policy that plans them (AdaServe, SpecInfer).
+    branching_trees: bool = False
     #: a promise that lets the engine run a stretch of steps without asking (its fast-forward): once this policy
     #: plans a step that decodes every running request (in the running order) with one chain length for all, no
     #: trees, remote servers, host seconds, prefill, preemption, swap or memory action, it plans the very same step

@@ -26,6 +26,7 @@ import pandas as pd
 from repro import claims, datasources, figures
 from repro.errors import ReproError
 from repro.expspec import ExpSpec
+from repro.results import engines_line
 
 CALIBRATION_COLS = (
     "table", "x_name", "x", "measured_ms", "modelled_ms", "error_of", "rel_err", "tolerance", "within_tol", "checked",
@@ -107,6 +108,10 @@ def write_summary(
         parts.append("Command line: `" + " ".join(manifest["command_line"]) + "`\n")
     for line in manifest.get("narrowed") or []:
         parts.append(f"Narrowed: {line}\n")
+    engines = engines_line(manifest.get("engines") or {}, bool(manifest.get("engine_warning")))
+    if engines:
+        text = engines[:1].upper() + engines[1:]
+        parts.append(f"> **{text}**\n" if manifest.get("engine_warning") else f"{text}.\n")
     parts.append(_run_line(manifest, points) + "\n")
     for spec in exp.figures:
         table = figure_table(points, spec)

@@ -11,7 +11,8 @@ Files in the output directory:
     significant digits), so a seed gives a byte-identical file apart from ``wall_s``.
 ``manifest.json``
     The experiment's resolved config, overrides, git commit, code version, package versions, seeds, grid keys,
-    n_jobs, quick, wall time, timestamps and the data-source notes the points reported (:func:`build_manifest`).
+    n_jobs, quick, wall time, timestamps, the data-source notes the points reported and each system's engine profile
+    (:func:`build_manifest`; :func:`engines_line` says when they differ).
 ``requests.parquet`` / ``steps.parquet`` / ``rounds.parquet``
     With ``save_requests=true``: every point's per-request table (and step or round trace, when recorded) with the
     point's keys and ``config_hash`` as extra columns (a key replaces a column of the same name, e.g. a case key
@@ -354,9 +355,12 @@ def build_manifest(
     narrowed: Sequence[str],
     started: datetime,
     wall_s: float,
+    engines: Mapping[str, str] | None = None,
+    engine_warning: bool = False,
 ) -> dict[str, Any]:
     """manifest.json's content (see the module docstring): ``config`` is the run's resolved config, whose ``exp`` is
-    replaced by the experiment as run (after quick mode and the command line's narrowing)."""
+    replaced by the experiment as run (after quick mode and the command line's narrowing); ``engines``: each system's
+    engine profile, ``engine_warning``: whether they differ where the experiment does not compare them so."""
     return {
         "exp": spec.name,
         "kind": spec.kind,
@@ -379,4 +383,21 @@ def build_manifest(
         "wall_s": round(wall_s, 3),
         "config": {**config, "exp": spec.source},
         **({"compare": list(spec.compare)} if spec.compare else {}),
+        **({"engines": dict(engines)} if engines else {}),
+        **({"engine_warning": True} if engine_warning else {}),
     }
+
+
+def engines_line(engines: Mapping[str, str], warning: bool = False) -> str | None:
+    """The line saying that a run's systems (label -> engine profile) run on different engine profiles (None where
+    they share one); ``warning``: the experiment does not compare them so (the command line chose the systems)."""
+    by_engine: dict[str, list[str]] = {}
+    for label, engine in engines.items():
+        by_engine.setdefault(engine, []).append(label)
+    if len(by_engine) < 2:
+        return None
+    which = "; ".join(f"{', '.join(labels)} on {engine}" for engine, labels in by_engine.items())
+    why = ("each system on its own paper's engine, as its config names it" if warning
+           else "each system on its paper's engine, as the experiment compares them")
+    return (f"{'engine profiles differ' if warning else 'engine profiles'}: {which} ({why}); engine=NAME runs "
+            "every system on one")

@@ -44,7 +44,15 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from repro import datasources, narrow
-from repro.compose import Composer, check_data_root, hydra_context, known_top_keys, one_line, to_dict
+from repro.compose import (
+    Composer,
+    check_data_root,
+    check_grid_keys,
+    hydra_context,
+    known_top_keys,
+    one_line,
+    to_dict,
+)
 from repro.derived import Derived, with_derived
 from repro.errors import ConfigError, ReproError
 from repro.expspec import SEED_KEY, ExpSpec, apply_quick
@@ -61,6 +69,7 @@ from repro.results import (
     dict_hash,
     display_path,
     earlier_run,
+    engines_line,
     fmt,
     save_tables,
     write_table,
@@ -148,6 +157,9 @@ class RunContext:
     progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
     composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
     overwrite: bool = False  # replace whatever run out_dir holds (the regeneration commands; overwrite=true)
+    say: Callable[[str], None] = print  # where the run's console lines go (run_experiment: stderr)
+    engines: dict[str, str] = field(default_factory=dict)  # system label -> its points' engine profile(s)
+    engine_warning: bool = False  # the command line chose systems that run on different engine profiles
 
 
 @dataclass
@@ -209,6 +221,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         if h not in checked:
             checked.add(h)
             check_point(c, where=f"point {p.describe()}: ")
+    note_engines(ctx, points, cfgs)
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *spec.grid_columns()])
     wanted = frozenset((p.system, h) for p, h in zip(points, hashes, strict=True))
@@ -311,6 +324,18 @@ def run_key(ctx: RunContext) -> frozenset[tuple[str, str]]:
     its kind and the hash of the config its manifest records."""
     config = json.loads(json.dumps({**to_dict(ctx.cfg), "exp": ctx.spec.source}, default=str))
     return frozenset({(ctx.spec.kind, dict_hash(config))})
+def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConfig]) -> None:
+    """Record each system's engine profile; where they differ and the command line chose the systems (not
+    ``engine=``), say so on the console before anything runs (:func:`~repro.results.engines_line`)."""
+    names: dict[str, dict[str, None]] = {}
+    for p, c in zip(points, cfgs, strict=True):
+        names.setdefault(p.system, {})[str(OmegaConf.select(c, "engine.name", default="?"))] = None
+    ctx.engines = {label: ", ".join(engines) for label, engines in names.items()}
+    user = [o.lstrip("+").split("=", 1)[0] for o in ctx.overrides]
+    chose = any(k.startswith(("exp.systems", "exp.cases")) for k in user)
+    ctx.engine_warning = chose and "engine" not in user and engines_line(ctx.engines) is not None
+    if ctx.engine_warning:
+        ctx.say(f"warning: {engines_line(ctx.engines, warning=True)}")
 
 
 def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
@@ -619,8 +644,10 @@ def run_experiment(
     user = narrow.parse(overrides, cfg, groups)
     exp_name = next((str(u.value) for u in user if u.key == "exp"), None)
     check_keys([u.key for u in user if u.added and not u.group], known_top_keys(conf_dir, exp_name))
+    check_grid_keys(exp_raw, conf_dir, exp_name)
     quick = bool(cfg.get("quick"))
-    exp, quick_overrides = apply_quick(exp_raw, quick)
+    # what the command line set under exp (exp.grid.rps=[...], exp.systems=[...]) wins over the quick block
+    exp, quick_overrides = apply_quick(exp_raw, quick, [u.key[4:] for u in user if u.key.startswith("exp.")])
     check_values(cfg, ExpSpec.parse(exp), first=[u.key for u in user])
     check_data_root(cfg)
     narrowed = narrow.narrow(exp, user)
@@ -637,6 +664,7 @@ def run_experiment(
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
+    ctx.say = say
     ctx.progress = progress
     ctx.composer = composer
     ctx.overwrite = overwrite
@@ -646,7 +674,8 @@ def run_experiment(
         return {**build_manifest(
             spec, to_dict(cfg), quick=quick, n_jobs=n_jobs, overrides=ctx.overrides, conf_dir=conf_dir,
             notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
-            started=started, wall_s=time.perf_counter() - t0), **extra}
+            started=started, wall_s=time.perf_counter() - t0, engines=ctx.engines,
+            engine_warning=ctx.engine_warning), **extra}
 
     try:
         points, num_run = KINDS[spec.kind](ctx)

@@ -207,7 +207,7 @@ def run_point(cfg: DictConfig) -> PointResult:
         built.backend.records_frame().to_parquet(path, index=False)
     requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
-    metrics = summarize(requests, out.sim_time_s, steps)
+    metrics = summarize(requests, out.sim_time_s, steps, (out.num_steps, out.num_scheduled))
     if getattr(built.table, "client", None) is not None and built.deployment is not None \
             and built.deployment.draft_servers and built.engine.policy.round_budget is not None:
         metrics.update(edge_optimum(built, out, steps))

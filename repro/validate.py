@@ -8,8 +8,9 @@ Three layers, all raising :class:`repro.errors.ConfigError`:
   right type and range (``rps=abc``, ``rps=-1``, ``quick=maybe``, ``n_jobs=0``);
 - :func:`check_point`: one fully composed point is physically possible — tensor parallelism splits the attention
   heads, the target's weights (plus a resident draft's) leave KV memory on the GPUs, the workload and system
-  configs build (their constructors check budgets, counts and block sizes); :func:`check_workload`: its requests
-  build from the data files they need (a missing file raises :class:`repro.errors.DataMissingError`).
+  configs build (their constructors check budgets, counts and block sizes), and the deployment gives the system
+  what it declares it needs (:func:`check_needs`); :func:`check_workload`: its requests build from the data files
+  they need (a missing file raises :class:`repro.errors.DataMissingError`).
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ def check_workload(cfg: DictConfig, where: str = "") -> None:
 
 
 def check_point(cfg: DictConfig, where: str = "") -> None:
-    """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses and the
-    system's constructor accepts its keys."""
+    """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses, the
+    system's constructor accepts its keys and the deployment meets the system's needs."""
     from repro.cost.serving import EngineProfile
     from repro.cost.spec import HardwareSpec, ModelSpec
     from repro.deployment import Deployment, draft_server_specs
@@ -243,6 +244,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
                                    draft_servers=draft_server_specs(cfg))
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
+    check_needs(deployment, where)
     resident = uses_draft and not deployment.draft_servers
     if resident:
         check_tp(draft, draft_tp, "draft_tp", where)
@@ -252,6 +254,27 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
         cost = deployment.cost_model(int(rep.tp))
         if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
+
+
+def check_needs(deployment: Any, where: str = "") -> None:
+    """The deployment gives each of its policies what the policy declares it needs (remote draft servers, an engine
+    that verifies branching trees: :class:`repro.policy.Policy`)."""
+    engine = deployment.engine
+    for policy in dict.fromkeys([deployment.policy, *(r.policy for r in deployment.replicas)]):
+        name = type(policy).__name__
+        if policy.needs_draft_servers and not deployment.draft_servers:
+            raise ConfigError(
+                f"{where}{name} drafts on remote draft servers, one per client, and this run has none "
+                "(engine.draft_servers is empty): run it in an experiment that sets them (+exp=goodspeed_fig3), or "
+                "set engine.draft_servers=[{hardware: l4}, ...] and a workload with one client per server")
+        if policy.branching_trees and not engine.verifies_trees:
+            from repro.cost.serving import available_engines, load_engine
+
+            able = [e for e in available_engines() if load_engine(e).verifies_trees]
+            raise ConfigError(
+                f"{where}{name} verifies token trees that branch and engine {engine.name} cannot (scorer "
+                f"{engine.scorer}: only a multi_query scorer verifies a tree, in one pass with a tree mask); use "
+                f"engine={' | '.join(able)}")
 
 
 #: System hyperparameters that count or budget something: positive whenever they are numbers (null = a default).

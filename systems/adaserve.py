@@ -80,6 +80,7 @@ class AdaServe(Policy):
                  recoverable_first: bool = False, order: Order = "descending", budget: int | None = None,
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
         self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
+        self.branching_trees = w_max > 1  # (beams of width 1 are chains)
         if n_max is not None and n_max < 0:
             raise ValueError("n_max must be >= 0 (or null for the authors' B // n)")
         if order not in ("descending", "ascending"):

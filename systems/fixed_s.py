@@ -22,6 +22,7 @@ from systems.lib import check_positive_int
 
 class FixedS(Policy):
     observes_accept_prob = True  # Eq. 3 reads the verifier's min(1, p/q) of every drafted token
+    needs_draft_servers = True  # one remote draft server per client (systems/edge.py)
 
     def __init__(self, capacity: int = 20) -> None:
         self.capacity = self.round_budget = check_positive_int("capacity", capacity)

@@ -26,6 +26,7 @@ class GlobalGreedy(Policy):
     def __init__(self, d_max: int = 8, w_max: int = 16, budget: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
         self.batching = TreeBatching(d_max, w_max, budget, max_num_seqs, max_num_batched_tokens, watermark)
+        self.branching_trees = w_max > 1  # (beams of width 1 are chains)
 
     def schedule(self, view: View) -> StepPlan:
         plan, decode, budget = self.batching.batch(view)

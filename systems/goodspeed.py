@@ -39,6 +39,7 @@ from systems.lib import check_positive_int
 
 class GoodSpeed(Policy):
     observes_accept_prob = True  # Eq. 3 reads the verifier's min(1, p/q) of every drafted token
+    needs_draft_servers = True  # one remote draft server per client (systems/edge.py)
 
     def __init__(self, capacity: int = 20, eta: float = 0.2, beta: float = 0.5, init_acceptance: float = 0.5,
                  init_goodput: float = 1.0) -> None:

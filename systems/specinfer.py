@@ -35,6 +35,7 @@ class SpecInfer(Policy):
         self.expansion = tuple(int(k) for k in expansion)
         if not self.expansion or min(self.expansion) < 1:
             raise ValueError("expansion must be a non-empty list of positive child counts")
+        self.branching_trees = max(self.expansion) > 1
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark

@@ -163,3 +163,39 @@ def test_a_user_run_leaves_the_references_untouched() -> None:
     assert ref.read_bytes() == before
     assert (REPO / "runs" / "quick" / "smoke" / "summary.md").is_file()
     assert "runs/quick/smoke/summary.md" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        # an empty axis, systems list or seeds list runs nothing (it used to write an empty run)
+        (["+exp=smoke", "exp.grid.rps=[]"], "exp.grid.rps: an empty list sweeps no value"),
+        (["+exp=adaserve_fig4", "exp.cases=[{label: a, grid: {rps: []}}]"], r"exp.cases\[a\].grid.rps: an empty"),
+        (["+exp=smoke", "exp.systems=[]"], "exp.systems: an empty list runs no system"),
+        (["+exp=smoke", "exp.seeds=[]"], "exp.seeds: an empty list runs no seed"),
+        # a system the deployment cannot serve: GoodSpeed's family without draft servers, trees on batch expansion
+        (["+exp=smoke", "exp.systems=[vllm,goodspeed]", "quick=true"],
+         "point goodspeed seed=0 rps=2.0: GoodSpeed drafts on remote draft servers"),
+        (["system=random_s"], "RandomS drafts on remote draft servers"),
+        (["+exp=smoke", "exp.systems=[vllm,adaserve]", "engine=vllm_v0"],
+         "AdaServe verifies token trees that branch and engine vllm_v0 cannot .*engine=flexflow"),
+        (["system=specinfer", "engine=vllm_v0"], "SpecInfer verifies token trees"),
+        # a grid key the experiment does not sweep: added (ignored by quick, a duplicate column without), or plain
+        (["+exp=smoke", "+exp.grid.num_requests=[50,100]", "quick=true"],
+         r"exp.grid.num_requests: experiment smoke does not sweep num_requests \(it sweeps rps; .*\): "
+         "num_requests=50 sets one value for every point"),
+        (["+exp=smoke", "+exp.grid.num_requests=[50,100]"], "experiment smoke does not sweep num_requests"),
+        (["+exp=smoke", "exp.grid.num_requests=[50,100]"], "experiment smoke does not sweep num_requests"),
+    ],
+)
+def test_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch, args: list[str], named: str) -> None:
+    from repro.__main__ import main
+
+    monkeypatch.setattr(sys, "argv", ["repro"])  # main() sets it for Hydra
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, f"out_dir={tmp_path}", "n_jobs=1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert re.search(named, err), err
+    assert not (tmp_path / "points.csv").exists()

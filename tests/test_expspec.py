@@ -42,6 +42,12 @@ def test_an_unknown_key_is_named_with_the_known_ones() -> None:
         ({"derived": [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}]}, "either baseline"),
         ({"grid": {"k": [1]}, "derived": [{"name": "x", "metric": "g", "normalize": "zz"}]},
          r"exp.derived\[x\].normalize: 'zz' is not a grid column \(\['seed', 'k'\]\)"),
+        # empty lists run nothing
+        ({"grid": {"rps": []}}, "exp.grid.rps: an empty list sweeps no value"),
+        ({"cases": [{"label": "a", "grid": {"rps": []}}]}, r"exp.cases\[a\].grid.rps: an empty list"),
+        ({"systems": []}, "exp.systems: an empty list runs no system"),
+        ({"systems": ["vllm"], "cases": [{"label": "a", "systems": []}]}, r"exp.cases\[a\].systems: an empty"),
+        ({"seeds": []}, "exp.seeds: an empty list runs no seed"),
     ],
 )
 def test_a_bad_value_names_its_key(exp: dict[str, Any], named: str) -> None:
@@ -72,6 +78,18 @@ def test_quick_replaces_keys_and_adds_overrides() -> None:
     assert q["grid"] == {"rps": [2]} and q["seeds"] == [0, 1] and extra == {"num_requests": 7}
     assert apply_quick(exp, False) == (exp, {})
     assert set(QUICK_EXP_KEYS) <= set(EXP_KEYS)
+
+
+def test_what_the_command_line_set_under_exp_wins_over_quick() -> None:
+    exp: dict[str, Any] = {"grid": {"rps": [1], "k": [1, 2]}, "systems": ["vllm"], "seeds": [3],
+                           "quick": {"grid": {"rps": [2], "k": [1]}, "systems": ["sarathi"]}}
+    q, _ = apply_quick(exp, True, ["grid.rps", "systems", "seeds"])
+    assert q["grid"] == {"rps": [1], "k": [1]} and q["systems"] == ["vllm"] and q["seeds"] == [3]
+    assert exp["quick"]["grid"] == {"rps": [2], "k": [1]}  # (the caller's mapping is left as it was)
+
+
+def test_no_systems_is_fine_where_none_run() -> None:
+    assert ExpSpec.parse({"kind": "calibration", "systems": []}).system_labels() == []
 
 
 def test_system_entries_say_where() -> None:

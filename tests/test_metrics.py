@@ -112,13 +112,37 @@ def test_no_speculation_gives_nan_acceptance_and_unit_length() -> None:
     assert m["mean_accepted_len"] == 1.0
 
 
-def test_mean_batch_size_from_steps_or_littles_law() -> None:
+def test_mean_batch_size_from_steps_counts_or_littles_law() -> None:
     df = frame(req(first=0.0, finish=4.0), req(first=2.0, finish=4.0))
-    assert summarize(df, 4.0)["mean_batch_size"] == pytest.approx((4 + 2) / 4)
+    assert summarize(df, 4.0)["mean_batch_size"] == pytest.approx((4 + 2) / 4)  # a live server: no steps
+    assert summarize(df, 4.0, batched=(4, 5))["mean_batch_size"] == pytest.approx(5 / 4)
     steps = pd.DataFrame({"num_seqs": [1, 2, 3], "latency_s": [0.1, 0.1, 0.2]})
     m = summarize(df, 4.0, steps)
     assert m["mean_batch_size"] == pytest.approx(2.0)
     assert m["busy_time_s"] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("system", "batch"),
+    [
+        ("laps_sd", 1.0),  # one request per step: its others wait preempted (Little's law counted them: ~67)
+        ("lp_sjf", 1.0),
+        ("vllm", None),  # continuous batching, admitting inside fast-forwarded runs
+        ("static_sd_k3", None),
+    ],
+)
+def test_mean_batch_size_is_the_requests_each_step_runs(system: str, batch: float | None) -> None:
+    from repro.simulate import compose, run_point
+
+    base = [f"system={system}", "num_requests=30", "rps=8"]
+    plain = run_point(compose(base)).metrics["mean_batch_size"]
+    traced = run_point(compose([*base, "engine.record_steps=true"]))
+    assert traced.steps is not None
+    assert plain == traced.metrics["mean_batch_size"] == traced.steps["num_seqs"].mean()  # counts = the trace
+    if batch is not None:
+        assert plain == batch
+    else:
+        assert plain > 4.0
 
 
 def test_empty_table_is_nan_not_error() -> None:

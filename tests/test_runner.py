@@ -146,6 +146,44 @@ def test_user_override_beats_quick(conf_dir: Path, tmp_path: Path, fake: FakeRun
     assert set(pd.read_csv(tmp_path / "q" / "points.csv")["num_requests"]) == {8}
 
 
+def test_a_swept_key_set_under_exp_beats_quick(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
+    run(conf_dir, tmp_path / "q", "quick=true", "exp.grid.rps=[1.0]", "exp.seeds=[1]")
+    pts = pd.read_csv(tmp_path / "q" / "points.csv")
+    assert set(pts["rps"]) == {1.0} and set(pts["seed"]) == {1} and "draft" not in pts.columns
+
+
+@pytest.mark.parametrize(
+    ("extra", "warned", "noted"),
+    [
+        (["exp.systems=[vllm,laps_sd]"], True, True),  # the command line compares systems of two papers
+        (["exp.systems=[vllm,laps_sd]", "engine=vllm_v1"], False, False),  # ... on one engine, as asked
+        (["exp.systems=[vllm,static_sd]"], False, False),  # one engine
+    ],
+)
+def test_systems_on_different_engines_are_named(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint,
+                                                capsys: pytest.CaptureFixture[str], extra: list[str], warned: bool,
+                                                noted: bool) -> None:
+    res = run(conf_dir, tmp_path / "o", "quick=true", *extra)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: engine profiles")]
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    line = "vllm on vllm_v0; laps_sd on vllm_v1 (each system on its own paper's engine, as its config names it); " \
+           "engine=NAME runs every system on one"
+    assert err == ([f"warning: engine profiles differ: {line}"] if warned else [])
+    assert (f"> **Engine profiles differ: {line}**" in summary) == noted
+    assert res.manifest["engines"]["vllm"] == ("vllm_v1" if "engine=vllm_v1" in extra else "vllm_v0")
+
+
+def test_an_experiment_comparing_engines_says_so_without_warning(
+        conf_dir: Path, tmp_path: Path, fake: FakeRunPoint, capsys: pytest.CaptureFixture[str]) -> None:
+    exp = (conf_dir / "exp" / "grid_test.yaml").read_text().replace("    - vllm\n", "    - vllm\n    - laps_sd\n")
+    (conf_dir / "exp" / "grid_test.yaml").write_text(exp)
+    res = run(conf_dir, tmp_path / "o", "quick=true")
+    assert "warning" not in capsys.readouterr().err and "engine_warning" not in res.manifest
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert "\nEngine profiles: vllm, sd_k2 on vllm_v0; laps_sd on vllm_v1 (each system on its paper's engine, as " \
+           "the experiment compares them); engine=NAME runs every system on one.\n" in summary
+
+
 def _without_wall(path: Path) -> list[str]:
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     return df.drop(columns="wall_s").to_csv(index=False).splitlines()

@@ -98,6 +98,12 @@ def test_tensor_parallelism_must_split_the_heads(model: str, tp: int, ok: bool) 
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,3,1]"], r"tp_per_replica\[1\]=3"),
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,4,1]"], "leaves no KV memory on 1 x"),
         (["system=static_sd_k3", "engine.draft_servers=[{hardware:l4,rtt:2}]"], r"draft_servers\[0\]: unknown"),
+        # what a system declares it needs (repro.policy.Policy): remote draft servers, an engine verifying trees
+        (["system=goodspeed"], "GoodSpeed drafts on remote draft servers"),
+        (["system=fixed_s"], "FixedS drafts on remote draft servers"),
+        (["system=adaserve", "engine=vllm_v0"], "AdaServe verifies token trees that branch and engine vllm_v0"),
+        (["system=global_greedy", "engine=vllm_v0"], "GlobalGreedy verifies token trees"),
+        (["system=specinfer", "engine=vllm_v0"], "scorer batch_expansion: only a multi_query scorer"),
     ],
 )
 def test_impossible_points_are_refused(overrides: list[str], message: str) -> None:
@@ -111,6 +117,12 @@ def test_a_possible_point_passes() -> None:
     check_point(compose(["model=llama2-70b", "tp=4", "system=adaserve"]))
     # a draft on a remote server takes no memory on the target's GPUs (its tp is then not checked against draft_tp)
     check_point(compose(["system=static_sd_k3", "draft_tp=3", "engine.draft_servers=[{hardware:l4}]"]))
+    check_point(compose(["system=goodspeed", "engine.draft_servers=[{hardware:l4}]"]))
+    # chains verify on any engine: AdaServe with beams of width 1, SpecInfer expanding one child, TETRIS
+    check_point(compose(["system=adaserve", "engine=vllm_v0", "system.w_max=1"]))
+    check_point(compose(["system=specinfer", "engine=vllm_v0", "system.expansion=[1,1,1]"]))
+    check_point(compose(["system=tetris"]))
+    check_point(compose(["system=adaserve", "engine=vllm_v1"]))
 
 
 def test_added_keys_must_exist() -> None:

@@ -7,7 +7,8 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   sequence's KV once (vLLM's ``MQAScorer``, vLLM v1, FlexFlow Serve's tree-masked kernel). ``batch_expansion``:
   vLLM v0's ``BatchExpansionTop1Scorer`` turns a sequence with k proposals into k + 1 single-query sequences, so its
   KV is read k + 1 times and every per-sequence cost repeats, plus the host work of building the expanded batch
-  (``expand_seq_s`` per expanded sequence).
+  (``expand_seq_s`` per expanded sequence). Only ``multi_query`` verifies token trees that branch
+  (:attr:`EngineProfile.verifies_trees`).
 - **CUDA graphs**: decode passes replay captured graphs up to ``graph_max_tokens`` tokens; passes that verify
   several tokens per sequence replay them only if ``verify_graphs`` (vLLM v1's piecewise graphs; vLLM v0 and FlexFlow
   Serve run verification eagerly).
@@ -72,6 +73,13 @@ class EngineProfile:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")
+
+    @property
+    def verifies_trees(self) -> bool:
+        """Whether the engine verifies a token tree that branches: only one multi-token query per sequence can carry
+        a tree's attention mask (``multi_query``); batch expansion scores a proposal as single-token sequences, one
+        per position of one chain (vLLM v0's ``BatchExpansionTop1Scorer``)."""
+        return self.scorer == "multi_query"
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> EngineProfile:
