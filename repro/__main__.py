@@ -21,20 +21,34 @@ saying how many and the command that resumes; the status is 130 after Ctrl-C, 14
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
 
-from repro.compose import Composer, compose_config, hydra_context
-from repro.errors import ReproError
-from repro.grid import group_overrides
-from repro.results import CONF_DIR
-from repro.runner import run_experiment
-from repro.stopping import Interrupted, exit_status, raise_on_sigterm, resume_command
+def _quiet_stop(signum: int, frame: object) -> None:
+    print("interrupted (while starting: nothing ran)", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
+if __name__ == "__main__":  # Ctrl-C while the modules below load (a second or two): one line, no traceback
+    signal.signal(signal.SIGINT, _quiet_stop)
+
+from collections.abc import Callable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from repro.compose import Composer, compose_config, hydra_context  # noqa: E402
+from repro.errors import ReproError  # noqa: E402
+from repro.grid import group_overrides  # noqa: E402
+from repro.results import CONF_DIR  # noqa: E402
+from repro.runner import run_experiment  # noqa: E402
+from repro.stopping import Interrupted, exit_status, raise_on_sigterm, resume_command  # noqa: E402
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a run stops as repro.stopping says
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
 COMMANDS = ("list", "check", "all")

@@ -20,16 +20,19 @@ output length). Line figures also take ``markers`` (false: plain lines), ``palet
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from repro.derived import with_derived
 from repro.errors import ConfigError
@@ -130,6 +133,7 @@ def _shared_legend(fig: Figure, axes: list[Axes]) -> None:
             h = [a for a in legend.legend_handles if a is not None]
             labs = [t.get_text() for t in legend.get_texts()][: len(h)]
         for hh, ll in zip(h, labs, strict=True):
+            ll = _SHOWN.names.get(ll, ll)
             if ll not in labels:
                 handles.append(hh)
                 labels.append(ll)
@@ -191,11 +195,17 @@ def line(
     errorbar = "sd" if several else None
     order = list(hue_order) if hue_order else (_order(df, hue) or None)
     colors = sns.color_palette(palette, n_colors=len(order)) if palette and order else None
+    dashes: bool | dict[Any, Any] = style is not None
+    variants = [v for v in order or () if v in _SHOWN.variants] if style is None else []
+    if variants and order:  # the suite's own variants dashed and drawn first: the paper's lines stay on top
+        order = [*variants, *(v for v in order if v not in variants)]
+        dashes = {v: (3, 2) if v in variants else "" for v in order}
+        colors = colors or sns.color_palette(n_colors=len(order))
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.lineplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, markers=markers,
-            dashes=style is not None, errorbar=errorbar, err_style="bars", palette=colors, ax=ax,
+            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, style_order=order if variants else None,
+            markers=markers, dashes=dashes, errorbar=errorbar, err_style="bars", palette=colors, ax=ax,
         )  # fmt: skip
 
     return _decorate(_facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
@@ -492,10 +502,77 @@ def draw_figures(
         if fig is None:
             skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
+        _relabel_ticks(fig)
         if banner:
             stamp(fig, banner)
         paths += save(fig, out_dir, str(spec["name"]))
     return paths, skipped
+
+
+@dataclass
+class Shown:
+    """How systems are shown in figures: display names by label, and the labels drawn as the suite's variants."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    variants: set[str] = field(default_factory=set)
+
+
+_SHOWN = Shown()
+
+
+@contextlib.contextmanager
+def showing(shown: Shown) -> Iterator[None]:
+    """Draw the figures of this block with ``shown``'s names in legends and tick labels, variants dashed."""
+    global _SHOWN
+    before, _SHOWN = _SHOWN, shown
+    try:
+        yield
+    finally:
+        _SHOWN = before
+
+
+def shown_systems(labels: Iterable[Any], conf_dir: Path) -> Shown:
+    """The display name (``display_name``) and variant flag (``variant``) of each label that names a
+    ``conf/system`` config (following its ``defaults`` parent when it sets neither); other labels (an entry's own
+    ``label``) are shown as they are."""
+    shown = Shown()
+    for label in {str(v) for v in labels}:
+        node = _system_yaml(label, conf_dir)
+        if node is None:
+            continue
+        name, variant = node.get("display_name"), node.get("variant")
+        if name:
+            shown.names[label] = str(name)
+        if variant:
+            shown.variants.add(label)
+    return shown
+
+
+def _system_yaml(name: str, conf_dir: Path, depth: int = 0) -> dict[str, Any] | None:
+    path = conf_dir / "system" / f"{name}.yaml"
+    if depth > 5 or not path.is_file():
+        return None
+    try:
+        node = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return None
+    parents = [d for d in node.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+    if "display_name" not in node and parents:
+        parent = _system_yaml(parents[0], conf_dir, depth + 1) or {}
+        node = {**{k: parent[k] for k in ("display_name", "variant") if k in parent}, **node}
+    return node
+
+
+def _relabel_ticks(fig: Figure) -> None:
+    """System labels on an axis (a bar chart with ``x: system``) shown by their display names."""
+    if not _SHOWN.names:
+        return
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            texts = axis.get_ticklabels()
+            if any(t.get_text() in _SHOWN.names for t in texts):
+                axis.set_ticks(axis.get_ticklocs())
+                axis.set_ticklabels([_SHOWN.names.get(t.get_text(), t.get_text()) for t in texts])
 
 
 def stamp(fig: Figure, text: str, width: int = 100) -> None:

@@ -338,6 +338,15 @@ def _extras(
         wall = float(steps["latency_s"].sum())
         x["send_share"] = x["send_time_s"] / wall if wall > 0 else _NAN
         x["receive_verify_share"] = (x["receive_time_s"] + x["verify_time_s"]) / wall if wall > 0 else _NAN
+        # per unit of work: the same phases per token the rounds emitted (a round that drafts less emits less)
+        emitted = float(steps["num_emitted"].sum())
+        x["wall_ms_per_token"] = 1e3 * wall / emitted if emitted > 0 else _NAN
+        x["verify_ms_per_token"] = 1e3 * x["verify_time_s"] / emitted if emitted > 0 else _NAN
+        chains = [c for c in steps.columns if c.startswith("S_") and c[2:].isdigit()]
+        if chains:  # the longest draft chain of each drafting round: its server's sequential drafting sets the round
+            longest = steps[chains].to_numpy(dtype=np.float64).max(axis=1)
+            drafting = np.isfinite(longest) & (longest > 0)
+            x["mean_longest_chain"] = float(longest[drafting].mean()) if drafting.any() else _NAN
     if steps is not None and len(steps) and "goodput_est" in steps.columns:
         # GoodSpeed Fig. 2: the allocation's expected tokens (x̂ at the smoothed α̂) against the tokens emitted,
         # summed over the rounds: the estimator's bias (0 = unbiased)

@@ -26,7 +26,7 @@ import pandas as pd
 from repro import claims, datasources, figures
 from repro.errors import ReproError
 from repro.expspec import ExpSpec
-from repro.results import engines_line
+from repro.results import CONF_DIR, engines_line
 
 CALIBRATION_COLS = (
     "table", "x_name", "x", "measured_ms", "modelled_ms", "error_of", "rel_err", "tolerance", "within_tol", "checked",
@@ -93,9 +93,11 @@ def _run_line(manifest: Mapping[str, Any], points: pd.DataFrame) -> str:
 
 
 def write_summary(
-    out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame, notes: Sequence[str]
+    out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame, notes: Sequence[str],
+    shown: figures.Shown | None = None,
 ) -> Path:
-    """summary.md of a sweep: title, description, run line, a table per figure, the paper claims."""
+    """summary.md of a sweep: title, description, run line, the systems' names in the figures, a table per figure,
+    the paper claims."""
     exp = _exp(manifest)
     parts = [f"# {exp.name or manifest.get('exp', '')}: {exp.title}\n"]
     sources = manifest.get("data") or []
@@ -113,6 +115,11 @@ def write_summary(
         text = engines[:1].upper() + engines[1:]
         parts.append(f"> **{text}**\n" if manifest.get("engine_warning") else f"{text}.\n")
     parts.append(_run_line(manifest, points) + "\n")
+    if shown is not None and shown.names:
+        labels = list(dict.fromkeys(str(v) for v in points["system"]))
+        named = [f"`{v}` = {shown.names[v]}" + (" (the suite's variant, dashed)" if v in shown.variants else "")
+                 for v in labels if v in shown.names]
+        parts.append("Systems in the figures: " + "; ".join(named) + ".\n")
     for spec in exp.figures:
         table = figure_table(points, spec)
         y = spec.get("y")
@@ -223,8 +230,10 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     steps = _read_optional(out_dir / "steps.parquet")
     rounds = _read_optional(out_dir / "rounds.parquet")
     banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
-    paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
-    return [*paths, write_summary(out_dir, manifest, points, skipped)]
+    shown = figures.shown_systems(points["system"] if "system" in points.columns else (), CONF_DIR)
+    with figures.showing(shown):
+        paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
+    return [*paths, write_summary(out_dir, manifest, points, skipped, shown)]
 
 
 def redraw(results_dir: Path) -> list[Path]:

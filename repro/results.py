@@ -62,6 +62,9 @@ RESULTS_DIR = REPO_ROOT / "results"
 RUN_CONTROL_KEYS = ("n_jobs", "launcher", "resume", "overwrite", "out_dir", "quick", "save_requests", "save_columns",
                     "save_step_columns", "case", "exp", "hydra")
 KEY_COLS = ("exp", "system", "seed")
+#: Keys of a system config that say how it is shown (legends, line style), not what it does: neither the policy's
+#: arguments nor part of a point's config hash.
+DISPLAY_KEYS = ("display_name", "variant")
 TAIL_COLS = ("sim_time_s", "wall_s", "config_hash", "code_version")
 CODE_DIRS = ("repro", "systems", "workloads")
 CODE_SUFFIXES = (".py", ".yaml", ".yml", ".csv", ".json")
@@ -109,6 +112,9 @@ def dict_hash(data: Mapping[str, Any]) -> str:
     data = {k: v for k, v in data.items() if k not in RUN_CONTROL_KEYS}
     if data.get("backend") == {"kind": "sim"}:  # the default backend: hashes as before backends existed
         data.pop("backend")
+    system = data.get("system")
+    if isinstance(system, dict) and any(k in system for k in DISPLAY_KEYS):  # how a system is shown is not a run
+        data["system"] = {k: v for k, v in system.items() if k not in DISPLAY_KEYS}
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_LEN]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from repro import trace
 from repro.cost.model import CostModel
@@ -28,6 +28,7 @@ from repro.deployment import Deployment
 from repro.engine import Engine, SimOutput
 from repro.errors import ConfigError
 from repro.policy import Policy
+from repro.results import DISPLAY_KEYS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -64,9 +65,14 @@ def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output
 
 
 def instantiate_system(node: Any, where: str = "") -> Policy:
-    """The policy a ``system`` config node describes (a constructor's complaint becomes a one-line ConfigError)."""
+    """The policy a ``system`` config node describes (a constructor's complaint becomes a one-line ConfigError);
+    :data:`DISPLAY_KEYS` are not passed to it."""
     from hydra.utils import instantiate
 
+    if any(k in node for k in DISPLAY_KEYS):
+        plain = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+        assert isinstance(plain, dict)
+        node = {str(k): v for k, v in plain.items() if k not in DISPLAY_KEYS}
     try:
         policy = instantiate(node)
     except Exception as exc:  # Hydra wraps the constructor's TypeError; surface the key that is wrong

@@ -8,7 +8,10 @@ such that the total across clients does not exceed C". The round protocol and th
 Deviations:
 - The distribution is not stated. Ours: the total T is uniform on 0..C and split over the decoding clients by a
   uniformly random composition (every way of writing T as N ordered non-negative parts equally likely: stars and
-  bars), drawn from the policy's own seeded generator (the run's seed gives the same draws).
+  bars), drawn from the policy's own seeded generator (the run's seed gives the same draws). A round then drafts
+  C / 2 tokens on average, half the budget GoodSpeed and Fixed-S spend: most of its utility gap comes from that.
+  ``total: whole`` (``random_s_whole``) keeps T = C and randomizes only the split, the reading in which Random-S
+  differs from the others in its allocation alone.
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ class RandomS(Policy):
     observes_accept_prob = True  # Eq. 3 reads the verifier's min(1, p/q) of every drafted token
     needs_draft_servers = True  # one remote draft server per client (systems/edge.py)
 
-    def __init__(self, capacity: int = 20) -> None:
+    def __init__(self, capacity: int = 20, total: str = "uniform") -> None:
         self.capacity = self.round_budget = check_positive_int("capacity", capacity)
+        if total not in ("uniform", "whole"):
+            raise ValueError(f"total must be 'uniform' or 'whole', not {total!r}")
+        self.total = total
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
@@ -47,7 +53,7 @@ class RandomS(Policy):
         rid, decoding = self.rounds.current(view)
         s = np.zeros(self.rounds.num_clients, dtype=np.int64)
         if decoding.any():
-            total = int(self.rng.integers(self.capacity + 1))
+            total = int(self.rng.integers(self.capacity + 1)) if self.total == "uniform" else self.capacity
             s[decoding] = random_composition(total, int(decoding.sum()), self.rng)
         return self.rounds.plan(view, rid, decoding, s)
 

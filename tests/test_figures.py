@@ -98,3 +98,27 @@ def test_a_line_figure_from_the_requests_table() -> None:
     xs = sorted(fig.axes[0].lines[0].get_xdata().tolist())
     assert xs == pytest.approx([25.0, 50.0 ** 0.5 * 100 ** 0.5, (100 * 500) ** 0.5])
     assert figures.draw_figure({**spec, "data": "rounds"}, {"rounds": None}) is None  # not saved: skipped
+
+
+def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() -> None:
+    """AdaServe and the suite's recoverable-first reading are equal here: the variant is dashed and drawn first, so
+    AdaServe's solid line is on top; legends and bar ticks read the papers' names (conf/system display_name)."""
+    from repro.results import CONF_DIR
+
+    df = pd.DataFrame({"system": ["adaserve_recoverable_first", "adaserve", "static_sd_k3"] * 2,
+                       "rps": [1.0] * 3 + [2.0] * 3, "y": [0.9, 0.9, 0.5, 0.8, 0.8, 0.4]})
+    shown = figures.shown_systems(df["system"], CONF_DIR)
+    assert shown.names == {"adaserve": "AdaServe", "adaserve_recoverable_first": "AdaServe (recoverable first)",
+                           "static_sd_k3": "SD (γ = 3)"}
+    assert shown.variants == {"adaserve_recoverable_first"}
+    with figures.showing(shown):
+        fig = figures.line(df, x="rps", y="y")
+        lines = [ln for ln in fig.axes[0].get_lines() if len(ln.get_xdata()) == 2]
+        assert [ln.get_linestyle() for ln in lines] == ["--", "-", "-"]  # the variant first, dashed
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+            "AdaServe (recoverable first)", "AdaServe", "SD (γ = 3)"]
+        bars = figures.bar(df, x="system", y="y", hue=None)
+        figures._relabel_ticks(bars)
+        assert "SD (γ = 3)" in [t.get_text() for t in bars.axes[0].get_xticklabels()]
+    plain = figures.line(df, x="rps", y="y")  # outside showing(): config names, nothing dashed
+    assert {ln.get_linestyle() for ln in plain.axes[0].get_lines() if len(ln.get_xdata()) == 2} == {"-"}

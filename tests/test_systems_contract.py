@@ -17,7 +17,7 @@ SYSTEMS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" /
 _EDGE = ["hardware=h100-80g", "model=qwen3-14b", "model@draft=qwen3-0.6b", "workload=goodspeed_4",
          "workload.output_len=40",
          "engine.draft_servers=[" + ",".join(["{hardware:l4,rtt_ms:0.2,bandwidth_mbps:1000}"] * 4) + "]"]
-DEPLOYMENT = {"goodspeed": _EDGE, "fixed_s": _EDGE, "random_s": _EDGE}
+DEPLOYMENT = {s: _EDGE for s in ("goodspeed", "fixed_s", "fixed_s_floor", "random_s", "random_s_whole")}
 
 
 def _run(system: str, seed: int = 0) -> tuple[object, object, list[StepResult]]:

@@ -240,3 +240,29 @@ def test_goodspeed_allocation_weights_by_the_inverse_smoothed_goodput(goodput: l
     pol.rounds.goodput[:] = goodput
     pol.rounds.alpha[:] = alpha
     assert pol.allocation(np.array(decoding)).tolist() == expected
+
+
+def test_fixed_s_spends_the_whole_budget_round_robin() -> None:
+    """C = 20 over N = 8 servers: 2 each and the 4 left over one each to servers in turn, so every round drafts 20
+    and over two rounds every server drafts 5; ``remainder: drop`` (fixed_s_floor) drafts 16."""
+    from systems.fixed_s import allocation
+
+    rounds = [allocation(20, 8, r) for r in range(4)]
+    assert all(s.sum() == 20 and set(s.tolist()) == {2, 3} for s in rounds)
+    assert (rounds[0] + rounds[1]).tolist() == [5] * 8 and rounds[2].tolist() == rounds[0].tolist()
+    assert allocation(20, 8, None).tolist() == [2] * 8
+    assert allocation(16, 8, 3).tolist() == [2] * 8 and allocation(24, 4, 1).tolist() == [6] * 4
+
+
+@pytest.mark.parametrize(("system", "drafted"), [("fixed_s", 6), ("fixed_s_floor", 4), ("random_s_whole", 6)])
+def test_a_round_of_the_baselines_drafts_their_budget(system: str, drafted: int) -> None:
+    """Through the engine: C = 6 over 4 clients drafts 6 tokens a decoding round (1 each and 2 in turn) for the
+    whole-budget readings, 4 for the floor."""
+    from repro.simulate import compose, instantiate_system
+    from tests.conftest import spy
+
+    pol = instantiate_system(compose([f"system={system}", "system.capacity=6"]).system)
+    plans, results = spy(pol)
+    _edge_engine(pol, n_req=4, servers=("l4",) * 4).run()
+    full = [p.k for p, r in zip(plans, results, strict=False) if p.k is not None and r.decode_ids.size == 4]
+    assert full and all(int(k.sum()) == drafted for k in full)

@@ -100,7 +100,6 @@ def test_stability_rule(rates: list[float], gamma: int, delta: float, stable: bo
 @pytest.mark.parametrize(("accept", "k", "gamma", "rate"), [
     (2, 4, 5, 0.5),   # 2 of 4 accepted every round: the cumulative rate is 0.5 from round 1, stable at round γ
     (1, 4, 3, 0.25),
-    (0, 2, 4, 0.0),
 ])
 def test_request_becomes_perceptible_after_gamma_steady_rounds(accept: int, k: int, gamma: int, rate: float) -> None:
     pol = LAPSSD(k=k, gamma=gamma, delta=0.01, first_threshold_s=100.0)
@@ -113,6 +112,30 @@ def test_request_becomes_perceptible_after_gamma_steady_rounds(accept: int, k: i
     early = LAPSSD(k=k, gamma=gamma, delta=0.01, first_threshold_s=100.0)
     run_paper(early, make_requests(1, output_len=1 + (accept + 1) * (gamma - 1)), accept=accept)
     assert not bool(early.perceptible[0])
+
+
+def test_no_request_is_stable_before_its_first_accepted_token() -> None:
+    """γ rounds of nothing accepted are γ equal rates (0), which the literal rule calls stable with A_i = 0; the
+    guard waits for an accepted token, and the history that follows it decides."""
+    never = LAPSSD(k=2, gamma=4, delta=0.01, first_threshold_s=100.0)
+    run_paper(never, make_requests(1, output_len=60), accept=0)
+    assert not bool(never.perceptible[0]) and np.isnan(never.accept_pred[0])
+    late = LAPSSD(k=4, gamma=3, delta=0.2, first_threshold_s=100.0)
+    make_engine(late, make_requests(1, output_len=300), oracle=LateOracle(zeros=5, then=2), **PAPER).run()
+    assert bool(late.perceptible[0]) and late.accept_pred[0] > 0.0
+
+
+class LateOracle(FixedOracle):
+    """Accepts nothing for ``zeros`` rounds, then ``then`` draft tokens every round."""
+
+    def __init__(self, zeros: int, then: int) -> None:
+        super().__init__(0)
+        self.zeros, self.then = zeros, then
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str = "draft") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.accept = 0 if len(self.calls) < self.zeros else self.then
+        return super().score_chain(rids, pos, k, proposer)
 
 
 class AlternatingOracle(FixedOracle):
