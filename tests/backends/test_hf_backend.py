@@ -1,10 +1,12 @@
 """``backend=hf`` on tiny random-weight models (CPU, seconds): the two known acceptance cases, exactness of chain and
 tree verification against the target's own greedy decoding for every kind of step a policy can plan, the recorded
 acceptance replayed in the simulator, and the configuration errors a user can make. Skipped without the ``real``
-extra (PyTorch + transformers)."""
+extra (PyTorch + transformers). ``REPRO_TEST_DEVICE=cuda`` runs the same cases on a GPU (in float32, so that greedy
+decoding is exact to compare)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,10 @@ from repro.errors import ConfigError
 from repro.simulate import build, compose, requests_frame, run_point
 
 PROMPT, OUTPUT, N = 20, 24, 5
+DEVICE = os.environ.get("REPRO_TEST_DEVICE", "cpu")
 BASE = ("model=llama-68m", "model@draft=llama-68m", "workload=fixed", f"workload.input_len={PROMPT}",
-        f"workload.output_len={OUTPUT}", f"num_requests={N}", "rps=50", "backend=hf", "backend.tiny=true")
+        f"workload.output_len={OUTPUT}", f"num_requests={N}", "rps=50", "backend=hf", "backend.tiny=true",
+        *(() if DEVICE == "cpu" else (f"backend.device={DEVICE}", "backend.dtype=float32")))
 
 
 def _run(*overrides: str) -> tuple[Any, Any]:
@@ -35,7 +39,7 @@ def _greedy(model: Any, prompt: list[int], n: int) -> list[int]:
     toks, out = list(prompt), []
     with torch.inference_mode():
         for _ in range(n):
-            t = int(model(input_ids=torch.tensor([toks])).logits[0, -1].argmax())
+            t = int(model(input_ids=torch.tensor([toks], device=model.device)).logits[0, -1].argmax())
             toks.append(t)
             out.append(t)
     return out
