@@ -48,6 +48,7 @@ CLAIM_KEYS = {
     "baseline", "check", "target", "rel_tol", "abs_tol",
 }  # fmt: skip
 _NAN = float("nan")
+_FAMILY = "_family"  # set by evaluate(): the claim's system and its readings (exp.claims_also_for), never baselines
 
 
 def _filtered(df: pd.DataFrame, where: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -90,7 +91,8 @@ def _others(df: pd.DataFrame, spec: Mapping[str, Any]) -> list[str]:
         return [str(spec["baseline"])]
     if spec.get("baselines"):
         return [str(b) for b in spec["baselines"]]
-    return [str(s) for s in pd.unique(df["system"].astype(str)) if s != str(spec["system"])]
+    family = {str(spec["system"]), *(str(s) for s in spec.get(_FAMILY) or ())}  # its readings are not baselines
+    return [str(s) for s in pd.unique(df["system"].astype(str)) if s not in family]
 
 
 def _best_other(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.Series:
@@ -174,7 +176,7 @@ def verdict(value: float, spec: Mapping[str, Any]) -> str:
 def evaluate_one(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str | None = None) -> float:
     """The reproduced value of one claim."""
     text = spec.get("text", "?")
-    unknown = set(spec) - CLAIM_KEYS
+    unknown = set(spec) - CLAIM_KEYS - {_FAMILY}
     if unknown:
         raise ConfigError(f"exp.claims[{text!r}]: unknown key(s) {sorted(unknown)}")
     kind = spec.get("kind")
@@ -188,12 +190,32 @@ def evaluate_one(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str |
     return KINDS[str(kind)](points, full)
 
 
-def evaluate(
-    claims: Sequence[Mapping[str, Any]], points: pd.DataFrame, default_x: str | None = None
-) -> pd.DataFrame:
-    """The claims table: columns ``claim, paper, reproduced, verdict`` (one row per claim)."""
-    rows = []
+def expand(claims: Sequence[Mapping[str, Any]],
+           also_for: Mapping[str, Sequence[str]] | None = None) -> list[Mapping[str, Any]]:
+    """The claims as evaluated: each claim about a system of ``also_for`` (``exp.claims_also_for``), then the same
+    claim for each of that system's readings, its text ending ``[reading]``; every one knows its family, so a
+    system's readings are never its baselines (the paper's baselines are)."""
+    out: list[Mapping[str, Any]] = []
     for spec in claims:
+        system = str(spec.get("system", ""))
+        readings = [str(r) for r in (also_for or {}).get(system, ())]
+        if not readings:
+            out.append(spec)
+            continue
+        family = (system, *readings)
+        out.append({**spec, _FAMILY: family})
+        out += [{**spec, "system": r, "text": f"{spec.get('text', '')} [{r}]", _FAMILY: family} for r in readings]
+    return out
+
+
+def evaluate(
+    claims: Sequence[Mapping[str, Any]], points: pd.DataFrame, default_x: str | None = None,
+    also_for: Mapping[str, Sequence[str]] | None = None,
+) -> pd.DataFrame:
+    """The claims table: columns ``claim, paper, reproduced, verdict`` (one row per claim, and per reading of its
+    system in ``also_for``: :func:`expand`)."""
+    rows = []
+    for spec in expand(claims, also_for):
         value = evaluate_one(points, spec, default_x)
         rows.append({"claim": spec.get("text", ""), "paper": spec.get("paper", ""), "reproduced": value,
                      "verdict": verdict(value, spec)})  # fmt: skip

@@ -87,6 +87,9 @@ class ExpSpec:
     quick: Mapping[str, Any] = field(default_factory=dict)
     figures: tuple[Mapping[str, Any], ...] = ()
     claims: tuple[Mapping[str, Any], ...] = ()
+    #: a system's readings whose claims are evaluated too ({nightjar: [nightjar_authors]}: every claim about
+    #: nightjar gets a row for nightjar_authors, and neither counts as the other's baseline; :mod:`repro.claims`)
+    claims_also_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     derived: tuple[Derived, ...] = ()
     requires: tuple[str, ...] = ()  # Python modules the experiment needs (a real backend: torch, transformers)
     compare: tuple[str, ...] = ()  # points.csv columns `repro check` compares (empty: all but the wall-clock ones)
@@ -120,6 +123,7 @@ class ExpSpec:
             quick=_map(raw.get("quick"), "exp.quick"),
             figures=tuple(_maps(raw, "figures")),
             claims=tuple(_maps(raw, "claims")),
+            claims_also_for=_also_for(raw.get("claims_also_for")),
             derived=tuple(Derived.parse(d) for d in _list(raw, "derived", "{name, metric, ...} maps")),
             requires=tuple(str(m) for m in _list(raw, "requires", "Python module names")),
             compare=tuple(str(c) for c in _list(raw, "compare", "points.csv column names")),
@@ -157,6 +161,16 @@ class ExpSpec:
 
 
 EXP_KEYS = tuple(f.name for f in fields(ExpSpec) if f.name != "source")
+
+
+def _also_for(raw: Any) -> dict[str, tuple[str, ...]]:
+    """``exp.claims_also_for``: a map of system label → list of labels (ConfigError naming it otherwise)."""
+    if raw is None:
+        return {}
+    ok = isinstance(raw, Mapping) and all(isinstance(v, Sequence) and not isinstance(v, str) for v in raw.values())
+    if not ok:
+        raise ConfigError(f"exp.claims_also_for: expected {{system: [its readings, ...]}}, got {raw!r}")
+    return {str(k): tuple(str(x) for x in v) for k, v in raw.items()}
 
 
 def apply_quick(exp: Mapping[str, Any], quick: bool, keep: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -95,6 +95,10 @@ class Policy:
     #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget
     #: (:func:`repro.simulate.edge_optimum`). None for every other system.
     round_budget: int | None = None
+    #: whole passes over the point's workload run before the measured one (:func:`repro.simulate.run_point`), each
+    #: on a fresh engine bound to this same policy object: a policy that keeps what it learned across
+    #: :meth:`bind` (Nightjar as its authors' harness warmed it) starts the measured pass warm. 0: none.
+    warmup_passes: int = 0
     #: what the run must give the policy, checked before anything runs (:func:`repro.validate.check_point`):
     #: remote draft servers (``engine.draft_servers``; GoodSpeed's clients draft there) ...
     needs_draft_servers: bool = False

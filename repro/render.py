@@ -127,7 +127,7 @@ def write_summary(
         parts.append(markdown_table(table) if table is not None else "(drawn from per-request/step tables)\n")
     if exp.claims:
         grid = manifest.get("grid_keys") or []
-        table = claims.evaluate(exp.claims, points, grid[0] if grid else None)
+        table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
         table.columns = ["claim", "paper value", "reproduced value", "verdict"]
         parts.append("## Paper claims\n")
         parts.append(markdown_table(table, index=False))

@@ -201,7 +201,7 @@ def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
     from repro import claims
 
     grid = spec.grid_columns()
-    table = claims.evaluate(spec.claims, points, grid[0] if grid else None)
+    table = claims.evaluate(spec.claims, points, grid[0] if grid else None, spec.claims_also_for)
     return {str(k): int(n) for k, n in table["verdict"].value_counts().items()}
 
 

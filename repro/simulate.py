@@ -96,12 +96,13 @@ class Built:
     backend: Any = None  # backend=hf: the real models (repro.backends.hf.HfBackend)
 
 
-def build(cfg: DictConfig) -> Built:
-    """Build the system, its deployment, the workload, the oracle and the engine of one composed point."""
+def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
+    """Build the system, its deployment, the workload, the oracle and the engine of one composed point (``policy``:
+    an existing policy instead of a new one from ``cfg.system``, as a warm-up hands its learned state on)."""
     from repro.oracle import Drafter, TokenOracle
 
     ss_workload, ss_oracle, ss_policy = np.random.SeedSequence(int(cfg.seed)).spawn(3)
-    policy = instantiate_system(cfg.system)
+    policy = policy if policy is not None else instantiate_system(cfg.system)
     deployment = Deployment.from_cfg(cfg, policy)
     cost = deployment.cost_model()
     model = cost.model
@@ -205,6 +206,9 @@ def run_point(cfg: DictConfig) -> PointResult:
     if backend_kind(cfg) == "openai":
         return run_openai(cfg, t0)
     built = build(cfg)
+    for _ in range(int(built.engine.policy.warmup_passes)):  # whole passes over the same workload, not measured
+        built.engine.run()
+        built = build(cfg, built.engine.policy)
     out = built.engine.run()
     record = cfg.backend.get("record") if built.backend is not None else None
     if record:

@@ -37,12 +37,31 @@ Deviations:
   choice is made, nothing is learned).
 - Elastic memory (§5.1): τ_low is a fraction of the KV pool (Fig. 14's "10 % free cache threshold"); T_persist = 5
   steps (not stated). Expansion needs the last decode step's γ = 0. S_draft is the blocks the draft's residency
-  costs (capacity without it − with it: its weights and, under vLLM v0's layout, its KV share). Costs: the offload
+  costs (capacity without it − with it: its weights and, under vLLM v0's layout, its KV share). The paper's S_draft
+  (§5, Table 2) is the draft's weights alone; we add the KV share because under vLLM v0's layout (every block holds
+  the draft's KV beside the target's) reloading the draft takes both back, so a contraction started on the weights
+  alone could not return the blocks it needs without preempting. Costs: the offload
   is free (a host copy is kept, §5.4); expansion and the reload's dispatch are the engine profile's Table 6 values;
   contraction migrates the used blocks of the reclaimed region; the reload's transfer overlaps the steps after it.
 - ``selector: adabingreedy_pow2`` (ours, not the paper's): one ADA-BINGREEDY state per power-of-two bucket of batch
   sizes (1, 2, 3-4, 5-8, ...), for users testing whether coarser contexts learn faster; the default is the paper's
   state per batch size.
+- ``selector: authors`` (``nightjar_authors``): the selector of the public fork that is very likely the authors'
+  code (lihuahua123/vllm_speculative, ``vllm/core/spec_scheduler.py``, class ``ADABinGreedy``; commits by "lirui",
+  figure files named like the paper's, c_prefill computed as §4.2 says), as a review read it; we have not run it.
+  Its departures from Algorithm 1, each kept here: 12 context bins of two batch sizes each (``min((B − 1) // 2,
+  11)``: every batch of 23 or more is one context); exploration never plays γ = 0 (its prior weight is 0 in every
+  bin: exploration draws γ uniformly from 1..Γ_max); a hard rule above the bandit: with more than 20 requests in the
+  batch and more than 2 requests a second arriving, speculation is off and nothing is explored or learned; the
+  reward is the per-request goodput (the step's goodput over its batch size); exploitation is Eq. 3 on
+  Bayesian-smoothed means with prior strength 1. Chosen where the review does not say: the arrival rate is the
+  requests that arrived in the last ``rate_window_s`` = 10 s; the smoothing's prior mean is the context's mean reward
+  so far times the arm's prior weight (so γ = 0, never explored, is never exploited either: only the hard rule turns
+  speculation off); the switching term of Eq. 3 is kept. The harness warmed the selector with two full passes, saved
+  and reloaded, before the measured run: ``warmup_passes: 2`` runs two unmeasured passes over the same workload
+  first, with the selector kept (:attr:`repro.policy.Policy.warmup_passes`). It ran ``--enforce-eager`` and one of
+  its scripts sets Γ_max = 3; ``nightjar_authors`` keeps this file's engine (``vllm_v0``) and Γ_max = 5, like
+  ``nightjar``, so the two differ only in the selector.
 - LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on features (1, B / B_max), rewards scaled by
   the largest reward seen; α = 1 (LinUCB), v = 0.25 (LinTS). No switching term (they are the plain bandits).
 """
@@ -62,7 +81,7 @@ from repro.state import View
 from systems.lib import check_positive_int, prefill_prioritized
 from systems.turbospec import kv_blocks_needed
 
-Selector = Literal["adabingreedy", "adabingreedy_pow2", "adabingreedy_nocontext", "linucb", "lints"]
+Selector = Literal["adabingreedy", "adabingreedy_pow2", "adabingreedy_nocontext", "linucb", "lints", "authors"]
 
 
 # --- Algorithm 1: ADA-BINGREEDY for one context -------------------------------------------------------------------
@@ -198,7 +217,77 @@ class LinearBandit:
         self.bvec[arm] += r * x
 
 
+AUTHORS_BINS = 12  # the fork's context bins: two batch sizes each, every batch of 23 or more in the last
+
+
+def authors_bin(batch: int) -> int:
+    """The fork's context of a batch size: ``min((B − 1) // 2, 11)``."""
+    return min((batch - 1) // 2, AUTHORS_BINS - 1)
+
+
+@dataclass
+class AuthorsBin(BinGreedy):
+    """One context of the authors' selector: Algorithm 1's block/bin/round schedule, exploration over γ ≥ 1 only (γ =
+    0 has prior weight 0), exploitation on Bayesian-smoothed means (prior strength 1, shrunk towards the context's
+    mean reward, times the arm's prior weight) in Eq. 3."""
+
+    sums: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.sums = np.zeros(self.num_arms)
+        self.weight = np.ones(self.num_arms)
+        self.weight[0] = 0.0
+
+    def select(self, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]:
+        if self.tau == 1:
+            self.explore = bool(rng.random() < self.explore_prob)
+        if self.explore:
+            return 1 + int(rng.integers(self.num_arms - 1)), True
+        total = int(self.visits.sum())
+        prior = self.sums.sum() / total if total else 0.0
+        smoothed = (self.sums + self.weight * prior) / (self.visits + 1.0)
+        return eq3(smoothed, switch_cost), False
+
+    def update(self, arm: int, reward: float) -> None:
+        self.sums[arm] += reward
+        super().update(arm, reward)
+
+
+class AuthorsSelector:
+    """The arm selector of the authors' code (``ADABinGreedy`` of lihuahua123/vllm_speculative,
+    ``vllm/core/spec_scheduler.py``, as the review read it): :class:`AuthorsBin` per context bin (:func:`authors_bin`),
+    and a hard rule beside the bandit: above ``off_batch`` requests with more than ``off_rate`` arriving per second,
+    speculation is off (γ = 0) and nothing is explored or learned."""
+
+    def __init__(self, num_arms: int, off_batch: int = 20, off_rate: float = 2.0) -> None:
+        self.num_arms, self.off_batch, self.off_rate = num_arms, off_batch, off_rate
+        self.state: dict[int, AuthorsBin] = {}
+        self.rate = 0.0  # arrivals per second, set by the policy before each choice
+
+    def of(self, batch: int) -> AuthorsBin:
+        key = authors_bin(batch)
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = AuthorsBin(self.num_arms)
+        return st
+
+    def off(self, batch: int) -> bool:
+        return batch > self.off_batch and self.rate > self.off_rate
+
+    def select(self, batch: int, rng: np.random.Generator, switch_cost: np.ndarray) -> tuple[int, bool]:
+        if self.off(batch):
+            return 0, False
+        return self.of(batch).select(rng, switch_cost)
+
+    def update(self, batch: int, arm: int, reward: float) -> None:
+        if not self.off(batch):
+            self.of(batch).update(arm, reward)
+
+
 def make_selector(kind: Selector, num_arms: int, max_batch: int) -> ArmSelector:
+    if kind == "authors":
+        return AuthorsSelector(num_arms)
     if kind == "adabingreedy":
         return AdaBinGreedy(num_arms)
     if kind == "adabingreedy_pow2":
@@ -209,8 +298,8 @@ def make_selector(kind: Selector, num_arms: int, max_batch: int) -> ArmSelector:
         return LinearBandit(num_arms, max_batch, thompson=False)
     if kind == "lints":
         return LinearBandit(num_arms, max_batch, thompson=True)
-    raise ValueError(f"selector must be adabingreedy | adabingreedy_pow2 | adabingreedy_nocontext | linucb | lints, "
-                     f"not {kind!r}")
+    raise ValueError(f"selector must be adabingreedy | adabingreedy_pow2 | adabingreedy_nocontext | linucb | lints | "
+                     f"authors, not {kind!r}")
 
 
 # --- c_prefill (§4.2, Table 3) --------------------------------------------------------------------------------------
@@ -291,7 +380,8 @@ class Nightjar(Policy):
 
     def __init__(self, max_gamma: int = 5, selector: Selector = "adabingreedy", switch_cost: bool = True,
                  offload: bool = False, tau_low: float = 0.10, t_persist: int = 5, max_num_seqs: int = 256,
-                 max_num_batched_tokens: int = 4096, watermark: float = 0.01) -> None:
+                 max_num_batched_tokens: int = 4096, watermark: float = 0.01, warmup_passes: int = 0,
+                 rate_window_s: float = 10.0) -> None:
         self.max_gamma = check_positive_int("max_gamma", max_gamma)
         self.num_arms = max_gamma + 1
         self.selector_kind: Selector = selector
@@ -305,15 +395,25 @@ class Nightjar(Policy):
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
+        if not (isinstance(warmup_passes, int) and warmup_passes >= 0):
+            raise ValueError(f"warmup_passes must be a non-negative integer, not {warmup_passes!r}")
+        self.warmup_passes = warmup_passes
+        if not rate_window_s > 0:
+            raise ValueError(f"rate_window_s must be > 0, not {rate_window_s!r}")
+        self.rate_window_s = rate_window_s
         self.prev_gamma = 0  # γ of the last decode step
         self._played: tuple[int, int] | None = None  # (batch size, γ) of the step awaiting its reward
+        self.selector: ArmSelector | None = None
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         cost = ctx.cost
         if cost.draft is None:
             raise ValueError("nightjar needs a draft model (model pair with a draft)")
-        self.selector = make_selector(self.selector_kind, self.num_arms, self.max_num_seqs)
+        if self.selector is None or not self.warmup_passes:  # a warm-up hands the selector on to the next pass
+            self.selector = make_selector(self.selector_kind, self.num_arms, self.max_num_seqs)
+        self.prev_gamma, self._played = 0, None
+        self._sorted_arrivals: bool | None = None
         self.c_prefill = profile_c_prefill(cost, 4096, self.max_num_seqs)
         self.memory: ElasticMemory | None = None
         if self.offload:
@@ -346,8 +446,15 @@ class Nightjar(Policy):
             self.prev_gamma = 0
             return StepPlan(decode_ids=decode, preempt_ids=preempt, memory=mem, telemetry={"gamma": 0.0})
         batch = int(decode.size)
+        if isinstance(self.selector, AuthorsSelector):
+            self.selector.rate = self._arrival_rate(view)
+            if self.selector.off(batch):  # the authors' hard rule: no speculation, nothing explored or learned
+                self.prev_gamma = 0
+                return StepPlan(decode_ids=decode, preempt_ids=preempt, memory=mem,
+                                telemetry={"gamma": 0.0, "explore": 0.0})
         lag = view.num_computed[decode] - view.num_draft_computed[decode]
         c = self.c_prefill(int(lag.max()), batch) if self.use_switch_cost else 0.0
+        assert self.selector is not None  # made in bind
         gamma, explored = self.selector.select(batch, self.ctx.rng, switch_costs(self.num_arms, self.prev_gamma, c))
         gamma = min(gamma, self._fits(view, decode, preempt))
         self.prev_gamma = gamma
@@ -363,8 +470,23 @@ class Nightjar(Policy):
         ok = np.nonzero(need <= free)[0]
         return int(ok.max()) if ok.size else 0
 
+    def _arrival_rate(self, view: View) -> float:
+        """Requests that arrived in the last ``rate_window_s`` seconds, per second (the hard rule's load)."""
+        arrivals, now = view.arrival_s, view.now
+        if self._sorted_arrivals is None:
+            self._sorted_arrivals = bool(np.all(np.diff(arrivals) >= 0))
+        if self._sorted_arrivals:
+            lo, hi = np.searchsorted(arrivals, [now - self.rate_window_s, now], side="right")
+            seen = int(hi - lo)
+        else:
+            seen = int(np.count_nonzero((arrivals <= now) & (arrivals > now - self.rate_window_s)))
+        return seen / self.rate_window_s
+
     def observe(self, result: StepResult) -> None:
-        if self._played is None or result.latency_s <= 0:
+        if self._played is None or result.latency_s <= 0 or self.selector is None:
             return
         batch, gamma = self._played
-        self.selector.update(batch, gamma, float(result.num_emitted.sum()) / result.latency_s)
+        goodput = float(result.num_emitted.sum()) / result.latency_s
+        if isinstance(self.selector, AuthorsSelector):  # the authors' reward: the per-request goodput
+            goodput /= batch
+        self.selector.update(batch, gamma, goodput)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from repro import claims, runner, simulate
 from repro.compose import compose_config, hydra_context
 from repro.errors import ConfigError
+from repro.expspec import ExpSpec
 from repro.metrics import POINT_METRICS, summarize
 from repro.results import CONF_DIR, default_out_dir
 from repro.stopping import Interrupted
@@ -347,6 +348,22 @@ def test_claim_kinds() -> None:
     alone = pts[pts["system"] == "a"]  # a run narrowed to one system: nothing to compare with
     assert math.isnan(claims.evaluate_one(alone, {"metric": "m", "system": "a", "kind": "ratio_to_best_baseline"},
                                           "rps"))
+
+
+def test_claims_also_for_a_systems_readings_and_never_against_them() -> None:
+    """exp.claims_also_for {a: [a2]}: each claim about a gets a row for a2 ("[a2]"), and a2 is not a's baseline nor
+    a a2's (the paper's baselines, b and c, are)."""
+    pts = pd.DataFrame({"system": ["a", "a2", "b", "c"], "rps": 1, "seed": 0, "m": [2.0, 8.0, 1.0, 1.6]})
+    spec = [{"text": "a beats the rest", "paper": ">= 1", "kind": "ratio_to_best_baseline", "metric": "m",
+             "system": "a"},
+            {"text": "b is slow", "paper": 1.0, "kind": "value_at", "metric": "m", "system": "b"}]
+    table = claims.evaluate(spec, pts, "rps", {"a": ["a2"]})
+    assert table["claim"].tolist() == ["a beats the rest", "a beats the rest [a2]", "b is slow"]
+    assert table["reproduced"].tolist() == pytest.approx([2.0 / 1.6, 8.0 / 1.6, 1.0])
+    plain = claims.evaluate(spec, pts, "rps")  # without it, a2 is one more baseline of a
+    assert plain["reproduced"].tolist() == pytest.approx([2.0 / 8.0, 1.0])
+    with pytest.raises(ConfigError, match="claims_also_for"):
+        ExpSpec.parse({"claims_also_for": {"a": "a2"}})
 
 
 # ------------------------------------------------------------------------------------ calibration

@@ -273,3 +273,83 @@ def test_config_errors_name_the_knob() -> None:
         Nightjar(tau_low=1.5)
     with pytest.raises(ValueError, match="max_gamma"):
         Nightjar(max_gamma=0)
+
+
+# --- the authors' selector (nightjar_authors) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("batch", "context"),
+                         [(1, 0), (2, 0), (3, 1), (4, 1), (22, 10), (23, 11), (24, 11), (256, 11)])
+def test_the_authors_contexts_are_twelve_bins_of_two_batch_sizes(batch: int, context: int) -> None:
+    from systems.nightjar import authors_bin
+
+    assert authors_bin(batch) == context
+
+
+def test_the_authors_selector_never_explores_gamma_zero_and_smooths_its_means() -> None:
+    from systems.nightjar import AuthorsBin
+
+    st = AuthorsBin(4)
+    rng = np.random.default_rng(0)
+    arms = {st.select(rng, np.zeros(4))[0] for _ in range(200) if st.explore}  # b = 1: every bin explores
+    assert arms == {1, 2, 3}
+    st = AuthorsBin(4)
+    st.explore, st.tau = False, 2  # an exploiting bin
+    for arm, reward in ((1, 10.0), (1, 10.0), (2, 40.0)):
+        st.update(arm, reward)
+    st.explore, st.tau = False, 2
+    # smoothed means (sum + weight·20) / (n + 1), 20 the context's mean: γ0 0/1 = 0, γ1 40/3, γ2 60/2, γ3 20/1
+    assert st.select(rng, np.zeros(4)) == (2, False)
+    st.update(3, 1000.0)  # one lucky round: (1000 + 1·mean) / 2 now beats 60/2
+    st.explore, st.tau = False, 2
+    assert st.select(rng, np.zeros(4))[0] == 3
+
+
+def test_the_authors_hard_rule_turns_speculation_off_at_high_load_and_learns_nothing() -> None:
+    """Above batch 20 with more than 2 req/s arriving: γ = 0 and no update; below either bound, the bandit plays
+    (γ ≥ 1 when it explores). The reward is the per-request goodput."""
+    from systems.nightjar import AuthorsSelector
+
+    busy = Nightjar(max_gamma=3, selector="authors")
+    plans, results = spy(busy)
+    reqs = make_requests(30, output_len=40)
+    reqs["arrival_s"] = np.linspace(0.0, 1.0, 30)  # 30 req/s for a second: batch 30 > 20, rate > 2
+    make_engine(busy, reqs, oracle=FixedOracle(2), **PAPER).run()
+    sel = busy.selector
+    assert isinstance(sel, AuthorsSelector)
+    big = [p for p, r in zip(plans[:len(results)], results, strict=True) if r.decode_ids.size > 20]
+    assert big and all(p.k is None or not p.k.any() for p in big)
+    assert all(int(st.visits.sum()) == 0 for key, st in sel.state.items() if key >= 10)  # batches ≥ 21: unlearned
+    calm = Nightjar(max_gamma=3, selector="authors")
+    plans, results = spy(calm)
+    make_engine(calm, make_requests(4, output_len=60), oracle=FixedOracle(2), **PAPER).run()
+    dec = [(p, r) for p, r in zip(plans[:len(results)], results, strict=True) if r.decode_ids.size == 4]
+    st = calm.selector.of(4)  # type: ignore[union-attr]
+    played = [(int(p.k[0]), float(r.num_emitted.sum()) / r.latency_s / 4) for p, r in dec if p.k is not None]
+    assert sum(g > 0 for g, _ in played) > 0 and int(st.visits.sum()) == len(played)
+    for g in range(4):
+        rewards = [x for a, x in played if a == g]
+        if rewards:
+            assert st.sums[g] == pytest.approx(sum(rewards))
+
+
+def test_warmup_passes_hand_the_selector_on_to_the_measured_pass() -> None:
+    """nightjar_authors runs two unmeasured passes first (its authors' harness): the measured pass starts with what
+    they learned, and the printed Nightjar starts cold."""
+    from repro.simulate import build, compose
+
+    cfg = compose(["system=nightjar_authors", "num_requests=30", "rps=4", "workload.source=embedded"])
+    built = build(cfg)
+    pol = built.engine.policy
+    assert pol.warmup_passes == 2
+    built.engine.run()
+    learned = sum(int(st.visits.sum()) for st in pol.selector.state.values())
+    assert learned > 0
+    again = build(cfg, pol)  # as run_point does between passes: the same policy, a fresh engine
+    assert again.engine.policy.selector is pol.selector
+    assert sum(int(st.visits.sum()) for st in pol.selector.state.values()) == learned
+    cold = build(compose(["system=nightjar", "num_requests=30", "rps=4", "workload.source=embedded"]))
+    cold_pol = cold.engine.policy
+    cold.engine.run()
+    first = cold_pol.selector
+    build(compose(["system=nightjar", "num_requests=30", "rps=4", "workload.source=embedded"]), cold_pol)
+    assert cold_pol.selector is not first  # no warm-up: a new selector at every bind
