@@ -8,3 +8,7 @@ from omegaconf import OmegaConf
 # nodes). Registered once when the package is imported, in every process that composes configs.
 if not OmegaConf.has_resolver("mul"):
     OmegaConf.register_new_resolver("mul", lambda a, b: float(a) * float(b))
+# ``${eq:a,b}``: whether two values are equal as text (a boolean setting read from a named choice, e.g.
+# ``workload.output_to_max_len: ${eq:${outputs},max_model_len}``).
+if not OmegaConf.has_resolver("eq"):
+    OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))

@@ -106,8 +106,9 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
     deployment = Deployment.from_cfg(cfg, policy)
     cost = deployment.cost_model()
     model = cost.model
+    max_len = max_model_len(cfg, model)
     baseline = baseline_tpot_s(cost)
-    table = request_table(cfg, cost, baseline, ss_workload)
+    table = request_table(cfg, cost, baseline, ss_workload, max_len)
     clients, servers = getattr(table, "client", None), deployment.draft_servers
     if clients is not None and servers and int(clients.max(initial=0)) >= len(servers):
         raise ConfigError(f"workload.clients: {int(clients.max()) + 1} clients (datasets) but {len(servers)} "
@@ -123,7 +124,7 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
                     tpot_slo_s=table.tpot_slo_s, ttft_slo_s=table.ttft_slo_s, slo_class=table.slo_class,
                     deployment=deployment, oracle=oracle, rng=np.random.default_rng(ss_policy),
                     drafter=backend.drafter if backend is not None else Drafter(oracle),
-                    block_size=int(cfg.engine.block_size), max_model_len=model.max_context,
+                    block_size=int(cfg.engine.block_size), max_model_len=max_len,
                     record_steps=bool(cfg.engine.record_steps),
                     record_rounds=bool(cfg.engine.get("record_rounds", False)),
                     counterfactual_arms=cfg.engine.get("counterfactual_arms"),
@@ -134,14 +135,27 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
                  oracle=oracle, backend=backend)
 
 
-def request_table(cfg: DictConfig, cost: CostModel, baseline_s: float, seed: np.random.SeedSequence) -> Any:
+def max_model_len(cfg: DictConfig, model: Any) -> int:
+    """The server's ``--max-model-len``: ``engine.max_model_len``, else the target's context length; above that
+    context it is refused (vLLM refuses it too)."""
+    value = cfg.engine.get("max_model_len")
+    if value is None:
+        return int(model.max_context)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 < value <= int(model.max_context):
+        raise ConfigError(f"engine.max_model_len={value!r}: expected an integer in 2..{model.max_context} "
+                          f"({model.name}'s context length)")
+    return value
+
+
+def request_table(cfg: DictConfig, cost: CostModel, baseline_s: float, seed: np.random.SeedSequence,
+                  max_len: int | None = None) -> Any:
     """The point's requests (:func:`workloads.build_workload` for its target model); the workload's own complaints
     become a :class:`ConfigError`, a missing data file stays a DataMissingError."""
     from workloads import build_workload
 
     try:
         return build_workload(cfg.workload, seed=seed, tokenizer=cost.model.tokenizer,
-                              max_model_len=cost.model.max_context, baseline_tpot_s=baseline_s)
+                              max_model_len=max_len or max_model_len(cfg, cost.model), baseline_tpot_s=baseline_s)
     except ValueError as exc:  # the workload's own checks name the bad key or value
         raise ConfigError(f"workload config: {exc}") from None
 

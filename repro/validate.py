@@ -228,7 +228,12 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     engine = spec("engine", EngineProfile.from_cfg)
     tp, draft_tp = int(cfg.tp), int(cfg.draft_tp)
     check_tp(model, tp, "tp", where)
-    from repro.simulate import instantiate_system
+    from repro.simulate import instantiate_system, max_model_len
+
+    try:
+        max_model_len(cfg, model)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
 
     check_system_counts(cfg.system, where)
     policy = instantiate_system(cfg.system, where)

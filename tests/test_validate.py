@@ -94,6 +94,7 @@ def test_tensor_parallelism_must_split_the_heads(model: str, tp: int, ok: bool) 
         (["system=adaserve", "system.budget=0"], "system.budget=0"),
         (["hardware.bogus=1"], "hardware config"),  # HardwareSpec(**cfg) names the key
         (["workload.arrival.kind=weird"], "workload config"),
+        (["engine.max_model_len=8192"], r"engine.max_model_len=8192: expected an integer in 2..4096"),  # llama2-7b
         # the deployment's replicas, each checked (SepPipe: one replica per tp_per_replica entry)
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,3,1]"], r"tp_per_replica\[1\]=3"),
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,4,1]"], "leaves no KV memory on 1 x"),

@@ -374,6 +374,8 @@ class _Context:
     def sample(self, ds: DatasetSpec, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` (prompt, output) lengths of dataset ``ds``, honouring ``max_model_len``."""
         draw = self._drawer(ds)
+        if self.spec.output_to_max_len:
+            draw = self._to_max_len(ds, draw)
         p, o = draw(n)
         p, o, _ = self.fit(p, o)
         if self.max_model_len is not None and self.spec.overlength == "filter":
@@ -387,6 +389,29 @@ class _Context:
                     f"dataset {ds.name}: cannot draw requests within max_model_len={self.max_model_len}"
                 )
         return p, o
+
+    def _to_max_len(self, ds: DatasetSpec, draw: Any) -> Any:
+        """``draw`` with every output running to ``max_model_len`` (``output_to_max_len``): a prompt that leaves
+        no room for one output token is redrawn (``overlength: filter``) or cut to ``max_model_len`` − 1."""
+        mml = self.max_model_len
+        if mml is None:
+            raise ValueError("output_to_max_len needs a max_model_len (engine.max_model_len or the model's context)")
+        self.record(ds.key, "fixed", False, f"{ds.key}: outputs run to max_model_len = {mml} (prompt + output)")
+
+        def to_max(k: int) -> tuple[np.ndarray, np.ndarray]:
+            p, _ = draw(k)
+            p = np.asarray(p, dtype=np.int64).copy()
+            for _ in range(_MAX_REDRAWS):
+                bad = np.flatnonzero(p >= mml)
+                if not len(bad) or self.spec.overlength == "truncate":
+                    break
+                p[bad] = np.asarray(draw(len(bad))[0], dtype=np.int64)
+            else:
+                raise ValueError(f"dataset {ds.name}: no prompt shorter than max_model_len={mml}")
+            p = np.minimum(p, mml - 1)
+            return p, mml - p
+
+        return to_max
 
     def _source(self, ds: DatasetSpec) -> str:
         return ds.source or self.spec.source

@@ -203,6 +203,9 @@ class WorkloadSpec:
     (auto | vidur | azure | vllm; see ``workloads.tracefile``). ``clients``: every dataset entry is a client of
     its own (GoodSpeed's draft servers, each serving its own prompts): requests are dealt to the datasets
     round-robin in arrival order and ``RequestTable.client`` holds each one's dataset index.
+    ``output_to_max_len``: every request generates until prompt + output reach the server's ``max_model_len``
+    (vLLM with ``ignore_eos`` and no ``max_tokens``: its OpenAI server then asks for max_model_len − prompt tokens);
+    the prompts are the datasets', the outputs ignore the datasets' lengths.
     """
 
     num_requests: int
@@ -221,6 +224,7 @@ class WorkloadSpec:
     path: str | None = None
     format: str = "auto"
     clients: bool = False
+    output_to_max_len: bool = False
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:

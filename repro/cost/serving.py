@@ -40,7 +40,7 @@ Scorer = Literal["multi_query", "batch_expansion"]
 DraftKvLayout = Literal["spread", "vllm_v0"]
 #: keys of the ``engine`` config block that are run settings, not part of the engine's profile
 RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds",
-            "counterfactual_arms", "fast_forward")
+            "counterfactual_arms", "fast_forward", "max_model_len")
 
 
 @dataclass(frozen=True, slots=True)

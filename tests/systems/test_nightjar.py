@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from repro.compose import Composer, compose_config, hydra_context, to_dict
+from repro.cost.serving import EngineProfile
+from repro.expspec import ExpSpec, apply_quick
+from repro.grid import expand_points, group_overrides
 from repro.plan import MemoryAction
+from repro.results import CONF_DIR
 from repro.state import RequestState, View
 from systems.nightjar import (
     AdaBinGreedy,
@@ -353,3 +359,26 @@ def test_warmup_passes_hand_the_selector_on_to_the_measured_pass() -> None:
     first = cold_pol.selector
     build(compose(["system=nightjar", "num_requests=30", "rps=4", "workload.source=embedded"]), cold_pol)
     assert cold_pol.selector is not first  # no warm-up: a new selector at every bind
+
+
+# --- the engine the authors ran ---------------------------------------------------------------------------------------
+
+NIGHTJAR_EXPS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "exp").glob("nightjar_*.yaml"))
+
+
+@pytest.mark.parametrize("exp", NIGHTJAR_EXPS)
+def test_every_method_of_a_nightjar_experiment_runs_on_the_authors_serving_flags(exp: str) -> None:
+    # vLLM 0.8.2 V0 with --enforce-eager: the multi-query scorer and no CUDA graph, for Nightjar and every baseline
+    # of its experiments alike (one harness); the command line's engine= still chooses another
+    with hydra_context():
+        spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+        if spec.kind != "sweep":
+            return
+        composer = Composer()
+        points = expand_points(spec, group_overrides(CONF_DIR))
+        for p in {points[0].system: points[0], points[-1].system: points[-1]}.values():  # its first and last system
+            cfg = composer([f"+exp={exp}", *p.overrides])
+            profile = EngineProfile.from_cfg(cfg.engine)
+            assert profile.name == "vllm_v0_eager", (p.system, profile.name)
+            assert profile.scorer == "multi_query" and profile.graph_max_tokens == 0 and not profile.verify_graphs
+        assert composer([f"+exp={exp}", *points[0].overrides, "engine=vllm_v0"]).engine.name == "vllm_v0"

@@ -176,6 +176,24 @@ def test_max_model_len(policy: str) -> None:
     assert np.all(t.prompt_len + t.output_len <= 2048) and len(t) == 300 and t.output_len.min() >= 1
 
 
+@pytest.mark.parametrize("policy", ["filter", "truncate"])
+def test_outputs_to_max_model_len(policy: str) -> None:
+    # vLLM with ignore_eos and no max_tokens (Nightjar Tables 4-5): every request runs to max_model_len; the
+    # prompts are the dataset's (arxiv's run past 2,048 tokens: redrawn or cut)
+    base = build_workload(make_cfg([{"name": "arxiv"}], n=300), seed=seed(), tokenizer="llama2")
+    t = build_workload(make_cfg([{"name": "arxiv"}], n=300, overlength=policy, output_to_max_len=True),
+                       seed=seed(), tokenizer="llama2", max_model_len=2048)
+    assert np.all(t.prompt_len + t.output_len == 2048) and t.output_len.min() >= 1 and len(t) == 300
+    assert (base.prompt_len >= 2048).any()
+    if policy == "filter":  # the prompts that fit: outputs far above the dataset's own
+        assert t.output_len.mean() > 2 * base.output_len.mean() and t.prompt_len.max() < 2048
+    else:  # cut to 2,047 prompt tokens and one output token
+        assert t.prompt_len.max() == 2047 and t.output_len.min() == 1
+    assert "outputs run to max_model_len = 2048" in t.source
+    with pytest.raises(ValueError, match="max_model_len"):
+        build_workload(make_cfg([{"name": "arxiv"}], output_to_max_len=True), seed=seed(), tokenizer="llama2")
+
+
 @pytest.mark.data("adaserve_artifact/fig10_emission_rps4.0_prop0.5.json", "traces/azure2023_code.csv")
 def test_trace_replay_with_lengths_and_slos(real_data: Path) -> None:
     cfg = make_cfg(
