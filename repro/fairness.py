@@ -47,6 +47,19 @@ def utility(x: np.ndarray) -> float:
         return float(np.log(v).sum())
 
 
+def even_goodput(alpha: np.ndarray, capacity: int) -> np.ndarray:
+    """The long-term goodput of the even split (GoodSpeed's Fixed-S spending the whole budget): ⌊C/N⌋ drafts a
+    client and the C mod N left over one each in turn, so each client drafts ⌊C/N⌋ + 1 in a fraction (C mod N) / N
+    of the rounds: x_i = (1 − f) · x̂_i(⌊C/N⌋) + f · x̂_i(⌊C/N⌋ + 1), f = (C mod N) / N (a point of the achievable
+    region; U(x*) − U(this) is all that adapting the allocation to the acceptances can gain)."""
+    a = np.asarray(alpha, dtype=np.float64)
+    if a.size == 0:
+        return a
+    q, r = divmod(max(int(capacity), 0), a.size)
+    f = r / a.size
+    return (1.0 - f) * expected_tokens(a, q) + f * expected_tokens(a, q + 1)
+
+
 def optimal_goodput(alpha: np.ndarray, capacity: int, iters: int = 500, tol: float = 1e-10) -> np.ndarray:
     """x* of problem (1): the long-term goodput vector (tokens per round) maximizing Σ log x_i over the achievable
     region of per-token acceptances ``alpha`` and budget ``capacity`` (module docstring: Frank-Wolfe with exact line

@@ -328,8 +328,15 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
     goodput x* of problem (1) for the policy's ``round_budget`` C (:func:`repro.fairness.optimal_goodput`), and the
     run's own
     utility U(x̄) with x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` is added to it
-    as a column (the line the utility converges to)."""
-    from repro.fairness import optimal_goodput, utility
+    as a column (the line the utility converges to).
+
+    Also: ``utility_even`` = U at the even split's long-term goodput at the same acceptances
+    (:func:`repro.fairness.even_goodput`) and ``even_gap`` = U(x*) − that, the most that adapting the allocation can
+    gain; ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients (accepted + the
+    bonus, a request's first token included: x_i(t) of Eq. 4 summed) per second of simulated wall time (receiving +
+    verifying + sending), and ``utility_per_s`` = Σ_i log g_i with g_i = client i's tokens per second (= U(x̄) + N ·
+    log(T / wall): Fig. 4's utility of per-second instead of per-round goodputs)."""
+    from repro.fairness import even_goodput, optimal_goodput, utility
 
     assert built.deployment is not None
     servers = built.deployment.draft_servers
@@ -343,10 +350,14 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
             alpha[i] = float(np.mean([built.oracle.level(int(r), srv) for r in served]))
     rounds = max(out.num_steps, 1)
     xbar = np.bincount(client, weights=gen.astype(np.float64), minlength=n)[:n] / rounds
-    opt = optimal_goodput(np.nan_to_num(alpha, nan=0.0), int(built.engine.policy.round_budget or 0))
-    u_opt, u = utility(opt), utility(xbar)
+    known = np.nan_to_num(alpha, nan=0.0)
+    budget = int(built.engine.policy.round_budget or 0)
+    u_opt, u, u_even = utility(optimal_goodput(known, budget)), utility(xbar), utility(even_goodput(known, budget))
     if steps is not None:
         steps["utility_opt"] = u_opt
-    return {"utility": u, "utility_opt": u_opt, "utility_gap": u_opt - u,
+    wall = float(out.sim_time_s)
+    per_s = xbar * rounds / wall if wall > 0 else np.full(n, np.nan)
+    return {"utility": u, "utility_opt": u_opt, "utility_gap": u_opt - u, "utility_even": u_even,
+            "even_gap": u_opt - u_even, "goodput_tok_per_s": float(per_s.sum()), "utility_per_s": utility(per_s),
             "mean_true_acceptance": float(np.nanmean(alpha)), "rounds": float(out.num_steps)}
 

@@ -2,8 +2,10 @@
 
 What reproduces is asserted: the smoothed estimate tracks the realized goodput (Fig. 2), sending is a negligible
 share of the wall time and receiving plus verifying dominate (Fig. 3), GoodSpeed ends above both baselines and much
-closer to the optimum U(x*) than Fixed-S (Fig. 4). What does not is a strict xfail stating the reproduced value:
-GoodSpeed's wall time is not comparable to Fixed-S's, and at C = 20 Random-S is not 5-25 % slower (Fig. 3). The
+closer to the optimum U(x*) than Fixed-S (Fig. 4), also in the suite's case with measured acceptance, where an
+even split is far from optimal. What does not is a strict xfail stating the reproduced value: GoodSpeed's wall time
+is not comparable to Fixed-S's, at C = 20 Random-S is not 5-25 % slower (Fig. 3), and GoodSpeed's goodput per
+second is below Fixed-S's (§I: substantial gains). The
 mechanism behind the first is asserted too: GoodSpeed's allocation swings from round to round, so its longest chain
 is longer than Fixed-S's, and every round waits for that server's sequential drafting.
 """
@@ -79,3 +81,28 @@ def test_fig3_goodspeeds_rounds_wait_for_a_longer_chain(fig3: pd.DataFrame) -> N
                    "0..C, so it drafts C / 2 a round on average against Fixed-S's C")
 def test_fig3_random_s_costs_5_to_25_percent_more(fig3: pd.DataFrame) -> None:
     assert 1.05 <= point_value(fig3, "random_s", "wall_vs_fixed") <= 1.25
+
+
+def test_fig4_measured_acceptance_leaves_room_to_adapt_and_goodspeed_takes_it(quick_runs: QuickRuns,
+                                                                              data: str) -> None:
+    # The suite's case: SpecDecode-Bench's measured acceptance (0.27-0.84 across the 8 clients) instead of the
+    # assumed table. U(x*) − U(even split) is 0.25 there against 0.07 for Llama3's assumed table (quick run, C = 20;
+    # full run 0.17-0.25 against 0.002-0.07), and GoodSpeed ends 0.21 above Fixed-S, half its gap to U(x*) (0.25
+    # against 0.52; full run 0.14-0.16 against 0.29-0.39). Tolerance: headroom above 0.15 and at least twice
+    # Llama3's; GoodSpeed above Fixed-S by 0.1 and at most 0.6 of its gap.
+    pts = quick_runs.get("goodspeed_fig4", data).points
+    measured, assumed = {"config": "Measured acceptance (suite's)"}, {"config": "Llama3 8 clients"}
+    headroom = point_value(pts, "fixed_s", "even_gap", **measured)
+    assert headroom > 0.15 and headroom > 2 * point_value(pts, "fixed_s", "even_gap", **assumed)
+    gs, fixed = (point_value(pts, s, "utility", **measured) for s in ("goodspeed", "fixed_s"))
+    assert gs > fixed + 0.1
+    gaps = [point_value(pts, s, "utility_gap", **measured) for s in ("goodspeed", "fixed_s")]
+    assert gaps[0] < 0.6 * gaps[1]
+
+
+@pytest.mark.xfail(strict=True, reason="GoodSpeed delivers 0.76x Fixed-S's tokens per second in the quick run (Llama3, "
+                   "C = 20; full run 0.64-0.85x over Table I's configurations, 0.69-0.80x with measured acceptance; "
+                   "paper §I: substantial gains in system-wide goodput): about as many tokens a round, rounds "
+                   "1.21-1.56x as long")
+def test_goodspeed_gains_goodput_per_second_over_fixed_s(fig3: pd.DataFrame) -> None:
+    assert point_value(fig3, "goodspeed", "goodput_vs_fixed") > 1.0

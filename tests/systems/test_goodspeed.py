@@ -266,3 +266,97 @@ def test_a_round_of_the_baselines_drafts_their_budget(system: str, drafted: int)
     _edge_engine(pol, n_req=4, servers=("l4",) * 4).run()
     full = [p.k for p, r in zip(plans, results, strict=False) if p.k is not None and r.decode_ids.size == 4]
     assert full and all(int(k.sum()) == drafted for k in full)
+
+
+# --- the even split, goodput per second and the measured-acceptance case ---------------------------------------------
+
+def test_even_goodput_is_fixed_s_time_average_and_never_above_the_optimum() -> None:
+    """C = 20 over 8 clients at α = 0.5: 2 drafts in half the rounds and 3 in the other half, x = (1.75 + 1.875) / 2
+    each, which is also x* (identical clients); with heterogeneous α the even split is below U(x*)."""
+    from repro.fairness import even_goodput, optimal_goodput
+
+    assert even_goodput(np.full(8, 0.5), 20).tolist() == pytest.approx([1.8125] * 8)
+    assert even_goodput(np.array([0.6, 0.6, 0.6, 0.6]), 8).tolist() == pytest.approx([1.96] * 4)  # 1 + α + α²
+    assert utility(optimal_goodput(np.full(8, 0.5), 20)) == pytest.approx(utility(even_goodput(np.full(8, 0.5), 20)))
+    a = np.array([0.684, 0.272, 0.679, 0.504, 0.689, 0.593, 0.734, 0.836])
+    assert utility(optimal_goodput(a, 20)) - utility(even_goodput(a, 20)) > 0.2
+
+
+def test_goodput_per_second_is_the_clients_tokens_over_the_wall_time() -> None:
+    """goodput_tok_per_s = Σ_i (client i's tokens) / the rounds' wall time (receiving + verifying + sending), and
+    utility_per_s = U(x̄) + N · log(rounds / wall): recomputed here from the run's requests and steps tables."""
+    from repro.simulate import compose, run_point
+
+    servers = "[{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b}," \
+              "{hardware:l4,model:qwen3-0.6b}]"
+    r = run_point(compose(["hardware=h100-80g", "model=qwen3-14b", "model@draft=qwen3-0.6b", "system=fixed_s",
+                           "system.capacity=8", "workload=goodspeed_4", "workload.source=embedded",
+                           "num_requests=8", "workload.output_len=20", "max_steps=12", "engine.record_steps=true",
+                           f"engine.draft_servers={servers}"]))
+    m, req, steps = r.metrics, r.requests, r.steps
+    assert steps is not None and len(steps) == 12
+    wall = float((steps["draft_s"] + steps["verify_s"] + steps["send_s"]).sum())
+    assert wall == pytest.approx(m["sim_time_s"])
+    tokens = req.groupby("client")["output_len"].sum().reindex(range(4), fill_value=0).to_numpy(dtype=float)
+    assert tokens.sum() == pytest.approx(float(steps["num_emitted"].sum()))  # accepted + bonus, prompts' first too
+    assert m["goodput_tok_per_s"] == pytest.approx(tokens.sum() / wall)
+    assert m["utility"] == pytest.approx(utility(tokens / 12))
+    assert m["utility_per_s"] == pytest.approx(utility(tokens / wall))
+    assert m["utility_per_s"] == pytest.approx(m["utility"] + 4 * np.log(12 / wall))
+    assert m["even_gap"] == pytest.approx(m["utility_opt"] - m["utility_even"]) and m["even_gap"] >= -1e-9
+
+
+#: conf/oracle/specdecode_bench.yaml: per-token acceptance per (dataset, proposer) from SpecDecode-Bench's recording
+MEASURED = {"sdb_gsm8k_eagle3": 0.684, "sdb_gsm8k_ngram": 0.272, "sdb_cnn_eagle3": 0.679, "sdb_cnn_ngram": 0.504,
+            "sdb_sharegpt_eagle3": 0.689, "sdb_sharegpt_ngram": 0.593, "sdb_instructcoder_eagle3": 0.734,
+            "sdb_instructcoder_ngram": 0.836}
+
+
+def _measured_script() -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "make_measured_acceptance.py"
+    spec = importlib.util.spec_from_file_location("make_measured_acceptance", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_chain_acceptance_is_accepted_over_tested_by_hand() -> None:
+    """Spans 1, 5, 3 and 9 cut at 4 drafts: accepted 0, 4, 2, 4 of tested 1, 4, 3, 4 → 10 / 12."""
+    assert _measured_script().chain_acceptance(np.array([1, 5, 3, 9]), 4) == pytest.approx(10 / 12)
+
+
+def test_measured_table_is_what_the_recording_gives() -> None:
+    """The committed table (both drafts' servers) equals the estimator on SpecDecode-Bench's files, when present."""
+    from repro.simulate import compose
+    from tests.conftest import data_root
+
+    accept = compose(["oracle=specdecode_bench"]).oracle.accept
+    for draft, gsm8k in (("llama3.2-1b", 0.82), ("llama3.2-3b", 0.84)):
+        table = accept[draft]["llama3-70b-awq"]
+        assert {k: table[k] for k in MEASURED} == MEASURED
+        assert table["gsm8k"] == gsm8k  # default.yaml's datasets stay
+    root = data_root()
+    if root is None or not (root / "specdecode_bench").is_dir():
+        pytest.skip("needs the data folder's specdecode_bench/")
+    got = {k: v[0] for k, v in _measured_script().measured_acceptance(root).items()}
+    assert got == MEASURED
+
+
+def test_measured_case_gives_each_client_its_measured_acceptance() -> None:
+    """goodspeed_fig4's measured case: client i gets the i-th label's α on its server, 1B or 3B alike."""
+    from repro.simulate import build, compose
+
+    b = build(compose(["+exp=goodspeed_fig4", "system=goodspeed", "server_set=llama8", "model=llama3-70b-awq",
+                       "model@draft=llama3.2-1b", "workload=goodspeed_measured", "oracle=specdecode_bench",
+                       "workload.source=embedded"]))
+    srv = b.deployment.draft_servers  # type: ignore[union-attr]
+    assert [s.stream for s in srv] == ["draft", "llama3.2-3b"] * 4
+    client = np.asarray(b.table.client)
+    for i, (label, alpha) in enumerate(MEASURED.items()):
+        mine = np.flatnonzero(client == i)
+        assert set(b.table.dataset[mine]) == {label}
+        assert np.mean([b.oracle.level(int(r), srv[i]) for r in mine]) == pytest.approx(alpha, abs=0.03)
