@@ -60,6 +60,10 @@ execution-time estimation error (LAPS-SD Fig. 7)
     request with an estimate, |estimate_s − service_s| / service_s (``estimate_error`` in the requests table);
     ``mean_estimate_error`` is its mean, ``estimated_fraction`` the fraction of finished requests that got an
     estimate. Only rows of such policies have these columns.
+when LAPS-SD's requests became perceptible
+    ``median_stable_rounds`` / ``median_stable_tokens``: the median over requests that became perceptible of the
+    speculative rounds they had run (the tokens they had generated) when their acceptance was judged stable
+    (requests table: ``stable_rounds``, ``stable_tokens``).
 Jain's fairness index (GoodSpeed)
     For per-client goodputs x_i: J = (Σ x_i)² / (n · Σ x_i²), 1 when all equal, 1/n when one client gets all.
 Σ log goodput (GoodSpeed's proportional-fairness utility)
@@ -296,6 +300,11 @@ def _extras(
         done = np.isfinite(_arr(requests, "finish_at"))
         x["mean_estimate_error"] = float(np.nanmean(err)) if np.isfinite(err).any() else _NAN
         x["estimated_fraction"] = _ratio(float(np.isfinite(err).sum()), float(done.sum()))
+    if "stable_rounds" in requests.columns:
+        # LAPS-SD: when requests became perceptible (their acceptance judged stable), median over those that did
+        for col in ("stable_rounds", "stable_tokens"):
+            v = _arr(requests, col)
+            x[f"median_{col}"] = float(np.nanmedian(v)) if np.isfinite(v).any() else _NAN
     if steps is not None and len(steps) and "num_decode" in steps.columns:
         # Per decoding iteration (steps with at least one decode), AdaServe Fig. 9's breakdown: small-model
         # (draft) and large-model (verify) time from the cost model, scheduling = the policy's measured CPU time.

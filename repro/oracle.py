@@ -6,7 +6,9 @@ its top-``W`` tokens and the target's choice among them (docs/design.md, "Token 
 - **acceptance level.** Each request draws a level ``a_r ~ Beta`` with mean ``a_dataset`` (the table entry
   of the (draft, target) pair, e.g. TurboSpec Table 3) and standard deviation ``spread``. With ``drift`` the
   level starts at ``a_0`` and relaxes to ``a_r``: ``a_r(t) = a_r + (a_0 - a_r)·exp(-t/τ)`` (LAPS-SD Figure
-  3: acceptance is unstable early in a request and settles after ~150 tokens). Off by default.
+  3: acceptance is unstable early in a request and settles after ~150 tokens). ``a_0`` is drawn either around
+  an absolute mean (``a0``) or at an offset below the request's own level (``offset``: ``a_0 = a_r - o_r``,
+  ``o_r ~ Normal(offset, offset_spread)``, clipped into [A0_MIN, 1 - A0_MIN]). Off by default.
 - **per-position distribution.** The draft's top-1 probability ``p0(r, t) ~ Beta(mean a_r(t), concentration
   κ_pos)``; rank ``j ≥ 1`` gets ``(1 - p0)(1 - q) q^(j-1)`` with ``q = max(decay, 1 - p0/(1 - p0))`` (the
   smallest ratio that keeps the ranks sorted), so ``(1 - p0) q^(W-1)`` of the mass lies outside the top
@@ -136,32 +138,46 @@ def _per_request(dataset: np.ndarray, table: Mapping[str, Any], default: Any, wh
     return [found[i] for i in inverse.reshape(-1).tolist()]
 
 
-def _drift_arrays(dataset: np.ndarray, drift: Mapping[str, Any] | None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Per request, the drift start's mean and sd and the time constant τ of its dataset's drift shape (NaN τ: none).
+A0_MIN = 0.01  # a relative drift start (level − offset) is clipped into [A0_MIN, 1 − A0_MIN]
+_DRIFT_KEYS = ({"a0", "tau"}, {"a0", "tau", "a0_spread"}, {"offset", "tau"}, {"offset", "tau", "offset_spread"})
 
-    ``drift`` is one shape ``{a0, tau[, a0_spread]}`` for every dataset, or a table dataset → shape or ``None``
-    (``"default"`` covers the datasets not listed; without it they do not drift)."""
+
+def _drift_arrays(dataset: np.ndarray, drift: Mapping[str, Any] | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per request, its dataset's drift shape: the start's mean (or offset) and sd, the time constant τ (NaN: no
+    drift) and whether the start is relative to the request's level (1.0) or absolute (0.0).
+
+    ``drift`` is one shape for every dataset, or a table dataset → shape or ``None`` (``"default"`` covers the
+    datasets not listed; without it they do not drift). A shape is ``{a0, tau[, a0_spread]}`` (the start drawn
+    around the absolute mean a0) or ``{offset, tau[, offset_spread]}`` (the start ``offset`` below the request's own
+    level, the offset drawn per request with sd ``offset_spread``)."""
     if not drift:
         return None
     table: Mapping[str, Any] = {"default": drift} if "tau" in drift else drift
 
-    def shape(name: str, entry: Any) -> tuple[float, float, float]:
+    def shape(name: str, entry: Any) -> tuple[float, float, float, float]:
         if entry is None:
-            return (math.nan, math.nan, math.nan)
-        if not isinstance(entry, Mapping) or not {"a0", "tau"} <= set(entry) or set(entry) - {"a0", "tau",
-                                                                                              "a0_spread"}:
-            raise ValueError(f"oracle drift for {name!r}: expected {{a0, tau[, a0_spread]}} or null, got {entry!r}")
-        a0, sd, tau = float(entry["a0"]), float(entry.get("a0_spread", 0.0)), float(entry["tau"])
-        _check_mean(f"drift a0 of {name!r}", a0, sd)
+            return (math.nan, math.nan, math.nan, math.nan)
+        if not isinstance(entry, Mapping) or set(entry) not in _DRIFT_KEYS:
+            raise ValueError(f"oracle drift for {name!r}: expected {{a0, tau[, a0_spread]}}, "
+                             f"{{offset, tau[, offset_spread]}} or null, got {entry!r}")
+        tau = float(entry["tau"])
         if not tau > 0.0:
             raise ValueError(f"oracle drift for {name!r}: tau must be > 0 tokens, not {tau}")
-        return (a0, sd, tau)
+        if "offset" in entry:
+            offset, osd = float(entry["offset"]), float(entry.get("offset_spread", 0.0))
+            if not -1.0 < offset < 1.0 or osd < 0.0:
+                raise ValueError(f"oracle drift for {name!r}: offset must lie in (-1, 1) and offset_spread be "
+                                 f">= 0, not {offset}, {osd}")
+            return (offset, osd, tau, 1.0)
+        a0, sd = float(entry["a0"]), float(entry.get("a0_spread", 0.0))
+        _check_mean(f"drift a0 of {name!r}", a0, sd)
+        return (a0, sd, tau, 0.0)
 
     names, inverse = np.unique(dataset.astype(str), return_inverse=True)
     found = [shape(name, table.get(name, table.get("default"))) for name in names.tolist()]
-    arr = np.array(found, dtype=np.float64).reshape(-1, 3)[inverse.reshape(-1)]
-    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+    arr = np.array(found, dtype=np.float64).reshape(-1, 4)[inverse.reshape(-1)]
+    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), arr[:, 3].copy()
 
 
 def true_dist(p0: np.ndarray, width: int, decay: float) -> np.ndarray:
@@ -317,14 +333,16 @@ class _TokenStream:
     """The draft-distribution model of one stream (a draft model or an EAGLE head) over all requests."""
 
     def __init__(self, name: str, key: int, base: np.random.SeedSequence, means: np.ndarray, *, spread: float,
-                 pos_concentration: float, drift: tuple[np.ndarray, np.ndarray, np.ndarray] | None, width: int,
+                 pos_concentration: float, drift: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+                 width: int,
                  decay: float,
                  confidence: float) -> None:
         self.name, self._base, self._sid = name, base, key
         self._means, self._spread = means, spread
         self._kappa, self.width, self._decay, self._gamma = pos_concentration, width, decay, confidence
         n = means.shape[0]
-        # per request: drift start (mean, sd) and time constant τ (NaN: no drift for the request's dataset)
+        # per request: drift start (mean or offset, sd), time constant τ (NaN: no drift for the request's dataset)
+        # and whether the start is relative to the level
         self._drift = drift if drift is not None and np.isfinite(drift[2]).any() else None
         self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
         self._level = np.full(n, np.nan)
@@ -346,7 +364,12 @@ class _TokenStream:
             rng = self._seeds[_LEVEL].generator(rid)
             self._level[rid] = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
             if self._drift is not None and math.isfinite(self._drift[2][rid]):
-                self._a0[rid] = _beta_mean_sd(rng, float(self._drift[0][rid]), float(self._drift[1][rid]))
+                mean, sd = float(self._drift[0][rid]), float(self._drift[1][rid])
+                if self._drift[3][rid]:  # relative: a_0 = a_r - offset_r, offset_r ~ Normal(offset, sd)
+                    offset = mean + sd * float(rng.standard_normal()) if sd > 0.0 else mean
+                    self._a0[rid] = min(max(self._level[rid] - offset, A0_MIN), 1.0 - A0_MIN)
+                else:
+                    self._a0[rid] = _beta_mean_sd(rng, mean, sd)
         return float(self._level[rid]), float(self._a0[rid])
 
     def _draw_p0(self, rng: np.random.Generator, rid: int, first: int, size: tuple[int, ...]) -> np.ndarray:
@@ -659,8 +682,9 @@ class TokenOracle:
     entry is merged under each). ``width`` = W, the number of draft ranks modelled per position; ``spread`` =
     standard deviation of the per-request level; ``pos_concentration`` = κ_pos of the per-position Beta;
     ``decay`` = ratio of successive lower-rank probabilities; ``confidence`` = γ; ``drift`` = one shape
-    ``{a0, tau[, a0_spread]}`` for every dataset, or a table dataset → shape (or ``None``: no drift; a
-    ``"default"`` key covers datasets not listed, which otherwise do not drift), or ``None``.
+    (``{a0, tau[, a0_spread]}``: a start around the absolute mean a0, or ``{offset, tau[, offset_spread]}``: a start
+    ``offset`` below the request's own level) for every dataset, or a table dataset → shape (or ``None``: no drift;
+    a ``"default"`` key covers datasets not listed, which otherwise do not drift), or ``None``.
     """
 
     def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,

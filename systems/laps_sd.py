@@ -29,6 +29,8 @@ Deviations:
   verification); we follow Eq. 6, whose braces label n·L·T_SSM/(nA+1) speculation and L·T_LLM/(nA+1) verification.
 - The paper gives no values for K, M, S_1^up, γ, δ, n or the length predictor's error; ours are in
   ``conf/system/laps_sd.yaml`` with the reason for each. Q_K has no upper threshold (it holds every longer request).
+  ``laps_sd_stable20`` is the same algorithm with γ = 20, δ = 0.02, a stability rule consistent with Fig. 3 (requests
+  judged stable after ≈ 110-155 tokens rather than ≈ 15); the experiments run both.
 - Attained service counts every step the request ran in, prefill included, at the whole step's drafting plus
   verification time (at batch 1 that is the request's own); swap time is not service.
 - The paper moves a request that becomes perceptible "to the corresponding queue" without saying which; we read
@@ -43,7 +45,8 @@ Deviations:
   (16 %). With the guard Fig. 7's mean estimation error falls from 35.0 % to 32.8 %. A request that never accepts a
   token stays non-perceptible (LAS within its queue).
 - A request's estimate is made once, when it becomes perceptible, and is the ``estimate_s`` column of the requests
-  table (Fig. 7 compares it with the service the request got, ``service_s``).
+  table (Fig. 7 compares it with the service the request got, ``service_s``); ``stable_rounds`` and
+  ``stable_tokens`` say when that was (its speculative rounds and generated tokens).
 - T_SSM and T_LLM are observed means over every decode round so far (the paper does not say how it gets them);
   a request becomes perceptible after a round, so they are always defined when Eq. 6 is used.
 - The output-length predictor ([Z et al., 2024], a fine-tuned LLM) is modelled as multiplicative log-normal error
@@ -128,6 +131,9 @@ class LAPSSD(Policy):
         self.pred_len = np.full(n, -1, dtype=np.int64)
         self.proposed = np.zeros(n, dtype=np.int64)
         self.accepted = np.zeros(n, dtype=np.int64)
+        self.spec_rounds = np.zeros(n, dtype=np.int64)  # speculative rounds the request has run
+        self.stable_rounds = np.full(n, -1, dtype=np.int64)  # its rounds when it became perceptible (-1: never)
+        self.stable_tokens = np.full(n, -1, dtype=np.int64)  # the tokens it had generated then
         self.rates: dict[int, deque[float]] = {}
         self.draft_s_sum = 0.0  # drafting seconds per speculated token, summed over rounds (T_SSM)
         self.verify_s_sum = 0.0  # verification seconds per round (T_LLM)
@@ -160,8 +166,13 @@ class LAPSSD(Policy):
         output-length predictor's L_i."""
         if self._n == 0:
             return {}
+        stable = self.stable_rounds >= 0
         return {"estimate_s": np.where(np.isfinite(self.estimate), self.estimate, np.nan),
-                "predicted_output_len": np.where(self.pred_len >= 0, self.pred_len, -1).astype(np.float64)}
+                "predicted_output_len": np.where(self.pred_len >= 0, self.pred_len, -1).astype(np.float64),
+                # when the request became perceptible: its speculative rounds and the tokens it had generated then
+                # (accepted + one per round + the prefill's), NaN if it never did
+                "stable_rounds": np.where(stable, self.stable_rounds, np.nan),
+                "stable_tokens": np.where(stable, self.stable_tokens, np.nan)}
 
     def observe(self, result: StepResult) -> None:
         ran = np.concatenate([result.prefill_ids, result.decode_ids])
@@ -177,6 +188,7 @@ class LAPSSD(Policy):
         self.verify_s_sum += result.verify_s
         self.proposed[dec] += result.num_proposed
         self.accepted[dec] += result.num_accepted
+        self.spec_rounds[dec[spec]] += 1
         for rid in dec[spec].tolist():
             if self.perceptible[rid]:
                 continue
@@ -187,6 +199,8 @@ class LAPSSD(Policy):
                 self.perceptible[rid] = True
                 self.fresh[rid] = True
                 self.accept_pred[rid] = float(np.mean(hist))
+                self.stable_rounds[rid] = self.spec_rounds[rid]
+                self.stable_tokens[rid] = self.accepted[rid] + self.spec_rounds[rid] + 1
                 del self.rates[rid]
         fresh = dec[self.perceptible[dec] & ~np.isfinite(self.estimate[dec])]
         if fresh.size:  # Eq. (6) with the observed T_SSM, T_LLM

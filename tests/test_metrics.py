@@ -267,3 +267,8 @@ def test_switch_overhead_and_estimate_error_by_hand() -> None:
     assert m["mean_estimate_error"] == pytest.approx((0.1 + 0.5) / 2)
     assert m["estimated_fraction"] == pytest.approx(2 / 3)
     assert "mean_estimate_error" not in summarize(req.drop(columns="estimate_s"), 4.0)
+    # when LAPS-SD judged them stable: medians over the requests that were (NaN: never)
+    req = req.assign(stable_rounds=[10.0, 4.0, np.nan, 30.0], stable_tokens=[20.0, 9.0, np.nan, 61.0])
+    m = summarize(req, 4.0)
+    assert m["median_stable_rounds"] == 10.0 and m["median_stable_tokens"] == 20.0
+    assert "median_stable_rounds" not in summarize(req.drop(columns=["stable_rounds", "stable_tokens"]), 4.0)

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.oracle import Drafter, TokenOracle
+from repro.oracle import A0_MIN, Drafter, TokenOracle
 from repro.plan import CandidateTree, TreeSpec
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "oracle" / "default.yaml"
@@ -527,10 +527,52 @@ def test_one_drift_shape_applies_to_every_dataset() -> None:
                                   table.accept_chain(rids, np.zeros(ds.size, dtype=np.int64), np.full(ds.size, 4))[1])
 
 
+def test_relative_drift_starts_offset_below_each_requests_level() -> None:
+    # {offset, tau}: a_0 = a_r - offset per request, so two datasets keep their order from the first token on, and
+    # both settle at their own mean; the absolute form {a0, tau} starts every dataset near the same a0.
+    n = 400
+    ds = np.array(["hi", "lo"] * (n // 2), dtype=object)
+    means = {"hi": 0.75, "lo": 0.55}
+    rel = TokenOracle(0, ds, means, drift={"offset": 0.3, "tau": 20.0})
+    absolute = TokenOracle(0, ds, means, drift={"a0": 0.3, "tau": 20.0})
+    rids, zero, one = np.arange(n), np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    hi, lo = ds == "hi", ds == "lo"
+    _, first = rel.accept_chain(rids, zero, one)
+    assert first[hi].mean() == pytest.approx(0.45, abs=0.07) and first[lo].mean() == pytest.approx(0.25, abs=0.07)
+    _, first_abs = absolute.accept_chain(rids, zero, one)
+    assert abs(first_abs[hi].mean() - first_abs[lo].mean()) < 0.1
+    late = np.mean([rel.accept_chain(rids, np.full(n, t), one)[1] for t in range(300, 400, 10)], axis=0)
+    assert late[hi].mean() == pytest.approx(0.75, abs=0.04) and late[lo].mean() == pytest.approx(0.55, abs=0.04)
+    # each request's start is exactly its level minus the offset (no spread), clipped into [A0_MIN, 1 - A0_MIN]
+    stream = rel._streams["draft"]
+    for rid in range(8):
+        level, a0 = stream.level(rid)
+        assert a0 == pytest.approx(max(level - 0.3, A0_MIN))
+
+
+def test_relative_drift_spread_and_clip() -> None:
+    n = 2000
+    ds = np.array(["chat"] * n, dtype=object)
+    oracle = TokenOracle(0, ds, {"default": 0.5}, spread=0.1, drift={"offset": 0.2, "offset_spread": 0.15,
+                                                                     "tau": 40.0})
+    stream = oracle._streams["draft"]
+    levels, starts = np.array([stream.level(r) for r in range(n)]).T
+    gap = levels - starts
+    assert gap.mean() == pytest.approx(0.2, abs=0.02) and gap.std() == pytest.approx(0.15, abs=0.02)
+    assert starts.min() >= A0_MIN and starts.max() <= 1 - A0_MIN and (starts == A0_MIN).any()
+    # the level is drawn first from the same generator: the same levels as without drift
+    plain = TokenOracle(0, ds, {"default": 0.5}, spread=0.1)._streams["draft"]
+    np.testing.assert_array_equal(levels, [plain.level(r)[0] for r in range(n)])
+
+
 @pytest.mark.parametrize(("drift", "message"), [
     ({"chat": {"a0": 0.2}}, "expected {a0, tau"),
     ({"chat": {"a0": 0.2, "tau": 0.0}}, "tau must be > 0"),
     ({"chat": {"a0": 0.2, "tau": 5.0, "shape": 1}}, "expected {a0, tau"),
+    ({"chat": {"a0": 0.2, "offset": 0.1, "tau": 5.0}}, "expected {a0, tau"),
+    ({"chat": {"offset": 0.2, "a0_spread": 0.1, "tau": 5.0}}, "expected {a0, tau"),
+    ({"chat": {"offset": 1.2, "tau": 5.0}}, "offset must lie in"),
+    ({"chat": {"offset": 0.2, "offset_spread": -0.1, "tau": 5.0}}, "offset must lie in"),
 ])
 def test_bad_drift_names_the_dataset(drift: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:

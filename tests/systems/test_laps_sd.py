@@ -195,6 +195,9 @@ def test_the_estimate_reaches_the_requests_table() -> None:
     assert cols["predicted_output_len"].tolist() == [300.0, 2.0]
     err = abs(cols["estimate_s"][0] - out.state.service_s[0]) / out.state.service_s[0]
     assert err < 0.05
+    # when it became perceptible: after γ = 3 rounds of 2 accepted + 1 bonus token each, plus the prefill's token
+    assert cols["stable_rounds"][0] == 3 and cols["stable_tokens"][0] == 3 * 3 + 1
+    assert np.isnan(cols["stable_rounds"][1]) and np.isnan(cols["stable_tokens"][1])
 
 
 # --- §4.3: perceptible first, SJF among them, then FCFS -------------------------------------------------------
