@@ -42,7 +42,8 @@ Deviations:
 - No request is stable before its first accepted token. Read literally, §4.3 calls a request that accepts nothing
   in its first γ rounds stable (γ rates of 0, spread 0 < δ) with A_i = 0, though acceptance that starts at 0 rarely
   stays there (Fig. 3: it settles after about 150 tokens): 7 of the 43 estimates of laps_fig7's default point
-  (16 %). With the guard Fig. 7's mean estimation error falls from 35.0 % to 32.8 %. A request that never accepts a
+  (16 %). With the guard Fig. 7's mean estimation error fell from 35.0 % to 32.8 % (measured when the drift still
+  started at an absolute 0.35; tests/systems/test_laps_sd.py fails without it). A request that never accepts a
   token stays non-perceptible (LAS within its queue).
 - A request's estimate is made once, when it becomes perceptible, and is the ``estimate_s`` column of the requests
   table (Fig. 7 compares it with the service the request got, ``service_s``); ``stable_rounds`` and
