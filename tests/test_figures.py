@@ -10,6 +10,7 @@ import pytest
 
 from repro import figures
 from repro.errors import ConfigError
+from repro.expspec import ExpSpec
 
 
 def _steps(n: int = 40) -> pd.DataFrame:
@@ -122,3 +123,21 @@ def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() 
         assert "SD (γ = 3)" in [t.get_text() for t in bars.axes[0].get_xticklabels()]
     plain = figures.line(df, x="rps", y="y")  # outside showing(): config names, nothing dashed
     assert {ln.get_linestyle() for ln in plain.axes[0].get_lines() if len(ln.get_xdata()) == 2} == {"-"}
+
+
+def test_an_entry_relabelling_a_config_is_named_by_its_display_name(tmp_path: Path) -> None:
+    """``{system: static_sd_k3, label: sd_k3, display_name: ...}``: the label stays the points.csv key, the legend and
+    summary.md read the entry's display name; an entry without one is shown by its label."""
+    from repro.render import render
+
+    exp = {"name": "t", "title": "t", "systems": [
+        "vllm", {"system": "static_sd_k3", "label": "sd_k3", "display_name": "SD (γ = 3)"},
+        {"system": "static_sd_k3", "label": "sd_k3_big", "overrides": {"system.k": 5}}],
+        "figures": [{"name": "f", "kind": "line", "x": "rps", "y": "y", "hue": "system"}]}
+    points = pd.DataFrame({"exp": "t", "system": ["vllm", "sd_k3", "sd_k3_big"] * 2, "seed": 0,
+                           "rps": [1.0] * 3 + [2.0] * 3, "y": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5]})
+    render(tmp_path, {"exp": "t", "kind": "sweep", "config": {"exp": exp}, "seeds": [0]}, points)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "`sd_k3` = SD (γ = 3)" in summary and "`vllm` = vLLM" in summary and "`sd_k3_big` =" not in summary
+    with pytest.raises(ConfigError, match="display_nme"):
+        ExpSpec.parse({**exp, "systems": [{"system": "vllm", "display_nme": "x"}]})
