@@ -11,7 +11,7 @@ Systems
     An ``exp.systems`` entry is a system config name (``vllm``) or a map ``{system: NAME, label: ..., overrides:
     {...}, display_name: ...}``; the label (default: the name) is the points.csv ``system`` column, so labels differ
     within a list; ``display_name`` names the entry in figures (default: its system config's ``display_name``, for a
-    label that is a config name).
+    label that is a config name) and ``variant: true`` draws it as the suite's own reading (dashed).
 Cases
     An ``exp.cases`` entry ``{label, overrides, grid, systems}`` bundles settings that change together (a model with
     its tensor parallelism, its SLOs and its own request rates). Its label fills the ``exp.case_key`` column (default
@@ -56,6 +56,7 @@ class SystemEntry:
     label: str
     overrides: tuple[tuple[str, Any], ...] = ()
     display_name: str | None = None  # the legend's name for this entry (default: its system config's display_name)
+    variant: bool = False  # the suite's own reading: drawn dashed, under the paper's lines (as a config's variant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +212,8 @@ def _put(out: dict[str, Any], parts: Sequence[str], src: Mapping[str, Any]) -> N
 
 
 def system_entries(systems: Sequence[Any], where: str = "exp.systems") -> tuple[SystemEntry, ...]:
-    """A systems list (strings or ``{system, label, overrides, display_name}`` maps) as entries with distinct
-    labels."""
+    """A systems list (strings or ``{system, label, overrides, display_name, variant}`` maps) as entries with
+    distinct labels."""
     out = []
     for entry in systems:
         if isinstance(entry, str):
@@ -220,13 +221,13 @@ def system_entries(systems: Sequence[Any], where: str = "exp.systems") -> tuple[
             continue
         if not isinstance(entry, Mapping) or "system" not in entry:
             raise ConfigError(f"{where}: entry {entry!r} is neither a name nor a map with a 'system' key")
-        unknown = set(entry) - {"system", "label", "overrides", "display_name"}
+        unknown = set(entry) - {"system", "label", "overrides", "display_name", "variant"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} in entry for {entry['system']!r}")
         ov = _map(entry.get("overrides"), f"{where}[{entry['system']}].overrides")
         shown = entry.get("display_name")
         out.append(SystemEntry(str(entry["system"]), str(entry.get("label") or entry["system"]), tuple(ov.items()),
-                               None if shown is None else str(shown)))
+                               None if shown is None else str(shown), bool(entry.get("variant", False))))
     labels = [e.label for e in out]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{where}: duplicate labels {labels} (give each entry a distinct 'label')")

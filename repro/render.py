@@ -231,7 +231,9 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     rounds = _read_optional(out_dir / "rounds.parquet")
     banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
     shown = figures.shown_systems(points["system"] if "system" in points.columns else (), CONF_DIR)
-    shown.names.update({e.label: e.display_name for c in exp.case_list() for e in c.systems if e.display_name})
+    entries = [e for c in exp.case_list() for e in c.systems]
+    shown.names.update({e.label: e.display_name for e in entries if e.display_name})
+    shown.variants.update(e.label for e in entries if e.variant)
     with figures.showing(shown):
         paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
     return [*paths, write_summary(out_dir, manifest, points, skipped, shown)]

@@ -127,17 +127,21 @@ def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() 
 
 def test_an_entry_relabelling_a_config_is_named_by_its_display_name(tmp_path: Path) -> None:
     """``{system: static_sd_k3, label: sd_k3, display_name: ...}``: the label stays the points.csv key, the legend and
-    summary.md read the entry's display name; an entry without one is shown by its label."""
+    summary.md read the entry's display name (``variant: true``: drawn as the suite's own reading); an entry without
+    one is shown by its label."""
     from repro.render import render
 
     exp = {"name": "t", "title": "t", "systems": [
         "vllm", {"system": "static_sd_k3", "label": "sd_k3", "display_name": "SD (γ = 3)"},
-        {"system": "static_sd_k3", "label": "sd_k3_big", "overrides": {"system.k": 5}}],
+        {"system": "static_sd_k3", "label": "sd_k3_big", "overrides": {"system.k": 5}},
+        {"system": "static_sd_k3", "label": "k5", "overrides": {"system.k": 5}, "display_name": "SD (γ = 5)",
+         "variant": True}],
         "figures": [{"name": "f", "kind": "line", "x": "rps", "y": "y", "hue": "system"}]}
-    points = pd.DataFrame({"exp": "t", "system": ["vllm", "sd_k3", "sd_k3_big"] * 2, "seed": 0,
-                           "rps": [1.0] * 3 + [2.0] * 3, "y": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5]})
+    points = pd.DataFrame({"exp": "t", "system": ["vllm", "sd_k3", "sd_k3_big", "k5"] * 2, "seed": 0,
+                           "rps": [1.0] * 4 + [2.0] * 4, "y": [1.0, 2.0, 3.0, 3.0, 1.5, 2.5, 3.5, 3.5]})
     render(tmp_path, {"exp": "t", "kind": "sweep", "config": {"exp": exp}, "seeds": [0]}, points)
     summary = (tmp_path / "summary.md").read_text()
     assert "`sd_k3` = SD (γ = 3)" in summary and "`vllm` = vLLM" in summary and "`sd_k3_big` =" not in summary
+    assert "`k5` = SD (γ = 5) (the suite's variant, dashed)" in summary
     with pytest.raises(ConfigError, match="display_nme"):
         ExpSpec.parse({**exp, "systems": [{"system": "vllm", "display_nme": "x"}]})
