@@ -1,7 +1,7 @@
 """AdaServe's qualitative claims on the quick experiments, each with its stated tolerance.
 
 Quantitative claims the reproduction does not reach (the 1.63-1.74x ratios, EqualGreedy/GlobalGreedy in Fig. 8)
-are reported in each experiment's summary.md and in the README, not asserted here.
+are reported in each experiment's summary.md and in docs/papers/adaserve.md, not asserted here.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ FIG11_BATCH_EXPANSION = (
     "proposed token re-reads its sequence's KV cache, so at these batches speculation pays only at acceptance 0.9 "
     "and short k (L40S k = 3: 1.13x; H100 1024/128 k = 3: 0.98x). The paper's Fig. 11 gains (up to ~2x on the L40S, "
     "1.1-1.5x on the H100) and its Fig. 2 k = 2 step (1.70x the plain step, batch expansion) are not both "
-    "reproduced by one verification mechanism here; see the README, 'What the simulator models'")
+    "reproduced by one verification mechanism here; see docs/simulator.md, 'What the simulator models'")
 
 
 @pytest.mark.xfail(strict=True, reason=FIG11_BATCH_EXPANSION)

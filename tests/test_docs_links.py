@@ -1,4 +1,5 @@
-"""Every relative link in README.md and docs/*.md points to a file or folder in the repository.
+"""Every relative link in README.md and docs/**/*.md points to a file or folder in the repository, and the manual's
+nav (``mkdocs.yml``) lists every page under docs/.
 
 A link's target is resolved against the folder of the page that holds it; web links (``http(s)://``, ``mailto:``)
 and in-page anchors (``#section``) are skipped, and a ``#fragment`` after a path is dropped. Fenced code blocks and
@@ -11,9 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 _CODE = re.compile(r"`[^`\n]*`")
@@ -41,12 +44,48 @@ def broken_links(page: Path) -> list[str]:
 
 
 def test_the_pages_exist() -> None:
-    assert {"calibration.md", "data.md", "design.md"} <= {p.name for p in PAGES[1:]}
+    pages = {p.relative_to(DOCS).as_posix() for p in PAGES[1:]}
+    assert {"calibration.md", "data.md", "design.md", "recipes.md", "index.md"} <= pages
+    assert {f"papers/{name}.md" for name in ("adaserve", "turbospec", "laps_sd", "nightjar", "goodspeed")} <= pages
+
+
+def nav_pages(nav: object) -> list[str]:
+    """The page paths of an mkdocs ``nav`` (a list of pages, ``{title: page}`` and ``{title: [sections]}``)."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [p for item in nav for p in nav_pages(item)]
+    if isinstance(nav, dict):
+        return [p for value in nav.values() for p in nav_pages(value)]
+    raise TypeError(f"unexpected nav entry {nav!r}")
+
+
+def test_the_nav_lists_every_page() -> None:
+    """No page under docs/ is orphaned, and the nav names no page that is not there (mkdocs.yml parsed as plain YAML:
+    no mkdocs needed)."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["docs_dir"] == "docs" and config["strict"] is True
+    listed = nav_pages(config["nav"])
+    assert len(listed) == len(set(listed)), "a page is listed twice"
+    assert sorted(listed) == sorted(p.relative_to(DOCS).as_posix() for p in PAGES[1:])
+
+
+def test_the_nav_parser() -> None:
+    assert nav_pages(["a.md", {"B": "b.md"}, {"C": [{"D": "c/d.md"}, "e.md"]}]) == ["a.md", "b.md", "c/d.md", "e.md"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_relative_links_point_to_files_in_the_repository(page: Path) -> None:
     assert broken_links(page) == [], f"{page.relative_to(ROOT)}: broken links"
+
+
+@pytest.mark.parametrize("page", PAGES[1:], ids=[p.relative_to(ROOT).as_posix() for p in PAGES[1:]])
+def test_the_manual_links_only_inside_docs(page: Path) -> None:
+    """MkDocs' strict build fails on a link out of docs/ (it is not a page of the site): a repository file is named in
+    code font instead (`conf/exp/smoke.yaml`)."""
+    outside = [t for t in links(page.read_text(encoding="utf-8")) if not t.startswith("#") and not _EXTERNAL.match(t)
+               and not (page.parent / t.split("#", 1)[0]).resolve().is_relative_to(DOCS)]
+    assert outside == [], f"{page.relative_to(ROOT)}: links out of docs/"
 
 
 def test_the_link_parser() -> None:

@@ -2,8 +2,8 @@
 (``results/quick/NAME``: what ``python -m repro check --quick`` does in CI); determinism; resume after a real kill.
 
 A failure here means a change moved an experiment's results. If the change is meant, regenerate the reference
-(``python -m repro check NAME --quick --update``, with and without the data folder: see README "Regression
-tracking") and say in the commit which experiments moved and why.
+(``python -m repro check NAME --quick --update``, with and without the data folder: see docs/regression.md,
+"Regression tracking") and say in the commit which experiments moved and why.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Every recipe in the README's "Recipes" section runs as written (with ``quick=true``, on small files written here).
+"""Every recipe in the manual's Recipes page (``docs/recipes.md``) runs as written (with ``quick=true``, on small
+files written here).
 
-The commands are read from the README itself, so a recipe that stops working, or a README edit that breaks one,
+The commands are read from the page itself, so a recipe that stops working, or an edit of the page that breaks one,
 fails here.
 """
 
@@ -22,9 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def recipes_section() -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index("## Recipes")
-    return text[start:text.index("\n## ", start + 1)]
+    """The Recipes page, whole: every ``python -m repro`` line of its bash blocks is a recipe."""
+    return (REPO / "docs" / "recipes.md").read_text()
 
 
 def commands() -> list[str]:

@@ -242,7 +242,7 @@ PROCESS_ARGS = ("num_requests=1000", "rps=2")  # issue 15's whole-process compar
 
 
 def run_process(args: tuple[str, ...] = PROCESS_ARGS) -> float:
-    """``python -m repro ARGS`` in a child process, the README's one-point run (imports, composition, workload,
+    """``python -m repro ARGS`` in a child process, docs/speed.md's one-point run (imports, composition, workload,
     simulation, points.csv and summary.md); returns its wall seconds."""
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
