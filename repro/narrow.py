@@ -1,6 +1,6 @@
 """What a command line does to an experiment: the command line always wins, and it narrows what it names.
 
-The rule (README, "Changing one knob"):
+The rule (docs/using.md, "Changing one knob"):
 
 - ``system=NAME`` runs only that system: the experiment's entries for config ``NAME`` (or labelled ``NAME``), in
   ``exp.systems`` and in the cases' own systems lists, or ``NAME`` alone when the experiment does not compare it.
