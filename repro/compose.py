@@ -67,7 +67,7 @@ def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[s
             return (f"{key}: a key of {shown}, not of the system this run composes; name the system too "
                     f"(system={owners[0]} {key}=...)")
         known = _dotted_keys(conf_dir)
-        from repro.validate import suggest
+        from repro.errors import suggest
 
         return f"{key}: not a config key{suggest(key, known)} (python -m repro list shows the config groups)"
     return one_line(exc)

@@ -31,7 +31,7 @@ from typing import Any, overload
 import pandas as pd
 
 from repro.errors import ConfigError
-from repro.metrics import LATENCY_COLUMNS, estimate_error, with_latencies
+from repro.metrics import LATENCY_COLUMNS, estimate_error, step_total_tokens, with_latencies
 
 #: Columns of requests / steps tables that follow from stored ones: dropped when a table is saved, added on load.
 TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate", "switch_ratio",
@@ -103,12 +103,6 @@ def with_derived(
 
 
 STEP_TOKENS = frozenset({"num_emitted", "num_batched_tokens", "num_decode", "num_proposed"})
-
-
-def step_total_tokens(steps: pd.DataFrame) -> pd.Series:
-    """A step's ``total_tokens``: prompt tokens it prefilled plus output tokens it emitted (what vLLM's "total token
-    throughput" counts, Nightjar's throughput): the batched tokens less the decoding requests' 1 + proposed ones."""
-    return steps["num_emitted"] + steps["num_batched_tokens"] - steps["num_decode"] - steps["num_proposed"]
 
 
 def check(specs: Sequence[Derived], keys: Sequence[str]) -> None:

@@ -6,6 +6,9 @@ unknown key, a missing data file); let programming errors surface as ordinary ex
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class ReproError(Exception):
     """Base of the errors the command line reports as one line, without a traceback."""
@@ -17,3 +20,14 @@ class ConfigError(ReproError):
 
 class DataMissingError(ReproError):
     """A data file the run needs is missing (the message names the file and where it was looked for)."""
+
+
+class PlanError(AssertionError):
+    """A policy returned a plan that breaks the engine's invariants (a bug in the policy). Not a :class:`ReproError`:
+    it surfaces with its traceback. Here, below every module that raises it (:mod:`repro.plan` re-exports it)."""
+
+
+def suggest(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known word, or an empty string (for an error message)."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

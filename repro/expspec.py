@@ -38,8 +38,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from repro.derived import Derived, check
-from repro.errors import ConfigError
-from repro.validate import suggest
+from repro.errors import ConfigError, suggest
 
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
 QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")

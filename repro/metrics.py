@@ -457,12 +457,16 @@ def sum_log(x: Sequence[float] | np.ndarray) -> float:
         return float(np.log(v).sum())
 
 
+def step_total_tokens(steps: pd.DataFrame) -> pd.Series:
+    """A step's ``total_tokens``: prompt tokens it prefilled plus output tokens it emitted (what vLLM's "total token
+    throughput" counts, Nightjar's throughput): the batched tokens less the decoding requests' 1 + proposed ones."""
+    return steps["num_emitted"] + steps["num_batched_tokens"] - steps["num_decode"] - steps["num_proposed"]
+
+
 def peak_token_rate(steps: pd.DataFrame, window_s: float) -> float:
     """The largest total token throughput (prompt tokens prefilled + output tokens emitted, per second) over
     consecutive windows of ``window_s`` seconds of the step trace, each step counted in the window it starts in
     (Nightjar Fig. 11's peak; the timeline figure's ``rate`` bins)."""
-    from repro.derived import step_total_tokens
-
     if window_s <= 0 or not len(steps):
         return _NAN
     tokens = step_total_tokens(steps).to_numpy(dtype=np.float64)

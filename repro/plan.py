@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from repro.errors import PlanError as PlanError  # raised where plans are checked; defined below every raiser
+
 if TYPE_CHECKING:
     from repro.proposers import Proposer
 
@@ -41,10 +43,6 @@ def ids(values: object = ()) -> np.ndarray:
     """An int64 id array (the type every id field of a plan holds)."""
     arr = np.asarray(values, dtype=np.int64)
     return arr.reshape(-1)
-
-
-class PlanError(AssertionError):
-    """A policy returned a plan that breaks the engine's invariants (a bug in the policy)."""
 
 
 @dataclass(frozen=True, slots=True)

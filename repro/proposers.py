@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from repro.plan import PlanError
+from repro.errors import PlanError
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, Which

@@ -15,7 +15,6 @@ Three layers, all raising :class:`repro.errors.ConfigError`:
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from repro.errors import ConfigError
+from repro.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
     from repro.expspec import ExpSpec
@@ -169,12 +168,6 @@ def check_values(cfg: DictConfig, exp: ExpSpec | None = None, first: Sequence[st
         knob = KNOBS.get(key) or infer_knob(key, swept.get(key) or [value])
         if knob is not None:
             check_value(key, value, knob)
-
-
-def suggest(word: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest known word, or an empty string."""
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def check_keys(added: Iterable[str], known: Iterable[str]) -> None:
