@@ -253,3 +253,14 @@ def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
     sel[-1] = True
     sel[nodes] = True
     return bool(sel[cand.parent[nodes]].all())
+
+
+def exp_points(exp: str) -> tuple[Any, list[Any]]:
+    """An experiment's parsed ``exp`` block (full mode) and its points, inside a :func:`hydra_context`."""
+    from repro.compose import compose_config, to_dict
+    from repro.expspec import ExpSpec, apply_quick
+    from repro.grid import expand_points, group_overrides
+    from repro.results import CONF_DIR
+
+    spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+    return spec, expand_points(spec, group_overrides(CONF_DIR)) if spec.kind == "sweep" else []

@@ -11,9 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from repro.compose import Composer, compose_config, hydra_context, to_dict
 from repro.errors import ConfigError
-from repro.expspec import ExpSpec, apply_quick
-from repro.grid import expand_points, group_overrides
-from repro.results import CONF_DIR, config_hash
+from repro.results import config_hash
+from tests.conftest import exp_points
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))
 
@@ -34,10 +33,9 @@ def _same(composer: Composer, overrides: list[str], ref: DictConfig | None = Non
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiments_points_compose_as_hydra_composes_them(exp: str) -> None:
     with hydra_context():
-        spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+        spec, points = exp_points(exp)
         if spec.kind != "sweep":
             return
-        points = expand_points(spec, group_overrides(CONF_DIR))
         picked = {0: points[0], len(points) - 1: points[-1], len(points) // 2: points[len(points) // 2]}.values()
         line = [f"+exp={exp}", "num_requests=7"]
         refs = [([*line, *p.overrides], compose_config([*line, *p.overrides])) for p in picked]

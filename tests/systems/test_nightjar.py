@@ -8,12 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.compose import Composer, compose_config, hydra_context, to_dict
+from repro.compose import Composer, hydra_context
 from repro.cost.serving import EngineProfile
-from repro.expspec import ExpSpec, apply_quick
-from repro.grid import expand_points, group_overrides
 from repro.plan import MemoryAction
-from repro.results import CONF_DIR
 from repro.state import RequestState, View
 from systems.nightjar import (
     AdaBinGreedy,
@@ -25,7 +22,7 @@ from systems.nightjar import (
     profile_c_prefill,
     switch_costs,
 )
-from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, spy
+from tests.conftest import FixedOracle, exp_points, make_cost, make_engine, make_requests, spy
 
 # the paper's 7B deployment: DeepSeek-R1-Distill-Qwen-7B + the 0.5B draft on one RTX 4090 (vLLM 0.8.2 V0)
 PAPER = {"hardware": "rtx4090", "model": "qwen2.5-7b", "draft": "qwen2.5-0.5b", "engine": "vllm_v0"}
@@ -371,11 +368,10 @@ def test_every_method_of_a_nightjar_experiment_runs_on_the_authors_serving_flags
     # vLLM 0.8.2 V0 with --enforce-eager: the multi-query scorer and no CUDA graph, for Nightjar and every baseline
     # of its experiments alike (one harness); the command line's engine= still chooses another
     with hydra_context():
-        spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+        spec, points = exp_points(exp)
         if spec.kind != "sweep":
             return
         composer = Composer()
-        points = expand_points(spec, group_overrides(CONF_DIR))
         for p in {points[0].system: points[0], points[-1].system: points[-1]}.values():  # its first and last system
             cfg = composer([f"+exp={exp}", *p.overrides])
             profile = EngineProfile.from_cfg(cfg.engine)
