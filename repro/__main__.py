@@ -2,21 +2,22 @@
 
 ``python -m repro +exp=NAME [key=value ...]``
     runs an experiment into ``runs/NAME/`` (``runs/quick/NAME/`` with ``quick=true``; or ``out_dir=``):
-    points.csv, manifest.json, figures, summary.md (see :mod:`repro.runner` and :mod:`repro.results`). Values on the
-    command line narrow the experiment (:mod:`repro.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that
-    system only.
+    points.csv, manifest.json, figures, summary.md (see :mod:`repro.experiments.runner` and
+    :mod:`repro.experiments.results`). Values on the command line narrow the experiment
+    (:mod:`repro.experiments.narrow`): ``rps=3`` runs that rate only, ``system=NAME`` that system only.
 ``python -m repro list``
     every experiment, system, workload, hardware, engine, model, oracle and backend config.
 ``python -m repro check [NAME ...] [--quick] [--tolerance REL] [--update]``
-    re-runs experiments and compares them with the committed references in ``results/`` (:mod:`repro.check`).
+    re-runs experiments and compares them with the committed references in ``results/``
+    (:mod:`repro.experiments.check`).
 ``python -m repro all [--quick]``
-    regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.check`).
+    regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.experiments.check`).
 
 A configuration mistake (unknown key or config name, a value of the wrong type or out of range, a physically
 impossible setting), a missing data file or an output folder holding another run prints one line ``error: ...`` on
 stderr and exits with status 2. Ctrl-C or SIGTERM stops a run with its finished points saved and prints one line
 saying how many and the command that resumes; the status is 130 after Ctrl-C, 143 after SIGTERM
-(:mod:`repro.stopping`).
+(:mod:`repro.experiments.stopping`).
 """
 
 from __future__ import annotations
@@ -40,15 +41,15 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from repro.compose import Composer, compose_config, hydra_context  # noqa: E402
-from repro.errors import ReproError  # noqa: E402
-from repro.grid import group_overrides  # noqa: E402
-from repro.results import CONF_DIR  # noqa: E402
-from repro.runner import run_experiment  # noqa: E402
-from repro.stopping import Interrupted, exit_status, raise_on_sigterm, resume_command  # noqa: E402
+from repro.core.errors import ReproError  # noqa: E402
+from repro.experiments.compose import Composer, compose_config, hydra_context  # noqa: E402
+from repro.experiments.grid import group_overrides  # noqa: E402
+from repro.experiments.results import CONF_DIR  # noqa: E402
+from repro.experiments.runner import run_experiment  # noqa: E402
+from repro.experiments.stopping import Interrupted, exit_status, raise_on_sigterm, resume_command  # noqa: E402
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a run stops as repro.stopping says
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a run stops as stopping.py says
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
 COMMANDS = ("list", "check", "all")
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(list_configs())
         return
     if args[:1] in (["check"], ["all"]):
-        from repro import check
+        from repro.experiments import check
 
         guarded(lambda: sys.exit(check.main(args)), None)
         return

@@ -30,8 +30,9 @@ its top-``W`` tokens and the target's choice among them (docs/design.md, "Token 
 - **common random numbers.** Everything at (r, t) depends only on (seed, r, t): values are generated lazily
   in chunks of ``CHUNK`` positions, each chunk from its own generator seeded by (seed, stream key, r, chunk
   index), so neither the order nor the number of queries, nor the request's length, changes them. (The generators
-  are NumPy's ``PCG64(SeedSequence(...))`` ones, set up by :class:`repro.seeding.Seeder` for every request at once.)
-- **streams.** Each proposer draws from a named stream (its ``stream``, :mod:`repro.proposers`): the oracle
+  are NumPy's ``PCG64(SeedSequence(...))`` ones, set up by :class:`repro.core.seeding.Seeder` for every request at
+  once.)
+- **streams.** Each proposer draws from a named stream (its ``stream``, :mod:`repro.sim.proposers`): the oracle
   knows streams, not proposer kinds. Built in: ``"draft"`` (the draft model; the pair's table), ``"eagle"`` (same
   mechanics, the EAGLE table) and ``"pld"`` (prompt lookup: at each position a match exists with probability
   ``match``; it proposes ``min(k, match length)`` tokens accepted as a chain with per-token acceptance ``a_r ~
@@ -61,12 +62,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.plan import CandidateTree, TreeSpec
-from repro.proposers import DRAFT, EAGLE, PLD
-from repro.seeding import Seeder
+from repro.core.seeding import Seeder
+from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
 
 if TYPE_CHECKING:
-    from repro.proposers import Proposer
+    from repro.core.speculation import HasStream as Proposer
 
 CHUNK = 512  # positions generated per (request, chunk); a power of two
 ALT_CHUNK = 256  # positions per chunk of off-path distributions (NUM_ALT draws per position)
@@ -347,7 +347,7 @@ class _TokenStream:
         self._salt = np.uint64(base.generate_state(2, np.uint64)[self._sid % 2]) ^ np.uint64(self._sid + 1)
         self._level = np.full(n, np.nan)
         self._a0 = np.full(n, np.nan)
-        # the generators of (seed, key, part, r[, chunk]): NumPy's own seeding, about 5x cheaper (repro.seeding)
+        # the generators of (seed, key, part, r[, chunk]): NumPy's own seeding, about 5x cheaper (repro.core.seeding)
         self._seeds = {part: Seeder(base, (key, part), n) for part in (_LEVEL, _CHUNK_KEY, _ALT_KEY)}
         # per position: the draft's top-1 probability, the target's uniform, whether the target's token is the
         # draft's top-1 (u < p0: all a chain reads) and the target's rank, computed from p0 and u only once a tree

@@ -53,9 +53,9 @@ from typing import Literal
 
 import numpy as np
 
-from repro.plan import StepPlan
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.trees import (
     Order,
     TreeBatching,

@@ -38,9 +38,9 @@ import math
 
 import numpy as np
 
-from repro.plan import IDLE, StepPlan, StepResult
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import IDLE, StepPlan, StepResult
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.lib import prefill_prioritized
 
 

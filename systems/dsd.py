@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import IDLE, StepPlan, StepResult
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import IDLE, StepPlan, StepResult
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import prefill_prioritized
 from systems.turbospec import AcceptanceTracker, argmax_goodput, kv_blocks_needed, profile
 

@@ -8,7 +8,7 @@ prefills it on the verifier this round (the prompt travels with the request; its
 when it first drafts: the remote proposer's catch-up); a client whose request is decoding drafts S_i tokens on its
 server (``StepPlan.draft_server = i``; S_i = 0: the verifier decodes one token for it alone). The engine charges the
 round as the slowest server's drafting and uplink, one verification pass over the whole batch, then the downlink
-(:meth:`repro.proposers.RemoteDraftServer.uplink_s` / ``downlink_s``).
+(:meth:`repro.sim.proposers.RemoteDraftServer.uplink_s` / ``downlink_s``).
 
 Estimators (GoodSpeed Algorithm 1, line 14), updated after every round for every client:
     α̂_i ← (1 − η) α̂_i + η · a_i(t)       (Eq. 3; only in rounds where client i drafted)
@@ -21,7 +21,7 @@ verifier computes in its pass over every drafted position (``StepResult.accept_p
 Each round's plan carries telemetry: ``round`` (t, from 0), ``goodput_est`` (Σ_i x̂_i(S_i) at the current α̂: the
 tokens the round is expected to yield), ``utility`` (U(x̄(t)) = Σ_i log x̄_i over the rounds before this one, x̄_i the
 mean tokens per round of client i) and, per client, ``S_<i>``. The allocation math (x̂, Eq. 5's exact solver, U) is
-:mod:`repro.fairness`, shared with the optimum x* the runs are compared with.
+:mod:`repro.metrics.fairness`, shared with the optimum x* the runs are compared with.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from repro.fairness import allocate as gradient_allocation
-from repro.fairness import expected_tokens, utility
-from repro.plan import IDLE, StepPlan, StepResult, ids
-from repro.policy import PolicyContext
-from repro.state import Status, View
+from repro.metrics.fairness import allocate as gradient_allocation
+from repro.metrics.fairness import expected_tokens, utility
+from repro.sim.plan import IDLE, StepPlan, StepResult, ids
+from repro.sim.policy import PolicyContext
+from repro.sim.state import Status, View
 from systems.lib import pending_tokens
 
 __all__ = ["EdgeRounds", "expected_tokens", "gradient_allocation", "utility"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import StepPlan
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.lib import check_positive_int, serve_in_order
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import StepPlan
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.trees import TreeBatching, select_global, tree_plan, tree_specs
 
 

@@ -62,9 +62,9 @@ from collections import deque
 
 import numpy as np
 
-from repro.plan import StepPlan, StepResult
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import StepPlan, StepResult
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import LogNormalLengthPredictor, check_positive_int, contenders, length_predictor, serve_in_order
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import StepPlan, StepResult
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import StepPlan, StepResult
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import check_positive_int, contenders, serve_in_order
 
 

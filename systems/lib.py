@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.cost.step import decode_pass_s
-from repro.plan import PreemptMode, StepPlan, ids
-from repro.policy import whole_prompts_that_fit
-from repro.state import RUNNING as _RUNNING
-from repro.state import SWAPPED as _SWAPPED
-from repro.state import WAITING as _WAITING
-from repro.state import View
+from repro.sim.plan import PreemptMode, StepPlan, ids
+from repro.sim.policy import whole_prompts_that_fit
+from repro.sim.state import RUNNING as _RUNNING
+from repro.sim.state import SWAPPED as _SWAPPED
+from repro.sim.state import WAITING as _WAITING
+from repro.sim.state import View
 
 EMPTY = ids()
 
@@ -300,7 +300,7 @@ class LogNormalLengthPredictor:
     ``z ~ N(0, 1)`` drawn from ``(seed, request id)`` alone, so every system of a comparison that uses a predictor
     with the same ``sigma`` and seed gets the same estimate for the same request (LP-SJF and LAPS-SD, fairly).
     ``sigma = 0`` is a perfect predictor. It is handed the reference lengths by
-    :meth:`repro.state.View.predicted_output_len`; a policy sees only its estimates."""
+    :meth:`repro.sim.state.View.predicted_output_len`; a policy sees only its estimates."""
 
     sigma: float = 0.25
     seed: int = 0

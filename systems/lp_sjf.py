@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import StepPlan
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import LogNormalLengthPredictor, check_positive_int, length_predictor, serve_in_order
 
 

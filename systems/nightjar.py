@@ -17,7 +17,7 @@ Each iteration:
      L_max the largest lag of the batch's draft caches. Every decoding request speculates γ tokens.
   3. observe: reward = the step's realized goodput (tokens emitted / step seconds), g̃_{B,γ} updated incrementally,
      τ_B/b_B/j_B advanced (a bin ends after √H_B rounds, a block after √H_B bins, then H_B ← 2^(j_B−1)).
-  4. (``offload``) elastic memory as a :class:`~repro.plan.MemoryAction` on the next plan.
+  4. (``offload``) elastic memory as a :class:`~repro.sim.plan.MemoryAction` on the next plan.
 
 Deviations:
 - Engine: vLLM 0.8.2 ran a draft model through its V0 spec-decode worker (V1 drafted with n-grams only), whose MQA
@@ -59,7 +59,7 @@ Deviations:
   so far times the arm's prior weight (so γ = 0, never explored, is never exploited either: only the hard rule turns
   speculation off); the switching term of Eq. 3 is kept. The harness warmed the selector with two full passes, saved
   and reloaded, before the measured run: ``warmup_passes: 2`` runs two unmeasured passes over the same workload
-  first, with the selector kept (:attr:`repro.policy.Policy.warmup_passes`). It ran ``--enforce-eager`` and one of
+  first, with the selector kept (:attr:`repro.sim.policy.Policy.warmup_passes`). It ran ``--enforce-eager`` and one of
   its scripts sets Γ_max = 3; ``nightjar_authors`` keeps this file's engine (``vllm_v0``) and Γ_max = 5, like
   ``nightjar``, so the two differ only in the selector.
 - LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on features (1, B / B_max), rewards scaled by
@@ -75,9 +75,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from repro.cost.model import CostModel
-from repro.plan import IDLE, MemoryAction, StepPlan, StepResult
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import IDLE, MemoryAction, StepPlan, StepResult
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import check_positive_int, prefill_prioritized
 from systems.turbospec import kv_blocks_needed
 

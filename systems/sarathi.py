@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import IDLE, StepPlan
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import IDLE, StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
 
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from repro.plan import StepPlan
-from repro.policy import Policy, ReplicaSpec
-from repro.state import View
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy, ReplicaSpec
+from repro.sim.state import View
 from systems.incr_dec import IncrDec
 
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from repro.plan import IDLE, StepPlan, TreeSpec
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import IDLE, StepPlan, TreeSpec
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.trees import admit_or_decode, tree_plan
 
 

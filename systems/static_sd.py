@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import IDLE, ProposerName, StepPlan
-from repro.policy import Policy, WholePromptAdmission
-from repro.state import View
+from repro.sim.plan import IDLE, ProposerName, StepPlan
+from repro.sim.policy import Policy, WholePromptAdmission
+from repro.sim.state import View
 from systems.lib import prefill_prioritized
 
 

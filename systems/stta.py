@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.plan import PreemptMode, StepPlan
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import PreemptMode, StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.lib import SloBatching, contenders
 
 

@@ -48,9 +48,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from repro.plan import IDLE, CandidateTree, StepPlan, TreeSpec
-from repro.policy import Policy
-from repro.state import View
+from repro.sim.plan import IDLE, CandidateTree, StepPlan, TreeSpec
+from repro.sim.policy import Policy
+from repro.sim.state import View
 from systems.lib import prefill_prioritized
 from systems.trees import rank_nodes, select_global, tree_specs
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from repro.cost.step import decode_pass_s
-from repro.plan import IDLE, CandidateTree, StepPlan, TreeSpec, ids
-from repro.state import View
+from repro.sim.plan import IDLE, CandidateTree, StepPlan, TreeSpec, ids
+from repro.sim.state import View
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel

@@ -76,9 +76,9 @@ import numpy as np
 
 from repro.cost.model import CostModel, Which
 from repro.cost.step import decode_pass_s
-from repro.plan import IDLE, ProposerName, StepPlan, StepResult
-from repro.policy import Policy, PolicyContext
-from repro.state import View
+from repro.sim.plan import IDLE, ProposerName, StepPlan, StepResult
+from repro.sim.policy import Policy, PolicyContext
+from repro.sim.state import View
 from systems.lib import expected_accepted, prefill_prioritized
 
 # N_batched bucket edges of the piecewise fit (upper bounds, tokens per forward)

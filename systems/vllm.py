@@ -14,9 +14,9 @@ Deviations:
 
 from __future__ import annotations
 
-from repro.plan import IDLE, StepPlan
-from repro.policy import Policy, WholePromptAdmission
-from repro.state import View
+from repro.sim.plan import IDLE, StepPlan
+from repro.sim.policy import Policy, WholePromptAdmission
+from repro.sim.state import View
 from systems.lib import prefill_prioritized
 
 

@@ -12,16 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro import runner
-from repro.compose import compose_config, hydra_context
 from repro.cost.model import CostModel
 from repro.cost.serving import load_engine
 from repro.cost.spec import load_hardware, load_model
-from repro.deployment import Deployment, DraftServerSpec
-from repro.engine import Engine, SimOutput
-from repro.plan import CandidateTree, StepPlan, StepResult, TreeSpec
-from repro.policy import Policy
-from repro.state import View
+from repro.experiments import runner
+from repro.experiments.compose import compose_config, hydra_context
+from repro.sim.deployment import Deployment, DraftServerSpec
+from repro.sim.engine import Engine, SimOutput
+from repro.sim.plan import CandidateTree, StepPlan, StepResult, TreeSpec
+from repro.sim.policy import Policy
+from repro.sim.state import View
 
 
 class FixedOracle:
@@ -257,10 +257,10 @@ def is_closed(cand: CandidateTree, nodes: np.ndarray) -> bool:
 
 def exp_points(exp: str) -> tuple[Any, list[Any]]:
     """An experiment's parsed ``exp`` block (full mode) and its points, inside a :func:`hydra_context`."""
-    from repro.compose import compose_config, to_dict
-    from repro.expspec import ExpSpec, apply_quick
-    from repro.grid import expand_points, group_overrides
-    from repro.results import CONF_DIR
+    from repro.experiments.compose import compose_config, to_dict
+    from repro.experiments.expspec import ExpSpec, apply_quick
+    from repro.experiments.grid import expand_points, group_overrides
+    from repro.experiments.results import CONF_DIR
 
     spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
     return spec, expand_points(spec, group_overrides(CONF_DIR)) if spec.kind == "sweep" else []

@@ -1,4 +1,4 @@
-"""Regression tracking (repro.check): cell-by-cell comparison, ``repro check`` catching a changed reference,
+"""Regression tracking (repro.experiments.check): cell-by-cell comparison, ``repro check`` catching a changed reference,
 ``repro all`` writing references and INDEX.md."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import check
-from repro.results import reference_dir
+from repro.experiments import check
+from repro.experiments.results import reference_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_all_writes_references_and_index(tmp_path: Path) -> None:
 
 def test_index_keeps_the_rows_of_experiments_not_rerun(tmp_path: Path) -> None:
     # `repro all NAME` rewrites NAME's row of the catalogue and keeps every other experiment's
-    from repro.check import index_markdown, read_index_rows
+    from repro.experiments.check import index_markdown, read_index_rows
 
     old = {"smoke": "| [smoke](smoke/summary.md) | S | 9 | 0 | 0 | 7 | (none) |",
            "calibration": "| [calibration](calibration/summary.md) | C | 62 | 0 | 0 | 2 | (none) |",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from repro import runner
+from repro.experiments import runner
 from tests.conftest import QuickRuns
 
 pytestmark = pytest.mark.slow

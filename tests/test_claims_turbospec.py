@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.derived import with_derived
-from repro.simulate import compose
+from repro.experiments.simulate import compose
+from repro.metrics.derived import with_derived
 from tests.conftest import DATA_MODES, QuickRuns
 
 pytestmark = pytest.mark.slow

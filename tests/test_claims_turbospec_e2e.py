@@ -13,8 +13,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from repro import runner
-from repro.derived import with_derived
+from repro.experiments import runner
+from repro.metrics.derived import with_derived
 from tests.conftest import QuickRuns
 
 pytestmark = pytest.mark.slow

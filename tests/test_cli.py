@@ -1,5 +1,5 @@
 """The command line: ``python -m repro list``, one-line config errors (exit 2), ``python -m repro.render`` (and its
-older name ``python -m repro.plot``)."""
+older name ``python -m repro.experiments.plot``)."""
 
 from __future__ import annotations
 
@@ -72,13 +72,13 @@ def test_calibration_and_redraw(tmp_path: Path) -> None:
         assert (out / f).exists(), f
     (out / "calibration_anchors.png").unlink()
     (out / "summary.md").unlink()
-    res = cli("-m", "repro.render", str(out))
+    res = cli("-m", "repro.experiments.render", str(out))
     assert res.returncode == 0, res.stderr
     assert (out / "calibration_anchors.png").exists() and (out / "summary.md").exists()
 
 
 def test_plot_missing_folder_is_one_line(tmp_path: Path) -> None:
-    res = cli("-m", "repro.plot", str(tmp_path / "nothing"))
+    res = cli("-m", "repro.experiments.plot", str(tmp_path / "nothing"))
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "points.csv" in res.stderr
 
 

@@ -1,6 +1,6 @@
-"""The fast point composer (:class:`repro.compose.Composer`) gives every point exactly the config Hydra composes for
-the same overrides (without the ``exp`` block, which points never read): same values, same interpolations, same
-config hash, same one-line errors. Checked on points of every experiment."""
+"""The fast point composer (:class:`repro.experiments.compose.Composer`) gives every point exactly the config Hydra
+composes for the same overrides (without the ``exp`` block, which points never read): same values, same interpolations,
+same config hash, same one-line errors. Checked on points of every experiment."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from repro.compose import Composer, compose_config, hydra_context, to_dict
-from repro.errors import ConfigError
-from repro.results import config_hash
+from repro.core.errors import ConfigError
+from repro.experiments.compose import Composer, compose_config, hydra_context, to_dict
+from repro.experiments.results import config_hash
 from tests.conftest import exp_points
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))

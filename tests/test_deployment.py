@@ -1,14 +1,14 @@
-"""Deployment (repro/deployment.py): one value, built from the config and what the system asks for, from which the
+"""Deployment (repro/sim/deployment.py): one value, built from the config and what the system asks for, from which the
 engine builds its replicas, their cost models and proposers, and binds each policy with its replica's context."""
 
 from __future__ import annotations
 
 import pytest
 
-from repro.deployment import Deployment
-from repro.errors import ConfigError
-from repro.proposers import RemoteDraftServer
-from repro.simulate import build, compose, instantiate_system
+from repro.core.errors import ConfigError
+from repro.experiments.simulate import build, compose, instantiate_system
+from repro.sim.deployment import Deployment
+from repro.sim.proposers import RemoteDraftServer
 from systems.incr_dec import IncrDec
 from systems.seppipe import SepPipe
 from tests.conftest import make_deployment, make_engine, make_requests

@@ -1,4 +1,4 @@
-"""repro.derived: every derived column from one function, on hand-computed tables."""
+"""repro.metrics.derived: every derived column from one function, on hand-computed tables."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.derived import Derived, with_derived
-from repro.errors import ConfigError
-from repro.runner import derived_rows
+from repro.core.errors import ConfigError
+from repro.experiments.runner import derived_rows
+from repro.metrics.derived import Derived, with_derived
 
 SPEEDUP = Derived("speedup", "lat", baseline="vllm", invert=True)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.engine import SimulationError
-from repro.plan import CandidateTree, MemoryAction, PlanError, StepPlan, TreeSpec, ids
-from repro.policy import Policy, ReplicaSpec
-from repro.state import Status, View
+from repro.sim.engine import SimulationError
+from repro.sim.plan import CandidateTree, MemoryAction, PlanError, StepPlan, TreeSpec, ids
+from repro.sim.policy import Policy, ReplicaSpec
+from repro.sim.state import Status, View
 from systems.static_sd import StaticSD
 from systems.vllm import VLLM
 from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, run

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import check, results
+from repro.experiments import check, results
 from tests.conftest import QuickRuns, env_data_mode
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
-"""repro.expspec: the ``exp`` block's schema refuses an unknown key or a value of the wrong shape on one line naming
-it; quick mode replaces keys."""
+"""repro.experiments.expspec: the ``exp`` block's schema refuses an unknown key or a value of the wrong shape on one
+line naming it; quick mode replaces keys."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from repro.errors import ConfigError
-from repro.expspec import EXP_KEYS, QUICK_EXP_KEYS, ExpSpec, SystemEntry, apply_quick, system_entries
+from repro.core.errors import ConfigError
+from repro.experiments.expspec import EXP_KEYS, QUICK_EXP_KEYS, ExpSpec, SystemEntry, apply_quick, system_entries
 
 
 def test_an_unknown_key_is_named_with_the_known_ones() -> None:

@@ -15,24 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro import engine
-from repro.cost.step import (
-    DecodeBatch,
-    PrefillBatch,
-    StepCoster,
-    decode_runs_s,
-    draft_runs_s,
-    verify_pass,
-    verify_run_s,
-    verify_runs_s,
-)
-from repro.engine import SimOutput
+from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass, verify_run_s, verify_runs_s
+from repro.experiments.simulate import build, compose
 from repro.oracle import TokenOracle
-from repro.plan import StepPlan
-from repro.policy import whole_prompts_that_fit
-from repro.proposers import colocated
-from repro.simulate import build, compose
-from repro.state import RequestState
+from repro.sim import engine
+from repro.sim.engine import SimOutput
+from repro.sim.plan import StepPlan
+from repro.sim.policy import whole_prompts_that_fit
+from repro.sim.proposers import colocated
+from repro.sim.state import RequestState
+from repro.sim.stepcost import StepCoster, decode_runs_s, draft_runs_s
 from tests.conftest import make_cost
 
 STATE = ("status", "num_generated", "num_computed", "num_draft_computed", "kv_blocks", "first_token_at",

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro import figures
-from repro.errors import ConfigError
-from repro.expspec import ExpSpec
+from repro.core.errors import ConfigError
+from repro.experiments import figures
+from repro.experiments.expspec import ExpSpec
 
 
 def _steps(n: int = 40) -> pd.DataFrame:
@@ -104,7 +104,7 @@ def test_a_line_figure_from_the_requests_table() -> None:
 def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() -> None:
     """AdaServe and the suite's recoverable-first reading are equal here: the variant is dashed and drawn first, so
     AdaServe's solid line is on top; legends and bar ticks read the papers' names (conf/system display_name)."""
-    from repro.results import CONF_DIR
+    from repro.experiments.results import CONF_DIR
 
     df = pd.DataFrame({"system": ["adaserve_recoverable_first", "adaserve", "static_sd_k3"] * 2,
                        "rps": [1.0] * 3 + [2.0] * 3, "y": [0.9, 0.9, 0.5, 0.8, 0.8, 0.4]})
@@ -129,7 +129,7 @@ def test_an_entry_relabelling_a_config_is_named_by_its_display_name(tmp_path: Pa
     """``{system: static_sd_k3, label: sd_k3, display_name: ...}``: the label stays the points.csv key, the legend and
     summary.md read the entry's display name (``variant: true``: drawn as the suite's own reading); an entry without
     one is shown by its label."""
-    from repro.render import render
+    from repro.experiments.render import render
 
     exp = {"name": "t", "title": "t", "systems": [
         "vllm", {"system": "static_sd_k3", "label": "sd_k3", "display_name": "SD (γ = 3)"},

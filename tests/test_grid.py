@@ -1,4 +1,4 @@
-"""repro.grid: the points of an experiment (seeds × systems × cases × grid) and their Hydra overrides."""
+"""repro.experiments.grid: the points of an experiment (seeds × systems × cases × grid) and their Hydra overrides."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from repro.expspec import ExpSpec
-from repro.grid import expand_points, format_value, group_overrides
-from repro.results import CONF_DIR
+from repro.experiments.expspec import ExpSpec
+from repro.experiments.grid import expand_points, format_value, group_overrides
+from repro.experiments.results import CONF_DIR
 
 GROUPS = group_overrides(CONF_DIR)
 

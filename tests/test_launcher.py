@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.compose import compose_config, hydra_context
-from repro.errors import ReproError
-from repro.runner import Outcome, _execute_ray
+from repro.core.errors import ReproError
+from repro.experiments.compose import compose_config, hydra_context
+from repro.experiments.runner import Outcome, _execute_ray
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

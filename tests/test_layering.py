@@ -1,8 +1,11 @@
-"""No import circles in the project's packages (``repro``, ``systems``, ``workloads``).
+"""No import circles and no upward imports in the project's packages (``repro``, ``systems``, ``workloads``).
 
-Every ``import`` and ``from ... import`` counts, at module level, inside functions and under ``TYPE_CHECKING`` alike:
-a type-only import is a dependency a reader follows too. The graph is read with the standard library's ``ast``, so
-nothing is imported to check it.
+The layers, top to bottom (docs/development.md, "Layout"): the command line's entry points; experiments; systems;
+backends and workloads; the simulation core; cost and oracle; metrics; core. A module may import its own layer and
+the layers below it, never one above; two packages on one level (cost and oracle, backends and workloads) do not
+import each other. Every ``import`` and ``from ... import`` counts, at module level, inside functions and under
+``TYPE_CHECKING`` alike: a type-only import is a dependency a reader follows too. The graph is read with the
+standard library's ``ast``, so nothing is imported to check it.
 """
 
 from __future__ import annotations
@@ -92,10 +95,77 @@ def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: Each layer's level; a module belongs to the longest prefix listed. Entry points (``python -m ...``) sit on top.
+LEVELS = {
+    "repro.core": 0,
+    "repro.metrics": 1,
+    "repro.cost": 2,
+    "repro.oracle": 2,
+    "repro.sim": 3,
+    "repro.backends": 4,
+    "workloads": 4,
+    "systems": 5,
+    "repro.experiments": 6,
+    "repro.__main__": 7,
+    "repro.render": 7,
+    "repro.profile": 7,
+    "repro.cost.__main__": 7,
+}
+
+
+def layer_of(module: str, levels: Mapping[str, int]) -> str | None:
+    """The layer a module belongs to (the longest listed prefix; None for the bare root package)."""
+    while module and module not in levels:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def upward(graph: Mapping[str, set[str]], levels: Mapping[str, int], root: str = "repro") -> list[str]:
+    """Every import that climbs a layer, crosses to a sibling layer of the same level, or comes from or goes to a
+    module of no layer (the root package only holds the config resolvers every layer may run)."""
+    found = []
+    for mod in sorted(graph):
+        if mod == root:
+            continue
+        mine = layer_of(mod, levels)
+        for target in sorted(graph[mod] - {root}):
+            theirs = layer_of(target, levels)
+            if mine is None or theirs is None:
+                found.append(f"{mod} -> {target} (no layer)")
+            elif mine != theirs and levels[theirs] >= levels[mine]:
+                found.append(f"{mod} ({mine}) -> {target} ({theirs})")
+    return found
+
+
 def test_no_import_circles() -> None:
     graph = import_graph(module_files(ROOT, PACKAGES))
     assert len(graph) > 80  # every module was read
     assert circles(graph) == []
+
+
+def test_every_import_points_down() -> None:
+    assert upward(import_graph(module_files(ROOT, PACKAGES)), LEVELS) == []
+
+
+@pytest.mark.parametrize(("source", "found"), [
+    ("from pkg.high import X\n", ["pkg.low.a (pkg.low) -> pkg.high (pkg.high)"]),  # climbs
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.side import X\n",  # a sibling, type-only
+     ["pkg.low.a (pkg.low) -> pkg.side (pkg.side)"]),
+    ("def f():\n    from pkg import loose\n", ["pkg.low.a -> pkg.loose (no layer)"]),  # a module of no layer
+    ("from pkg.low import b\n", []),  # its own layer
+])
+def test_a_planted_upward_import_is_found(tmp_path: Path, source: str, found: list[str]) -> None:
+    pkg = tmp_path / "pkg"
+    for folder in (pkg, pkg / "low"):
+        folder.mkdir()
+        (folder / "__init__.py").write_text("")
+    for name in ("high", "side", "loose"):
+        (pkg / f"{name}.py").write_text("X = 1\n")
+    (pkg / "high.py").write_text("from pkg.low import a\nX = 1\n")  # down: fine
+    (pkg / "low" / "b.py").write_text("")
+    (pkg / "low" / "a.py").write_text(source)
+    levels = {"pkg.low": 0, "pkg.side": 0, "pkg.high": 1}
+    assert upward(import_graph(module_files(tmp_path, ["pkg"])), levels, root="pkg") == found
 
 
 @pytest.mark.parametrize("second", [

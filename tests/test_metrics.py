@@ -1,4 +1,4 @@
-"""repro.metrics on hand-computed request tables."""
+"""repro.metrics.summary on hand-computed request tables."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.metrics import (
+from repro.metrics.summary import (
     POINT_METRICS,
     attained,
     jain_index,
@@ -132,7 +132,7 @@ def test_mean_batch_size_from_steps_counts_or_littles_law() -> None:
     ],
 )
 def test_mean_batch_size_is_the_requests_each_step_runs(system: str, batch: float | None) -> None:
-    from repro.simulate import compose, run_point
+    from repro.experiments.simulate import compose, run_point
 
     base = [f"system={system}", "num_requests=30", "rps=8"]
     plain = run_point(compose(base)).metrics["mean_batch_size"]
@@ -231,7 +231,7 @@ def test_acceptance_metric_definitions_on_a_hand_made_pattern() -> None:
     # 1st, 3rd and 4th proposed position (pattern 1 0 1 1): the chain accepts 1
     # token, 3 of its 4 tokens are the target's. Request 1 matches all 4. So acceptance_rate (emitted fraction)
     # = (1 + 4) / 8 = 0.625 and vLLM v0's draft_acceptance_rate (matched / proposed) = (3 + 4) / 8 = 0.875.
-    from repro.simulate import requests_frame
+    from repro.experiments.simulate import requests_frame
     from systems.static_sd import StaticSD
     from tests.conftest import make_engine, make_requests
 

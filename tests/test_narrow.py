@@ -1,4 +1,4 @@
-"""The command-line rule (repro.narrow): the command line always wins, and it narrows what it names."""
+"""The command-line rule (repro.experiments.narrow): the command line always wins, and it narrows what it names."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from repro.errors import ConfigError
-from repro.grid import group_overrides
-from repro.narrow import UserValue, narrow, parse
-from repro.simulate import CONF_DIR, compose
+from repro.core.errors import ConfigError
+from repro.experiments.grid import group_overrides
+from repro.experiments.narrow import UserValue, narrow, parse
+from repro.experiments.simulate import CONF_DIR, compose
 
 EXP: dict[str, Any] = {
     "name": "toy",

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repro.oracle import A0_MIN, Drafter, TokenOracle
-from repro.plan import CandidateTree, TreeSpec
+from repro.sim.plan import CandidateTree, TreeSpec
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "oracle" / "default.yaml"
 

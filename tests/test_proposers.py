@@ -1,4 +1,4 @@
-"""Proposer objects (repro/proposers.py) through the engine and the token oracle: names resolve to the replica's
+"""Proposer objects (repro/sim/proposers.py) through the engine and the token oracle: names resolve to the replica's
 objects, each kind is scored on its own oracle stream, prompt lookup verifies only what it matched, and remote draft
 servers draft and are scored for the requests placed on them (each on its own stream where it names one)."""
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from repro.cost.spec import load_hardware, load_model
-from repro.deployment import DraftServerSpec
 from repro.oracle import TokenOracle
-from repro.plan import PlanError, StepPlan, ids
-from repro.policy import Policy
-from repro.proposers import DraftModel, EagleHead, PromptLookup, Proposer, RemoteDraftServer, colocated
-from repro.state import View
+from repro.sim.deployment import DraftServerSpec
+from repro.sim.plan import PlanError, StepPlan, ids
+from repro.sim.policy import Policy
+from repro.sim.proposers import DraftModel, EagleHead, PromptLookup, Proposer, RemoteDraftServer, colocated
+from repro.sim.state import View
 from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, run
 
 

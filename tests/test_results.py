@@ -1,4 +1,4 @@
-"""repro.results: deterministic cell text and points.csv written line by line."""
+"""repro.experiments.results: deterministic cell text and points.csv written line by line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.results import PointsFile, fmt
+from repro.experiments.results import PointsFile, fmt
 
 
 def test_fmt_is_stable() -> None:

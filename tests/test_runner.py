@@ -1,5 +1,5 @@
-"""repro.runner: sweeps with a fake ``run_point`` (files, quick mode, resume, determinism, cases with their own
-systems, exp typos), paper claims, the calibration kind."""
+"""repro.experiments.runner: sweeps with a fake ``run_point`` (files, quick mode, resume, determinism, cases with their
+own systems, exp typos), paper claims, the calibration kind."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 from omegaconf import DictConfig
 
-from repro import claims, runner, simulate
-from repro.compose import compose_config, hydra_context
-from repro.errors import ConfigError
-from repro.expspec import ExpSpec
-from repro.metrics import POINT_METRICS, summarize
-from repro.results import CONF_DIR, default_out_dir
-from repro.stopping import Interrupted
+from repro.core.errors import ConfigError
+from repro.experiments import claims, runner, simulate
+from repro.experiments.compose import compose_config, hydra_context
+from repro.experiments.expspec import ExpSpec
+from repro.experiments.results import CONF_DIR, default_out_dir
+from repro.experiments.stopping import Interrupted
+from repro.metrics.summary import POINT_METRICS, summarize
 
 TEST_EXP = """\
 # @package _global_
@@ -76,7 +76,7 @@ def fake_requests(cfg: DictConfig) -> pd.DataFrame:
 
 
 class FakeRunPoint:
-    """Stands in for repro.simulate.run_point; can fail after ``fail_after`` calls (a simulated kill)."""
+    """Stands in for repro.experiments.simulate.run_point; can fail after ``fail_after`` calls (a simulated kill)."""
 
     def __init__(self, fail_after: int | None = None) -> None:
         self.calls = 0
@@ -248,7 +248,7 @@ def test_config_error_in_point_is_one_line(
 
 
 def test_redraw_from_csv(conf_dir: Path, tmp_path: Path, fake: FakeRunPoint) -> None:
-    from repro import render
+    from repro.experiments import render
 
     out = tmp_path / "out"
     run(conf_dir, out)

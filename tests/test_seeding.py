@@ -1,11 +1,11 @@
-"""repro.seeding: the oracle's generators are NumPy's own, bit for bit (every reference depends on it)."""
+"""repro.core.seeding: the oracle's generators are NumPy's own, bit for bit (every reference depends on it)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from repro.seeding import Seeder, keyed_rng
+from repro.core.seeding import Seeder, keyed_rng
 
 BASES = [
     np.random.SeedSequence(0),

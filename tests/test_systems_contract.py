@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.plan import StepResult
-from repro.simulate import build, compose, requests_frame
-from repro.state import Status
+from repro.experiments.simulate import build, compose, requests_frame
+from repro.sim.plan import StepResult
+from repro.sim.state import Status
 
 SYSTEMS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "system").glob("*.yaml"))
 

@@ -1,15 +1,15 @@
-"""Step tracing (repro/trace.py): an optional observer of the engine's steps; plan telemetry in the step table."""
+"""Step tracing (repro/sim/trace.py): an optional observer of the engine's steps; plan telemetry in the step table."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from repro.plan import StepPlan
-from repro.policy import Policy
-from repro.simulate import steps_frame
-from repro.state import View
-from repro.trace import RECORD_COLUMNS, ROUND_COLUMNS, StepEvent
+from repro.experiments.simulate import steps_frame
+from repro.sim.plan import StepPlan
+from repro.sim.policy import Policy
+from repro.sim.state import View
+from repro.sim.trace import RECORD_COLUMNS, ROUND_COLUMNS, StepEvent
 from systems.static_sd import StaticSD
 from tests.conftest import FixedOracle, make_engine, make_requests, run
 
@@ -142,7 +142,7 @@ def test_without_a_resident_draft_only_the_plain_step_is_an_arm() -> None:
 def test_fixed_arm_regret_compares_with_the_best_arm_of_each_batch_size_in_hindsight() -> None:
     import pandas as pd
 
-    from repro.trace import fixed_arm_regret
+    from repro.sim.trace import fixed_arm_regret
 
     frame = pd.DataFrame({
         "replica": [0, 0, 0, 0, 0],

@@ -1,5 +1,5 @@
-"""Compose-time checks (repro.validate): wrong types, out-of-range values and impossible deployments are refused
-with one message naming the key."""
+"""Compose-time checks (repro.experiments.validate): wrong types, out-of-range values and impossible deployments are
+refused with one message naming the key."""
 
 from __future__ import annotations
 
@@ -7,11 +7,20 @@ from typing import Any
 
 import pytest
 
+from repro.core.errors import ConfigError
 from repro.cost.spec import load_model
-from repro.errors import ConfigError
-from repro.expspec import ExpSpec
-from repro.simulate import compose
-from repro.validate import KNOBS, Knob, check_keys, check_point, check_tp, check_value, check_values, infer_knob
+from repro.experiments.expspec import ExpSpec
+from repro.experiments.simulate import compose
+from repro.experiments.validate import (
+    KNOBS,
+    Knob,
+    check_keys,
+    check_point,
+    check_tp,
+    check_value,
+    check_values,
+    infer_knob,
+)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +108,7 @@ def test_tensor_parallelism_must_split_the_heads(model: str, tp: int, ok: bool) 
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,3,1]"], r"tp_per_replica\[1\]=3"),
         (["system=seppipe", "model=llama2-70b", "system.tp_per_replica=[4,4,1]"], "leaves no KV memory on 1 x"),
         (["system=static_sd_k3", "engine.draft_servers=[{hardware:l4,rtt:2}]"], r"draft_servers\[0\]: unknown"),
-        # what a system declares it needs (repro.policy.Policy): remote draft servers, an engine verifying trees
+        # what a system declares it needs (repro.sim.policy.Policy): remote draft servers, an engine verifying trees
         (["system=goodspeed"], "GoodSpeed drafts on remote draft servers"),
         (["system=fixed_s"], "FixedS drafts on remote draft servers"),
         (["system=adaserve", "engine=vllm_v0"], "AdaServe verifies token trees that branch and engine vllm_v0"),

@@ -3,6 +3,8 @@
 Public API: :func:`build_workload` → :class:`RequestTable` (with ``provenance``: :class:`DataSource` records);
 :func:`check_data_root` validates ``$REPRO_DATA`` / ``workload.data_dir`` up front; :class:`DataMissingError` for
 absent files and folders.
+
+Imports only :mod:`repro.core` of the project's packages.
 """
 
 from __future__ import annotations

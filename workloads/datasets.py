@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repro import errors
+from repro.core import errors
 from workloads.provenance import show_path
 from workloads.tokens import (
     TokenizerUnavailable,

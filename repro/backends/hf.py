@@ -1,6 +1,6 @@
 """``backend=hf``: the engine's steps executed on real models with PyTorch + transformers.
 
-The engine (:mod:`repro.engine`) still asks the policy for a plan, checks it, keeps the request state and the KV
+The engine (:mod:`repro.sim.engine`) still asks the policy for a plan, checks it, keeps the request state and the KV
 block accounting; :class:`HfBackend` executes what the plan asks on a target model and a draft model and reports what
 happened, in place of the cost model (time) and the token oracle (acceptance). A policy never knows which backend
 runs it. Per step:
@@ -56,30 +56,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repro.backends.models import require_torch
-from repro.plan import CandidateTree, PlanError
+from repro.sim.backend import Executed
+from repro.sim.plan import CandidateTree, PlanError
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from repro.cost.step import DecodeBatch, PrefillBatch
-    from repro.plan import StepPlan
-    from repro.proposers import Proposer
-    from repro.state import RequestState
+    from repro.sim.plan import StepPlan
+    from repro.sim.proposers import Proposer
+    from repro.sim.state import RequestState
 
 PLD_NGRAMS = (3, 2, 1)  # prompt lookup: the n-gram sizes tried, longest first
-
-
-@dataclass
-class Executed:
-    """What the backend measured and decided for one step (arrays aligned with the step's decode ids)."""
-
-    draft_s: float
-    verify_s: float
-    proposed: np.ndarray
-    accepted: np.ndarray
-    matched: np.ndarray
-    accept_prob: np.ndarray
-    num_tokens: int
 
 
 @dataclass

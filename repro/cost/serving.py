@@ -18,7 +18,7 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   each step (proposal assembly, rejection sampling, output bookkeeping in the engine's Python or C++ runtime).
 - **spec_with_prefill**: whether prefill chunks may share a step with speculation (vLLM v0: speculation and chunked
   prefill were mutually exclusive).
-- **elastic memory** (:class:`~repro.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
+- **elastic memory** (:class:`~repro.sim.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
   the segment, register its blocks) and ``reload_dispatch_s`` of host time to start an asynchronous draft reload.
   The only measurements are Nightjar Table 6's (its extension of vLLM, 32B on 2x L20): the defaults.
 

@@ -18,8 +18,8 @@ pytest.importorskip("transformers", reason="backend=hf needs transformers: pip i
 
 import torch
 
-from repro.errors import ConfigError
-from repro.simulate import build, compose, requests_frame, run_point
+from repro.core.errors import ConfigError
+from repro.experiments.simulate import build, compose, requests_frame, run_point
 
 PROMPT, OUTPUT, N = 20, 24, 5
 DEVICE = os.environ.get("REPRO_TEST_DEVICE", "cpu")
@@ -192,8 +192,8 @@ def test_recompute_preemption_recomputes_for_real(system: str) -> None:
 
 
 def test_a_swap_moves_the_caches_and_decoding_resumes_exactly() -> None:
-    from repro.plan import StepPlan, ids
-    from repro.policy import Policy
+    from repro.sim.plan import StepPlan, ids
+    from repro.sim.policy import Policy
     from tests.conftest import make_engine, make_requests
 
     class Swapper(Policy):

@@ -20,8 +20,8 @@ pytest.importorskip("transformers", reason="the test server runs a model: pip in
 
 from repro.backends.models import build_model
 from repro.backends.openai_server import Server, serve
-from repro.errors import ConfigError
-from repro.simulate import compose, run_point
+from repro.core.errors import ConfigError
+from repro.experiments.simulate import compose, run_point
 
 ROOT = Path(__file__).resolve().parents[2]
 N, PROMPT, OUTPUT = 5, 12, 8

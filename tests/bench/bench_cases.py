@@ -224,7 +224,7 @@ def _engine_setup(system: str, num_requests: int, rps: float = 4.0) -> Callable[
     cfg: list[Any] = []
 
     def setup() -> tuple[Any, ...]:
-        from repro.simulate import build, compose
+        from repro.experiments.simulate import build, compose
 
         if not cfg:
             cfg.append(compose([f"system={system}", "workload=sharegpt", f"rps={rps}",
@@ -323,10 +323,10 @@ COMPOSE_EXP, COMPOSE_POINTS = "turbospec_fig12", 24  # a sweep of many small poi
 def compose_setup(exp: str = COMPOSE_EXP, n: int = COMPOSE_POINTS) -> tuple[Any, list[list[str]]]:
     """The runner's composer with the config groups of ``n`` points of ``exp`` composed once (Hydra), and those
     points' overrides: a call composes each point and hashes it (``config_hash``), as ``run_sweep`` does."""
-    from repro.compose import Composer, compose_config, hydra_context, to_dict
-    from repro.expspec import ExpSpec, apply_quick
-    from repro.grid import expand_points, group_overrides
-    from repro.results import CONF_DIR
+    from repro.experiments.compose import Composer, compose_config, hydra_context, to_dict
+    from repro.experiments.expspec import ExpSpec, apply_quick
+    from repro.experiments.grid import expand_points, group_overrides
+    from repro.experiments.results import CONF_DIR
 
     with hydra_context():
         spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
@@ -340,7 +340,7 @@ def compose_setup(exp: str = COMPOSE_EXP, n: int = COMPOSE_POINTS) -> tuple[Any,
 
 
 def compose_points(composer: Any, overrides: list[list[str]]) -> None:
-    from repro.results import config_hash
+    from repro.experiments.results import config_hash
 
     for o in overrides:
         config_hash(composer(o))

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.bench
 
 
 def test_compose_speed(benchmark: pytest.FixtureRequest) -> None:
-    from repro.compose import compose_config, hydra_context
-    from repro.results import config_hash
+    from repro.experiments.compose import compose_config, hydra_context
+    from repro.experiments.results import config_hash
 
     composer, overrides = compose_setup()
     benchmark.pedantic(compose_points, args=(composer, overrides), rounds=5, iterations=1)  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.bench
 
 
 def _sim_per_wall(system: str, rps: float, fast_forward: bool, rounds: int = 3) -> tuple[float, float]:
-    from repro.simulate import build, compose
+    from repro.experiments.simulate import build, compose
 
     cfg = compose([f"system={system}", "workload=sharegpt", f"rps={rps}", f"num_requests={SMOKE_REQUESTS}",
                    "seed=0"])

@@ -357,10 +357,11 @@ def test_cli_and_engine_charge_the_same_pass() -> None:
 
     from repro.cost.__main__ import breakdown
     from repro.cost.serving import load_engine
-    from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, verify_pass
-    from repro.plan import StepPlan
-    from repro.proposers import DraftModel
-    from repro.state import RequestState
+    from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
+    from repro.sim.plan import StepPlan
+    from repro.sim.proposers import DraftModel
+    from repro.sim.state import RequestState
+    from repro.sim.stepcost import StepCoster
     from tests.conftest import make_requests
 
     m = CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"),

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from repro.core.errors import ConfigError
 from repro.cost.model import CostModel
 from repro.cost.profile import ProfileCostModel
 from repro.cost.spec import ModelSpec, load_hardware, load_model
-from repro.errors import ConfigError
-from repro.simulate import build, compose, run_point
+from repro.experiments.simulate import build, compose, run_point
 
 TOKENS, CONTEXTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), (0, 128, 512, 1024, 2048, 4096)
 

@@ -1,5 +1,5 @@
 """Step costing (repro/cost/step.py), hand-computed: the target's verify pass and the drafting before it, priced
-through the proposer objects (repro/proposers.py): locally and on remote draft servers."""
+through the proposer objects (repro/sim/proposers.py): locally and on remote draft servers."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from repro.cost.model import CostModel, ForwardShape
 from repro.cost.serving import EngineProfile, load_engine
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, decode_pass_s, verify_pass
-from repro.plan import PlanError, StepPlan, ids
-from repro.proposers import DraftModel, EagleHead, PromptLookup, RemoteDraftServer
-from repro.state import RequestState
+from repro.cost.step import DecodeBatch, PrefillBatch, decode_pass_s, verify_pass
+from repro.sim.plan import PlanError, StepPlan, ids
+from repro.sim.proposers import DraftModel, EagleHead, PromptLookup, RemoteDraftServer
+from repro.sim.state import RequestState
+from repro.sim.stepcost import StepCoster
 from tests.conftest import make_cost, make_requests
 
 NO_INT = np.zeros(0, dtype=np.int64)

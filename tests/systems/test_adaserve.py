@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.plan import StepPlan
-from repro.simulate import build, compose
-from repro.state import Status, View
+from repro.experiments.simulate import build, compose
+from repro.sim.plan import StepPlan
+from repro.sim.state import Status, View
 from tests.conftest import is_closed
 
 TREE_SYSTEMS = ["adaserve", "adaserve_pace", "adaserve_recoverable_first", "global_greedy", "equal_greedy",

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.plan import StepResult, ids
+from repro.sim.plan import StepResult, ids
 from systems.edge import EdgeRounds, expected_tokens, gradient_allocation, utility
 from systems.random_s import random_composition
 
@@ -91,20 +91,20 @@ def test_smoothing_updates_eq3_and_eq4() -> None:
 # --- x*: the optimal long-term goodput of problem (1) ----------------------------------------------------------------
 
 def test_optimal_goodput_of_one_server_is_its_whole_budget() -> None:
-    from repro.fairness import optimal_goodput
+    from repro.metrics.fairness import optimal_goodput
 
     assert optimal_goodput(np.array([0.7]), 6).tolist() == pytest.approx([float(expected_tokens(0.7, 6))])
 
 
 def test_optimal_goodput_of_identical_servers_splits_the_budget() -> None:
-    from repro.fairness import optimal_goodput
+    from repro.metrics.fairness import optimal_goodput
 
     x = optimal_goodput(np.array([0.6, 0.6, 0.6, 0.6]), 8)
     assert x.tolist() == pytest.approx([float(expected_tokens(0.6, 2))] * 4, rel=1e-6)
 
 
 def test_optimal_goodput_beats_every_pure_allocation_and_mixture() -> None:
-    from repro.fairness import optimal_goodput
+    from repro.metrics.fairness import optimal_goodput
 
     a, c = np.array([0.9, 0.5, 0.3]), 5
     x = optimal_goodput(a, c)
@@ -120,7 +120,7 @@ def test_optimal_goodput_beats_every_pure_allocation_and_mixture() -> None:
 
 def _edge_engine(policy: Any, n_req: int = 4, servers: tuple[str, ...] = ("l4", "a100-80g"), **kw: Any) -> Any:
     from repro.cost.spec import load_hardware, load_model
-    from repro.deployment import DraftServerSpec
+    from repro.sim.deployment import DraftServerSpec
     from tests.conftest import FixedOracle, make_engine, make_requests
 
     reqs = make_requests(n_req, prompt_len=64, output_len=30)
@@ -162,7 +162,7 @@ def test_a_round_is_the_slowest_drafter_and_uplink_then_verification_then_the_do
 
 def test_uplink_bytes_grow_with_the_draft_length_times_the_vocabulary() -> None:
     # the same round with S = 1 and S = 5 on one server: the uplink's difference is 4 tokens of (4 + 2·V) bytes
-    from repro.proposers import RemoteDraftServer
+    from repro.sim.proposers import RemoteDraftServer
     from tests.conftest import make_cost
 
     srv = RemoteDraftServer(make_cost("h100-80g", "qwen3-14b", "qwen3-0.6b"), rtt_s=0.0, bandwidth_bps=8e9)
@@ -192,7 +192,7 @@ def test_goodspeed_plays_eq5_on_its_estimates_and_feeds_eq3_with_the_verifiers_a
 
 
 def test_each_server_draws_acceptance_from_its_own_model_and_dataset() -> None:
-    from repro.simulate import build, compose
+    from repro.experiments.simulate import build, compose
 
     servers = "[{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-1.7b},{hardware:l4,model:qwen3-0.6b}," \
               "{hardware:l4,model:qwen3-1.7b}]"
@@ -258,7 +258,7 @@ def test_fixed_s_spends_the_whole_budget_round_robin() -> None:
 def test_a_round_of_the_baselines_drafts_their_budget(system: str, drafted: int) -> None:
     """Through the engine: C = 6 over 4 clients drafts 6 tokens a decoding round (1 each and 2 in turn) for the
     whole-budget readings, 4 for the floor."""
-    from repro.simulate import compose, instantiate_system
+    from repro.experiments.simulate import compose, instantiate_system
     from tests.conftest import spy
 
     pol = instantiate_system(compose([f"system={system}", "system.capacity=6"]).system)
@@ -273,7 +273,7 @@ def test_a_round_of_the_baselines_drafts_their_budget(system: str, drafted: int)
 def test_even_goodput_is_fixed_s_time_average_and_never_above_the_optimum() -> None:
     """C = 20 over 8 clients at α = 0.5: 2 drafts in half the rounds and 3 in the other half, x = (1.75 + 1.875) / 2
     each, which is also x* (identical clients); with heterogeneous α the even split is below U(x*)."""
-    from repro.fairness import even_goodput, optimal_goodput
+    from repro.metrics.fairness import even_goodput, optimal_goodput
 
     assert even_goodput(np.full(8, 0.5), 20).tolist() == pytest.approx([1.8125] * 8)
     assert even_goodput(np.array([0.6, 0.6, 0.6, 0.6]), 8).tolist() == pytest.approx([1.96] * 4)  # 1 + α + α²
@@ -285,7 +285,7 @@ def test_even_goodput_is_fixed_s_time_average_and_never_above_the_optimum() -> N
 def test_goodput_per_second_is_the_clients_tokens_over_the_wall_time() -> None:
     """goodput_tok_per_s = Σ_i (client i's tokens) / the rounds' wall time (receiving + verifying + sending), and
     utility_per_s = U(x̄) + N · log(rounds / wall): recomputed here from the run's requests and steps tables."""
-    from repro.simulate import compose, run_point
+    from repro.experiments.simulate import compose, run_point
 
     servers = "[{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b}," \
               "{hardware:l4,model:qwen3-0.6b}]"
@@ -331,7 +331,7 @@ def test_chain_acceptance_is_accepted_over_tested_by_hand() -> None:
 
 def test_measured_table_is_what_the_recording_gives() -> None:
     """The committed table (both drafts' servers) equals the estimator on SpecDecode-Bench's files, when present."""
-    from repro.simulate import compose
+    from repro.experiments.simulate import compose
     from tests.conftest import data_root
 
     accept = compose(["oracle=specdecode_bench"]).oracle.accept
@@ -348,7 +348,7 @@ def test_measured_table_is_what_the_recording_gives() -> None:
 
 def test_measured_case_gives_each_client_its_measured_acceptance() -> None:
     """goodspeed_fig4's measured case: client i gets the i-th label's α on its server, 1B or 3B alike."""
-    from repro.simulate import build, compose
+    from repro.experiments.simulate import build, compose
 
     b = build(compose(["+exp=goodspeed_fig4", "system=goodspeed", "server_set=llama8", "model=llama3-70b-awq",
                        "model@draft=llama3.2-1b", "workload=goodspeed_measured", "oracle=specdecode_bench",

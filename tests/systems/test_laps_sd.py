@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.plan import StepPlan, StepResult
-from repro.policy import Policy
-from repro.state import RequestState, Status, View
+from repro.sim.plan import StepPlan, StepResult
+from repro.sim.policy import Policy
+from repro.sim.state import RequestState, Status, View
 from systems.fcfs import FCFS
 from systems.laps_sd import LAPSSD, estimate_s, is_stable, queue_of, thresholds
 from systems.las import LAS
@@ -20,8 +20,8 @@ from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, s
 
 
 def summarize_requests(out: Any) -> dict[str, float]:
-    from repro.metrics import summarize
-    from repro.simulate import requests_frame
+    from repro.experiments.simulate import requests_frame
+    from repro.metrics.summary import summarize
 
     table = type("Table", (), {"classes": None, "slo_class": np.zeros(out.state.n, dtype=np.int64),
                                "dataset": "x"})()

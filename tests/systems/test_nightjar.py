@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.compose import Composer, hydra_context
 from repro.cost.serving import EngineProfile
-from repro.plan import MemoryAction
-from repro.state import RequestState, View
+from repro.experiments.compose import Composer, hydra_context
+from repro.sim.plan import MemoryAction
+from repro.sim.state import RequestState, View
 from systems.nightjar import (
     AdaBinGreedy,
     BinGreedy,
@@ -338,7 +338,7 @@ def test_the_authors_hard_rule_turns_speculation_off_at_high_load_and_learns_not
 def test_warmup_passes_hand_the_selector_on_to_the_measured_pass() -> None:
     """nightjar_authors runs two unmeasured passes first (its authors' harness): the measured pass starts with what
     they learned, and the printed Nightjar starts cold."""
-    from repro.simulate import build, compose
+    from repro.experiments.simulate import build, compose
 
     cfg = compose(["system=nightjar_authors", "num_requests=30", "rps=4", "workload.source=embedded"])
     built = build(cfg)

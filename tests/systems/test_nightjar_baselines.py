@@ -12,9 +12,9 @@ import pytest
 from repro.cost.serving import load_engine
 from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 from repro.oracle import Drafter, TokenOracle
-from repro.plan import CandidateTree, StepPlan, TreeSpec, ids
-from repro.state import View
-from repro.trace import StepRecord
+from repro.sim.plan import CandidateTree, StepPlan, TreeSpec, ids
+from repro.sim.state import View
+from repro.sim.trace import StepRecord
 from systems.banditspec import UCB, BanditSpec
 from systems.dsd import DSD
 from systems.static_sd import StaticSD

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.policy import Policy
-from repro.simulate import build, compose, run_point
-from repro.state import Status
+from repro.experiments.simulate import build, compose, run_point
+from repro.sim.policy import Policy
+from repro.sim.state import Status
 from systems.fcfs_slo import FCFSSLO
 from systems.incr_dec import IncrDec
 from systems.lib import slo_batch_limit

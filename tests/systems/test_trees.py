@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repro.oracle import TokenOracle
-from repro.plan import CandidateTree, TreeSpec
+from repro.sim.plan import CandidateTree, TreeSpec
 from systems.trees import (
     Ranked,
     depth_width,

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from repro.cost.step import decode_pass_s
-from repro.plan import StepPlan
-from repro.simulate import build, compose
-from repro.state import Status, View
+from repro.experiments.simulate import build, compose
+from repro.sim.plan import StepPlan
+from repro.sim.state import Status, View
 from systems.turbospec import (
     AcceptanceTracker,
     LatencyFit,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro import errors
+from repro.core import errors
 from workloads import DataMissingError, DataSource, build_workload, check_data_root
 from workloads.provenance import show_path
 from workloads.tokens import count_tokens, tokenizer_problem

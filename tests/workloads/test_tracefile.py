@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.errors import ConfigError
-from repro.simulate import build as build_point
-from repro.simulate import compose, run_point
+from repro.core.errors import ConfigError
+from repro.experiments.simulate import build as build_point
+from repro.experiments.simulate import compose, run_point
 from workloads import DataMissingError, build_workload
 
 

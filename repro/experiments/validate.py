@@ -1,7 +1,7 @@
 """Compose-time checks: a value of the wrong type, out of range, or physically impossible is refused before anything
 runs, with one line naming the key (the command line prints it as ``error: ...`` and exits with status 2).
 
-Three layers, all raising :class:`repro.errors.ConfigError`:
+Three layers, all raising :class:`repro.core.errors.ConfigError`:
 
 - :func:`check_keys`: keys added with ``+`` that no config defines (``+num_request=50`` is a typo, not a new knob);
 - :func:`check_values`: the top-level knobs of ``conf/config.yaml`` and an experiment's own top-level keys have the
@@ -10,7 +10,7 @@ Three layers, all raising :class:`repro.errors.ConfigError`:
   heads, the target's weights (plus a resident draft's) leave KV memory on the GPUs, the workload and system
   configs build (their constructors check budgets, counts and block sizes), and the deployment gives the system
   what it declares it needs (:func:`check_needs`); :func:`check_workload`: its requests build from the data files
-  they need (a missing file raises :class:`repro.errors.DataMissingError`).
+  they need (a missing file raises :class:`repro.core.errors.DataMissingError`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from repro.errors import ConfigError, suggest
+from repro.core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
-    from repro.expspec import ExpSpec
+    from repro.experiments.expspec import ExpSpec
 
 GiB = 2**30
 
@@ -185,9 +185,9 @@ def check_workload(cfg: DictConfig, where: str = "") -> None:
     they do not share this process's memory (not forked from it)."""
     import numpy as np
 
-    from repro.deployment import Deployment
-    from repro.errors import DataMissingError
-    from repro.simulate import baseline_tpot_s, instantiate_system, request_table
+    from repro.core.errors import DataMissingError
+    from repro.experiments.simulate import baseline_tpot_s, instantiate_system, request_table
+    from repro.sim.deployment import Deployment
 
     cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system, where)).cost_model()
     try:
@@ -206,7 +206,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     system's constructor accepts its keys and the deployment meets the system's needs."""
     from repro.cost.serving import EngineProfile
     from repro.cost.spec import HardwareSpec, ModelSpec
-    from repro.deployment import Deployment, draft_server_specs
+    from repro.sim.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
 
     def spec(group: str, build: Any) -> Any:
@@ -221,7 +221,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     engine = spec("engine", EngineProfile.from_cfg)
     tp, draft_tp = int(cfg.tp), int(cfg.draft_tp)
     check_tp(model, tp, "tp", where)
-    from repro.simulate import instantiate_system, max_model_len
+    from repro.experiments.simulate import instantiate_system, max_model_len
 
     try:
         max_model_len(cfg, model)
@@ -256,7 +256,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
 
 def check_needs(deployment: Any, where: str = "") -> None:
     """The deployment gives each of its policies what the policy declares it needs (remote draft servers, an engine
-    that verifies branching trees: :class:`repro.policy.Policy`)."""
+    that verifies branching trees: :class:`repro.sim.policy.Policy`)."""
     engine = deployment.engine
     for policy in dict.fromkeys([deployment.policy, *(r.policy for r in deployment.replicas)]):
         name = type(policy).__name__

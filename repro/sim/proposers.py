@@ -22,9 +22,9 @@ Four kinds:
   memory. Each server names its own oracle stream, so heterogeneous servers can accept differently
   (the default is the run's draft model's stream).
 
-A replica's proposers (:class:`Proposers`) are built by its deployment (:mod:`repro.deployment`) around the replica's
-cost model: the co-located ones by name (``draft``, ``eagle``, ``pld``, the names systems' configs use) and the
-deployment's remote draft servers by index. A policy names a proposer in its plan (``StepPlan.proposer="draft"``) or
+A replica's proposers (:class:`Proposers`) are built by its deployment (:mod:`repro.sim.deployment`) around the
+replica's cost model: the co-located ones by name (``draft``, ``eagle``, ``pld``, the names systems' configs use) and
+the deployment's remote draft servers by index. A policy names a proposer in its plan (``StepPlan.proposer="draft"``) or
 passes one of the objects its context holds (``PolicyContext.proposers``); ``StepPlan.draft_server`` places
 requests on remote servers, which then draft (and are scored) for those requests instead of the plan's proposer.
 """
@@ -35,15 +35,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from repro.errors import PlanError
+from repro.core.errors import PlanError
+from repro.core.speculation import DRAFT as DRAFT  # the names policies use; each is the oracle's stream of that name
+from repro.core.speculation import EAGLE as EAGLE
+from repro.core.speculation import PLD as PLD
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, Which
     from repro.cost.spec import HardwareSpec
 
-#: The names policies use for the co-located proposers; each is also the token oracle's built-in stream of the same
-#: name (the draft model's pair table, the EAGLE head's table, prompt lookup's matches).
-DRAFT, EAGLE, PLD = "draft", "eagle", "pld"
 
 
 @dataclass(frozen=True, eq=False)

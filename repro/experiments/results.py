@@ -4,9 +4,9 @@ Files in the output directory:
 
 ``points.csv``
     One row per point: ``exp, system, seed``, the swept keys by name, the metrics of
-    :data:`repro.metrics.POINT_METRICS` (minus ``sim_time_s``), extra metrics and derived columns (sorted by name),
-    then ``sim_time_s, wall_s, config_hash, code_version``. :class:`PointsFile` appends each finished point at once
-    (one write of a full line, under a file lock), so a killed sweep loses only the points in flight, and rewrites
+    :data:`repro.metrics.summary.POINT_METRICS` (minus ``sim_time_s``), extra metrics and derived columns (sorted by
+    name), then ``sim_time_s, wall_s, config_hash, code_version``. :class:`PointsFile` appends each finished point at
+    once (one write of a full line, under a file lock), so a killed sweep loses only the points in flight, and rewrites
     the file in grid order at the end. Floats are written with :func:`fmt` (integral values as integers, others with 6
     significant digits), so a seed gives a byte-identical file apart from ``wall_s``.
 ``manifest.json``
@@ -17,9 +17,9 @@ Files in the output directory:
     With ``save_requests=true``: every point's per-request table (and step or round trace, when recorded) with the
     point's keys and ``config_hash`` as extra columns (a key replaces a column of the same name, e.g. a case key
     ``dataset``), without the columns that follow from others
-    (:data:`repro.derived.TABLE_COLUMNS`, added again on load) (:func:`save_tables`). Floats are stored as float32
-    (timestamps to ≈ 10 µs at 200 s simulated; points.csv is computed before, from the float64 tables), which keeps
-    a reference's per-request table under 1 MB.
+    (:data:`repro.metrics.derived.TABLE_COLUMNS`, added again on load) (:func:`save_tables`). Floats are stored as
+    float32 (timestamps to ≈ 10 µs at 200 s simulated; points.csv is computed before, from the float64 tables), which
+    keeps a reference's per-request table under 1 MB.
 
 ``config_hash`` identifies a point's resolved config (without the run-control keys, :data:`RUN_CONTROL_KEYS`) and
 ``code_version`` the source files that produced it (not the git commit); resume keeps a row when both match. Every
@@ -49,12 +49,12 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from repro import datasources
-from repro.derived import TABLE_COLUMNS
-from repro.expspec import ExpSpec
-from repro.metrics import POINT_METRICS
+from repro.experiments import datasources
+from repro.experiments.expspec import ExpSpec
+from repro.metrics.derived import TABLE_COLUMNS
+from repro.metrics.summary import POINT_METRICS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 RESULTS_DIR = REPO_ROOT / "results"
 

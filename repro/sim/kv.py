@@ -5,7 +5,7 @@ KV live: :meth:`repro.cost.model.CostModel.kv_capacity_blocks`); each request's 
 state (``kv_blocks``), so policies read it through their view. The engine grows a request's blocks when a step
 schedules tokens for it, shrinks them when speculation is rejected, and frees them when the request finishes, is
 preempted or is swapped out; a policy may resize the pool (a draft offloaded or reloaded, a pool kept smaller).
-Every operation that would need more blocks than the pool has is a :class:`~repro.plan.PlanError`: the policy should
+Every operation that would need more blocks than the pool has is a :class:`~repro.sim.plan.PlanError`: the policy should
 have preempted first.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from repro.cost.model import CostModel, DraftKvLayout
-from repro.plan import PlanError
-from repro.state import RequestState
+from repro.sim.plan import PlanError
+from repro.sim.state import RequestState
 
 
 class KvPool:

@@ -36,12 +36,12 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from repro import runner
-from repro.compose import compose_config, hydra_context, to_dict
-from repro.errors import ReproError
-from repro.expspec import ExpSpec, apply_quick
-from repro.grid import expand_points, group_overrides
-from repro.results import CONF_DIR, KEY_COLS, REPO_ROOT, RESULTS_DIR, display_path, reference_dir
+from repro.core.errors import ReproError
+from repro.experiments import runner
+from repro.experiments.compose import compose_config, hydra_context, to_dict
+from repro.experiments.expspec import ExpSpec, apply_quick
+from repro.experiments.grid import expand_points, group_overrides
+from repro.experiments.results import CONF_DIR, KEY_COLS, REPO_ROOT, RESULTS_DIR, display_path, reference_dir
 
 #: Columns that measure this machine's wall clock or book-keeping, never compared.
 WALL_CLOCK = frozenset({"wall_s", "mean_iter_schedule_ms", "config_hash", "code_version"})
@@ -240,7 +240,7 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
             shutil.copy2(result.out_dir / n, dest / n)
     if dest != ref:
         return dest
-    from repro import render
+    from repro.experiments import render
 
     if not quick:
         render.redraw(dest)  # figure files and summary.md, drawn where they now live

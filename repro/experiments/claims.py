@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repro.errors import ConfigError
+from repro.core.errors import ConfigError
 
 CLAIM_KEYS = {
     "text", "paper", "kind", "metric", "system", "where", "x", "reduce", "lower_is_better", "baselines",

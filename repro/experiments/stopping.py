@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import FrameType
 
-from repro.results import display_path
+from repro.experiments.results import display_path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_EVERY_S = 0.5

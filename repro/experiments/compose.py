@@ -2,7 +2,7 @@
 
 :func:`compose_config` composes conf/config.yaml with a list of overrides inside :func:`hydra_context` (which
 restores any enclosing Hydra state, e.g. @hydra.main's) and turns Hydra's and OmegaConf's multi-line errors into a
-:class:`~repro.errors.ConfigError` on one line (:func:`explain`): a key no config has is named with the nearest
+:class:`~repro.core.errors.ConfigError` on one line (:func:`explain`): a key no config has is named with the nearest
 known key, a knob of other systems with the systems that have it, and a config group set like a plain value
 (``draft=vicuna-160m``) with the override that selects it (``model@draft=vicuna-160m``). :func:`known_top_keys` and
 :func:`check_data_root` are the runner's other checks of a composed config.
@@ -24,9 +24,9 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from repro.errors import ConfigError
-from repro.grid import group_overrides
-from repro.results import CONF_DIR
+from repro.core.errors import ConfigError
+from repro.experiments.grid import group_overrides
+from repro.experiments.results import CONF_DIR
 
 
 def to_dict(node: Any) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[s
             return (f"{key}: a key of {shown}, not of the system this run composes; name the system too "
                     f"(system={owners[0]} {key}=...)")
         known = _dotted_keys(conf_dir)
-        from repro.errors import suggest
+        from repro.core.errors import suggest
 
         return f"{key}: not a config key{suggest(key, known)} (python -m repro list shows the config groups)"
     return one_line(exc)
@@ -270,7 +270,7 @@ def own_grid_keys(conf_dir: Path, name: str | None) -> list[str]:
 def unswept_grid_key(key: str, conf_dir: Path, name: str | None, values: Any = None) -> str:
     """Why ``exp.grid.KEY`` is refused when the experiment does not sweep KEY: what it sweeps, and the override
     that sets one value for every point."""
-    from repro.grid import format_value
+    from repro.experiments.grid import format_value
 
     swept = own_grid_keys(conf_dir, name)
     first = values[0] if isinstance(values, list | tuple) and values else values

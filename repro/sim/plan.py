@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from repro.errors import PlanError as PlanError  # raised where plans are checked; defined below every raiser
+from repro.core.errors import PlanError as PlanError  # raised where plans are checked; defined below every raiser
+from repro.core.speculation import CandidateTree as CandidateTree
+from repro.core.speculation import ProposerName as ProposerName
+from repro.core.speculation import TreeSpec as TreeSpec
 
 if TYPE_CHECKING:
-    from repro.proposers import Proposer
+    from repro.sim.proposers import Proposer
 
-#: The names of a replica's co-located proposers (:mod:`repro.proposers`), as systems' configs give them.
-ProposerName = Literal["draft", "eagle", "pld"]
 PreemptMode = Literal["recompute", "swap"]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -43,45 +44,6 @@ def ids(values: object = ()) -> np.ndarray:
     """An int64 id array (the type every id field of a plan holds)."""
     arr = np.asarray(values, dtype=np.int64)
     return arr.reshape(-1)
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateTree:
-    """Candidate token tree the drafter produced for one request (beam search of ``depth`` × ``width``).
-
-    Node ``i`` sits at ``depth[i]`` (1 = child of the root, the root being the request's last token), is the
-    ``rank[i]``-th most probable token of the draft at its parent (0 = top-1), hangs below ``parent[i]`` (-1 for the
-    root) and carries the draft's conditional probability ``prob[i]`` and path probability ``path_prob[i]`` (the
-    product of ``prob`` along its path: AdaServe's Eq. 7 approximation of f(v)). Nodes are listed in
-    breadth-first order, so every parent precedes its children. A real drafter (``backend=hf``) adds their token ids.
-    """
-
-    rid: int
-    pos: int  # output position of the first speculated token (tokens generated so far)
-    parent: np.ndarray
-    depth: np.ndarray
-    rank: np.ndarray
-    prob: np.ndarray
-    path_prob: np.ndarray
-    draft_depth: int
-    draft_width: int
-    tokens: np.ndarray | None = None  # the nodes' token ids (a real drafter's trees, backend=hf; None: simulated)
-
-    @property
-    def size(self) -> int:
-        return int(self.parent.shape[0])
-
-
-@dataclass(frozen=True, slots=True)
-class TreeSpec:
-    """A draft token tree to verify: the subset ``nodes`` of a candidate tree (closed under ``parent``)."""
-
-    cand: CandidateTree
-    nodes: np.ndarray  # indices into ``cand``; every selected node's parent is selected too (or is the root)
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.nodes.shape[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +73,7 @@ class StepPlan:
     ``k`` gives each decoding request its chain length (aligned with ``decode_ids``; ``None`` = no speculation);
     ``trees`` maps a decoding request to a token tree to verify instead of a chain. ``proposer`` says what produces
     the chain: a name of the replica's proposers (``"draft"``, ``"eagle"``, ``"pld"``: its draft model, EAGLE head or
-    prompt lookup) or one of the proposer objects the policy's context holds (:mod:`repro.proposers`).
+    prompt lookup) or one of the proposer objects the policy's context holds (:mod:`repro.sim.proposers`).
     ``draft_server`` (aligned with ``decode_ids``) places each request's drafting on one of the deployment's remote
     draft servers (GoodSpeed), which then drafts and is scored for it; -1 (or ``None`` for all) = the plan's proposer.
     ``draft_sync`` runs the draft model over the step's prefill chunks and non-speculating decodes too, keeping its KV

@@ -1,23 +1,24 @@
 """Experiment runner: compose an experiment's points, run them (in parallel), write its results folder.
 
 :func:`run_experiment` takes the composed main config (conf/config.yaml, the experiment file ``conf/exp/NAME.yaml``
-and the command line), reads its ``exp`` block into an :class:`~repro.expspec.ExpSpec` (applying quick mode and the
-command line's narrowing, :mod:`repro.narrow`) and runs the experiment's kind (:data:`KINDS`). A sweep expands the
-points (:mod:`repro.grid`), composes each point's config (the command line's overrides, then the point's own; Hydra
-composes each distinct choice of config groups once, :class:`repro.compose.Composer`), refuses an impossible point
-before anything runs (:func:`repro.validate.check_point`; each distinct workload is built once where the points run,
-:func:`repro.validate.check_workload`, so a missing data file is named too), and runs the points through
-:func:`repro.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a process
-pool, with a progress bar (a progress line every 10 s when the output is not a terminal).
-Each point is appended to points.csv as it finishes; at the end the file is rewritten in grid order with
-the experiment's derived columns (:mod:`repro.derived`), manifest.json is written (:mod:`repro.results` describes
-the files) and the figures and summary.md are drawn (:mod:`repro.render`).
+and the command line), reads its ``exp`` block into an :class:`~repro.experiments.expspec.ExpSpec` (applying quick mode
+and the command line's narrowing, :mod:`repro.experiments.narrow`) and runs the experiment's kind (:data:`KINDS`). A
+sweep expands the points (:mod:`repro.experiments.grid`), composes each point's config (the command line's overrides,
+then the point's own; Hydra composes each distinct choice of config groups once,
+:class:`repro.experiments.compose.Composer`), refuses an impossible point before anything runs
+(:func:`repro.experiments.validate.check_point`; each distinct workload is built once where the points run,
+:func:`repro.experiments.validate.check_workload`, so a missing data file is named too), and runs the points through
+:func:`repro.experiments.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a
+process pool, with a progress bar (a progress line every 10 s when the output is not a terminal). Each point is appended
+to points.csv as it finishes; at the end the file is rewritten in grid order with the experiment's derived columns
+(:mod:`repro.metrics.derived`), manifest.json is written (:mod:`repro.experiments.results` describes the files) and the
+figures and summary.md are drawn (:mod:`repro.experiments.render`).
 
 The output folder is not touched before the first point finishes, nor when it holds another run
 (:func:`refuse_to_replace`). ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point
 of this run and computes the rest; a plain run starts points.csv afresh. Ctrl-C stops a run with its finished
-points saved (:mod:`repro.stopping`). The calibration kind writes the cost model's calibration table as points.csv
-instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
+points saved (:mod:`repro.experiments.stopping`). The calibration kind writes the cost model's calibration table as
+points.csv instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
 :func:`memory_row`).
 """
 
@@ -43,8 +44,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from repro import datasources, narrow
-from repro.compose import (
+from repro.core.errors import ConfigError, ReproError
+from repro.experiments import datasources, narrow
+from repro.experiments.compose import (
     Composer,
     check_data_root,
     check_grid_keys,
@@ -53,11 +55,9 @@ from repro.compose import (
     one_line,
     to_dict,
 )
-from repro.derived import Derived, with_derived
-from repro.errors import ConfigError, ReproError
-from repro.expspec import SEED_KEY, ExpSpec, apply_quick
-from repro.grid import expand_points, group_overrides, override
-from repro.results import (
+from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
+from repro.experiments.grid import expand_points, group_overrides, override
+from repro.experiments.results import (
     CONF_DIR,
     KEY_COLS,
     PointsFile,
@@ -74,8 +74,9 @@ from repro.results import (
     save_tables,
     write_table,
 )
-from repro.stopping import Interrupted, signals_held, signum_of, stop_workers, worker_init
-from repro.validate import check_keys, check_point, check_values, check_workload
+from repro.experiments.stopping import Interrupted, signals_held, signum_of, stop_workers, worker_init
+from repro.experiments.validate import check_keys, check_point, check_values, check_workload
+from repro.metrics.derived import Derived, with_derived
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
 REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
@@ -99,7 +100,7 @@ class Outcome:
 
 def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
     """Simulate one point (in a worker or in-process); config mistakes come back as :class:`ConfigError`."""
-    from repro import simulate
+    from repro.experiments import simulate
 
     t0 = time.perf_counter()
     try:
@@ -198,7 +199,7 @@ def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
     """How many of the experiment's paper claims hold, differ, or cannot be computed from ``points``."""
     if not spec.claims or points.empty:
         return {}
-    from repro import claims
+    from repro.experiments import claims
 
     grid = spec.grid_columns()
     table = claims.evaluate(spec.claims, points, grid[0] if grid else None, spec.claims_also_for)
@@ -297,8 +298,8 @@ def data_here(launcher: Any) -> bool:
 
 def refuse_to_replace(ctx: RunContext, wanted: frozenset[tuple[str, str]]) -> None:
     """Refuse (:class:`ConfigError`) to write over a run that ``ctx.out_dir`` holds unless this run computes exactly
-    its points (``wanted``, as :func:`~repro.results.earlier_run` keys them), or some of them with ``resume=true``,
-    or ``overwrite=true``."""
+    its points (``wanted``, as :func:`~repro.experiments.results.earlier_run` keys them), or some of them with
+    ``resume=true``, or ``overwrite=true``."""
     if ctx.overwrite or ctx.cfg.get("overwrite"):
         return
     earlier = earlier_run(ctx.out_dir)
@@ -320,13 +321,13 @@ def refuse_to_replace(ctx: RunContext, wanted: frozenset[tuple[str, str]]) -> No
 
 
 def run_key(ctx: RunContext) -> frozenset[tuple[str, str]]:
-    """A run without config hashes per point (calibration, memory) as :func:`~repro.results.earlier_run` keys it:
-    its kind and the hash of the config its manifest records."""
+    """A run without config hashes per point (calibration, memory) as :func:`~repro.experiments.results.earlier_run`
+    keys it: its kind and the hash of the config its manifest records."""
     config = json.loads(json.dumps({**to_dict(ctx.cfg), "exp": ctx.spec.source}, default=str))
     return frozenset({(ctx.spec.kind, dict_hash(config))})
 def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConfig]) -> None:
     """Record each system's engine profile; where they differ and the command line chose the systems (not
-    ``engine=``), say so on the console before anything runs (:func:`~repro.results.engines_line`)."""
+    ``engine=``), say so on the console before anything runs (:func:`~repro.experiments.results.engines_line`)."""
     names: dict[str, dict[str, None]] = {}
     for p, c in zip(points, cfgs, strict=True):
         names.setdefault(p.system, {})[str(OmegaConf.select(c, "engine.name", default="?"))] = None
@@ -339,8 +340,9 @@ def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConf
 
 
 def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
-    """points.csv's text rows plus the ``exp.derived`` columns (:func:`repro.derived.with_derived`), each written
-    with :func:`~repro.results.fmt` before the next entry reads it, as a redraw from points.csv would see it."""
+    """points.csv's text rows plus the ``exp.derived`` columns (:func:`repro.metrics.derived.with_derived`), each
+    written with :func:`~repro.experiments.results.fmt` before the next entry reads it, as a redraw from points.csv
+    would see it."""
     if not specs:
         return rows
     cols = list(dict.fromkeys(k for r in rows for k in r))
@@ -419,7 +421,7 @@ def _execute(
 ) -> None:
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
     ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
-    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.stopping`)."""
+    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.experiments.stopping`)."""
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
             on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
@@ -561,8 +563,8 @@ def memory_row(cfg: DictConfig) -> dict[str, float]:
     included, as the engine profile lays it out), the activation reserve and what is left unused; and the KV pool's
     capacity in tokens (Nightjar Fig. 3)."""
     from repro.cost.model import GiB
-    from repro.deployment import Deployment
-    from repro.simulate import instantiate_system
+    from repro.experiments.simulate import instantiate_system
+    from repro.sim.deployment import Deployment
 
     policy = instantiate_system(cfg.system)
     cost = Deployment.from_cfg(cfg, policy).cost_model()
@@ -615,23 +617,25 @@ def run_experiment(
     overwrite: bool = False,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
-    summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.results.default_out_dir` (a folder of its
-    own for a run the command line narrowed).
+    summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.experiments.results.default_out_dir` (a folder
+    of its own for a run the command line narrowed).
 
     Nothing is written before every point is checked and the folder is found free: one that holds another run is
     refused (:func:`refuse_to_replace`). Ctrl-C (or SIGTERM, where the command line raises it) stops the run with
-    :class:`~repro.stopping.Interrupted` once the finished points are saved and manifest.json records the stop.
+    :class:`~repro.experiments.stopping.Interrupted` once the finished points are saved and manifest.json records the
+    stop.
 
     Args:
         cfg: the composed main config (conf/config.yaml + conf/exp/NAME.yaml + command-line overrides).
         overrides: the command-line overrides ``cfg`` was composed from (each point is composed from them
             plus its own); under @hydra.main, ``HydraConfig.get().overrides.task``. They narrow the experiment
-            (:mod:`repro.narrow`): a swept key's value runs that value only, ``system=NAME`` that system only.
+            (:mod:`repro.experiments.narrow`): a swept key's value runs that value only, ``system=NAME`` that system
+            only.
         conf_dir: the Hydra config directory.
         out_dir: the output folder (the regeneration commands pass the reference folder).
         log: where the narrowing lines go (default: stderr).
         progress: called once per finished point instead of drawing this run's own progress bar.
-        composer: the :class:`~repro.compose.Composer` that composed ``cfg`` (on ``conf_dir``), whose Hydra
+        composer: the :class:`~repro.experiments.compose.Composer` that composed ``cfg`` (on ``conf_dir``), whose Hydra
             compositions the points then reuse.
         overwrite: replace the run ``out_dir`` holds, whatever it is (the regeneration commands; ``overwrite=true``).
     """
@@ -692,7 +696,7 @@ def run_experiment(
     warning = datasources.warning(manifest["data"])
     if warning:
         say(warning)
-    from repro import render
+    from repro.experiments import render
 
     render.render(out, manifest, points)
     verdicts = claim_verdicts(spec, points) if spec.kind != "calibration" else {}

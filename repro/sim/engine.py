@@ -3,13 +3,13 @@
 The loop takes events in time order: request arrivals (routed to a replica; at a time, before any step) and replica
 steps (a heap of ``(time, seq, replica)``). A replica whose policy declares how it admits (``Policy.admits``) may
 admit arrivals itself inside a fast-forwarded run (:meth:`Replica.run_ahead`); the loop then moves on past them.
-The replicas are built from the run's :class:`~repro.deployment.Deployment`: each gets its policy, its cost model
-(its tensor parallelism) and its proposers (:mod:`repro.proposers`), and its policy is bound with that context. A
-replica step asks its policy for a :class:`~repro.plan.StepPlan`, checks the plan, resolves the plan's
+The replicas are built from the run's :class:`~repro.sim.deployment.Deployment`: each gets its policy, its cost model
+(its tensor parallelism) and its proposers (:mod:`repro.sim.proposers`), and its policy is bound with that context. A
+replica step asks its policy for a :class:`~repro.sim.plan.StepPlan`, checks the plan, resolves the plan's
 proposer to the replica's object, charges the step's time with :mod:`repro.cost.step` under the run's engine profile
 (memory actions + drafting + one target forward + the host's speculation work), asks the token oracle how much
 speculation is accepted (each request scored on the stream of the proposer that drafted it), applies the result and
-tells the policy. Observers (:mod:`repro.trace`, e.g. the step trace) are called after each step only when there
+tells the policy. Observers (:mod:`repro.sim.trace`, e.g. the step trace) are called after each step only when there
 are any. Simulated time never moves backwards. With a real backend (``backend=hf``, :mod:`repro.backends.hf`) the
 plan is executed on real models instead: they decide the acceptance, and the step's time is their measured wall
 clock.
@@ -28,26 +28,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.cost.step import DecodeBatch, PrefillBatch, StepCoster, decode_runs_s, verify_pass, verify_runs_s
-from repro.kv import KvPool
-from repro.plan import PlanError, StepPlan, StepResult, TreeSpec
-from repro.policy import PolicyContext, whole_prompts_that_fit
-from repro.proposers import colocated
-from repro.state import FINISHED as _FINISHED
-from repro.state import RUNNING as _RUNNING
-from repro.state import SWAPPED as _SWAPPED
-from repro.state import WAITING as _WAITING
-from repro.state import RequestState, View
-from repro.trace import RoundTracer, StepEvent, StepRecord, StepRun, StepTracer
+from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass, verify_runs_s
+from repro.sim.kv import KvPool
+from repro.sim.plan import PlanError, StepPlan, StepResult, TreeSpec
+from repro.sim.policy import PolicyContext, whole_prompts_that_fit
+from repro.sim.proposers import colocated
+from repro.sim.state import FINISHED as _FINISHED
+from repro.sim.state import RUNNING as _RUNNING
+from repro.sim.state import SWAPPED as _SWAPPED
+from repro.sim.state import WAITING as _WAITING
+from repro.sim.state import RequestState, View
+from repro.sim.stepcost import StepCoster, decode_runs_s
+from repro.sim.trace import RoundTracer, StepEvent, StepRecord, StepRun, StepTracer
 
 if TYPE_CHECKING:
-    from repro.backends.hf import HfBackend
     from repro.cost.model import CostModel, ForwardCost
-    from repro.deployment import Deployment
     from repro.oracle import Drafter, TokenOracle
-    from repro.policy import Policy, WholePromptAdmission
-    from repro.proposers import Proposer, Proposers
-    from repro.trace import StepObserver
+    from repro.sim.backend import StepBackend
+    from repro.sim.deployment import Deployment
+    from repro.sim.policy import Policy, WholePromptAdmission
+    from repro.sim.proposers import Proposer, Proposers
+    from repro.sim.trace import StepObserver
 
 _ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
 
@@ -59,7 +60,7 @@ class SimulationError(RuntimeError):
 @dataclass
 class SimOutput:
     """Everything a run produced: final per-request state, the simulated span and the optional step trace (its
-    records, and each step's plan telemetry beside them: :class:`~repro.trace.StepTracer`)."""
+    records, and each step's plan telemetry beside them: :class:`~repro.sim.trace.StepTracer`)."""
 
     state: RequestState
     replica_of: np.ndarray
@@ -78,7 +79,7 @@ class Replica:
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
                  *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
                  drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
-                 arms: int | None = None, backend: HfBackend | None = None, fast_forward: bool = True) -> None:
+                 arms: int | None = None, backend: StepBackend | None = None, fast_forward: bool = True) -> None:
         self.index = index
         self.backend = backend  # a real backend executes the steps (time and acceptance) instead of the models
         self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
@@ -144,7 +145,7 @@ class Replica:
              max_steps: int | None = None, arrivals: ArrivalFeed | None = None) -> float | None:
         """Run one iteration starting at ``now``; return its end time, or ``None`` if the policy idles.
 
-        With fast-forward (a policy that :attr:`~repro.policy.Policy.repeats_plan`), a step that the policy will
+        With fast-forward (a policy that :attr:`~repro.sim.policy.Policy.repeats_plan`), a step that the policy will
         repeat runs at once with its repetitions (:meth:`run_ahead`) that start before ``until`` (the next
         arrival) and at most at ``limit``, the replica's steps staying at most ``max_steps``, or, where the policy
         declares how it admits, through the ``arrivals`` it admits on the way; the end of the last one is
@@ -252,17 +253,17 @@ class Replica:
         each request's steps are scored once, ahead, and read as the run reaches them). The run ends with the first
         step that finishes a request, before the first that would start at or after ``until`` (an arrival is
         handled first) or after ``limit``, or whose KV would not fit the free blocks (the policy would preempt), and
-        after ``budget`` steps. A policy that also :attr:`~repro.policy.Policy.keeps_plan_after_finish` plans the
+        after ``budget`` steps. A policy that also :attr:`~repro.sim.policy.Policy.keeps_plan_after_finish` plans the
         same step for the rest of the batch once a request finishes with nothing waiting or swapped, so there (and
         without observers) the run goes on past finishes, each request leaving it after its last step. One that
-        also declares how it :attr:`~repro.policy.Policy.admits` arrivals, given the engine's ``arrivals``, has its
+        also declares how it :attr:`~repro.sim.policy.Policy.admits` arrivals, given the engine's ``arrivals``, has its
         run go on through them: at the first step boundary at or after an arrival, if every request then waiting
         fits the policy's rule, the engine admits them, runs their prefill step as the policy would have planned it
         (:meth:`_prefill`), and the run goes on with them last in the batch; otherwise the run ends there. Step
         times come from the same cost functions, vectorized over a segment of stretches of steps with the same
-        requests at a time (:func:`~repro.cost.step.decode_runs_s`, :func:`~repro.cost.step.verify_runs_s`), and
+        requests at a time (:func:`~repro.sim.stepcost.decode_runs_s`, :func:`~repro.cost.step.verify_runs_s`), and
         every running sum is accumulated in step order, so the state afterwards equals that of running the steps one
-        by one, bit for bit; observers get the run as a :class:`~repro.trace.StepRun` (``schedule_wall_s``: the
+        by one, bit for bit; observers get the run as a :class:`~repro.sim.trace.StepRun` (``schedule_wall_s``: the
         policy's planning of the first step). Returns the end of the last step run."""
         s, ids_ = self.s, plan.decode_ids
         n = int(ids_.size)
@@ -876,7 +877,7 @@ class Replica:
         return int(self.s.num_draft_computed[rids].sum()) if self.draft_resident else 0
 
     def _memory_actions(self, plan: StepPlan, now: float) -> float:
-        """Apply the plan's :class:`~repro.plan.MemoryAction`; return the seconds it adds to the step."""
+        """Apply the plan's :class:`~repro.sim.plan.MemoryAction`; return the seconds it adds to the step."""
         mem = plan.memory
         if mem is None:
             return 0.0
@@ -922,7 +923,7 @@ _NO_BOOL = np.zeros(0, dtype=bool)
 
 
 class _Admission:
-    """What a run that admits arrivals needs of the policy's rule (:class:`~repro.policy.WholePromptAdmission`):
+    """What a run that admits arrivals needs of the policy's rule (:class:`~repro.sim.policy.WholePromptAdmission`):
     the rule, its prefill plan (the drafting reads only its proposer and ``draft_sync``) and proposer, whether that
     prefill fills the draft's cache, and whether the admitted requests can then decode with the run's proposer
     ``prop`` at chain length ``k`` without a catch-up."""
@@ -1116,14 +1117,14 @@ class Engine:
     The engine builds each replica of ``deployment`` (its policy, its cost model at its tensor parallelism, its
     proposers around that cost model and the deployment's remote draft servers) and binds each policy with its
     replica's context and the run's ``rng``; a routing policy (one that declared replicas) is bound first, with the
-    deployment's cost model at its ``tp``. ``record_steps`` adds a :class:`~repro.trace.StepTracer` to
+    deployment's cost model at its ``tp``. ``record_steps`` adds a :class:`~repro.sim.trace.StepTracer` to
     ``observers`` (the run's :class:`SimOutput` then holds its records and telemetry), ``record_rounds`` a
-    :class:`~repro.trace.RoundTracer` (its table is ``SimOutput.rounds``). ``counterfactual_arms`` = N scores every
+    :class:`~repro.sim.trace.RoundTracer` (its table is ``SimOutput.rounds``). ``counterfactual_arms`` = N scores every
     decode step's uniform chain lengths 0..N as well (:meth:`Replica._arm_rewards`; the step trace then holds each
     step's best and realized goodput and the cumulative regret, Nightjar Eq. 2). ``max_steps`` stops a replica after
     that many steps (GoodSpeed's rounds); ``client`` gives each request's client (``View.client``); ``backend``
     executes every replica's steps on real models (:class:`repro.backends.hf.HfBackend`). ``fast_forward`` lets a
-    replica whose policy :attr:`~repro.policy.Policy.repeats_plan` compute a stretch of repeated steps at once
+    replica whose policy :attr:`~repro.sim.policy.Policy.repeats_plan` compute a stretch of repeated steps at once
     (:meth:`Replica.run_ahead`; the results are the same either way, only faster).
     """
 
@@ -1134,7 +1135,7 @@ class Engine:
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
                  counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
                  max_steps: int | None = None, client: np.ndarray | None = None,
-                 backend: HfBackend | None = None, fast_forward: bool = True) -> None:
+                 backend: StepBackend | None = None, fast_forward: bool = True) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -1231,7 +1232,7 @@ class Engine:
                          rounds=self.round_tracer.frame() if self.round_tracer is not None else None)
 
     def _request_columns(self) -> dict[str, np.ndarray]:
-        """Each replica policy's :meth:`~repro.policy.Policy.request_columns`, for the requests routed to it (NaN
+        """Each replica policy's :meth:`~repro.sim.policy.Policy.request_columns`, for the requests routed to it (NaN
         for the others)."""
         out: dict[str, np.ndarray] = {}
         n = self.arrival_s.size

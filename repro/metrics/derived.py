@@ -5,12 +5,12 @@ draws from, so a column means the same wherever it appears. Two kinds:
 
 Row by row, from columns the saved tables store (:data:`TABLE_COLUMNS`; requests.parquet and steps.parquet never
 store them, so they are added on load)
-    a request's ``latency_s`` (finish − arrival), ``ttft_ms`` and ``tpot_ms``, as :func:`repro.metrics.with_latencies`
-    defines them (NaN while unfinished); a step's (or request's) ``accept_rate`` = accepted / proposed tokens (the
-    emitted fraction) and ``draft_acceptance_rate`` = matched / proposed (vLLM v0's metric, an estimate of the
-    per-token α), NaN when nothing was proposed; a step's ``total_tokens`` (:func:`step_total_tokens`); a request's
-    ``switch_ratio`` = swap_s / service_s (LAPS-SD Fig. 2)
-    and, where a policy estimated its execution time, ``estimate_error`` (:func:`repro.metrics.estimate_error`,
+    a request's ``latency_s`` (finish − arrival), ``ttft_ms`` and ``tpot_ms``, as
+    :func:`repro.metrics.summary.with_latencies` defines them (NaN while unfinished); a step's (or request's)
+    ``accept_rate`` = accepted / proposed tokens (the emitted fraction) and ``draft_acceptance_rate`` = matched /
+    proposed (vLLM v0's metric, an estimate of the per-token α), NaN when nothing was proposed; a step's
+    ``total_tokens`` (:func:`step_total_tokens`); a request's ``switch_ratio`` = swap_s / service_s (LAPS-SD Fig. 2)
+    and, where a policy estimated its execution time, ``estimate_error`` (:func:`repro.metrics.summary.estimate_error`,
     LAPS-SD Fig. 7). A column the table already has is kept as it is.
 Across rows, an experiment's ``exp.derived`` entries (:class:`Derived`), in order (a later entry may use an earlier
 one's column)
@@ -30,8 +30,8 @@ from typing import Any, overload
 
 import pandas as pd
 
-from repro.errors import ConfigError
-from repro.metrics import LATENCY_COLUMNS, estimate_error, step_total_tokens, with_latencies
+from repro.core.errors import ConfigError
+from repro.metrics.summary import LATENCY_COLUMNS, estimate_error, step_total_tokens, with_latencies
 
 #: Columns of requests / steps tables that follow from stored ones: dropped when a table is saved, added on load.
 TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate", "switch_ratio",

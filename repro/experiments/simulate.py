@@ -1,10 +1,10 @@
-"""Run one point: build the system, its deployment (:mod:`repro.deployment`: replicas, cost models, proposers,
+"""Run one point: build the system, its deployment (:mod:`repro.sim.deployment`: replicas, cost models, proposers,
 remote draft servers), the workload and the token oracle from a composed config, simulate, summarize.
 
 ``run_point(cfg)`` is what the experiment runner calls in each worker process; it is also the shortest way to use
 the simulator from Python::
 
-    from repro.simulate import compose, run_point
+    from repro.experiments.simulate import compose, run_point
     res = run_point(compose(["system=static_sd_k3", "rps=2", "num_requests=200"]))
     print(res.metrics["mean_tpot_ms"])
 """
@@ -21,16 +21,16 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from repro import trace
+from repro.core.errors import ConfigError
 from repro.cost.model import CostModel
 from repro.cost.step import decode_pass_s
-from repro.deployment import Deployment
-from repro.engine import Engine, SimOutput
-from repro.errors import ConfigError
-from repro.policy import Policy
-from repro.results import DISPLAY_KEYS
+from repro.experiments.results import DISPLAY_KEYS
+from repro.sim import trace
+from repro.sim.deployment import Deployment
+from repro.sim.engine import Engine, SimOutput
+from repro.sim.policy import Policy
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 @dataclass
@@ -79,7 +79,7 @@ def instantiate_system(node: Any, where: str = "") -> Policy:
         cause = exc.__cause__ or exc
         raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {cause}") from None
     if not isinstance(policy, Policy):
-        raise ConfigError(f"{where}system config: {node.get('_target_')} is not a repro.policy.Policy")
+        raise ConfigError(f"{where}system config: {node.get('_target_')} is not a repro.sim.policy.Policy")
     return policy
 
 
@@ -213,8 +213,8 @@ def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, tar
 
 
 def run_point(cfg: DictConfig) -> PointResult:
-    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics`)."""
-    from repro.metrics import peak_token_rate, summarize, with_latencies
+    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics.summary`)."""
+    from repro.metrics.summary import peak_token_rate, summarize, with_latencies
 
     t0 = time.perf_counter()
     if backend_kind(cfg) == "openai":
@@ -249,7 +249,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     """``backend=openai``: replay the point's workload against a live server (:mod:`repro.backends.openai`) and
     summarize it like a simulated point, plus vLLM's serving metrics (``mean_itl_ms``, ``p99_ttft_ms``, ...)."""
     from repro.backends.openai import replay, vllm_metrics
-    from repro.metrics import summarize, with_latencies
+    from repro.metrics.summary import summarize, with_latencies
 
     b = cfg.backend
     if not b.get("url"):
@@ -287,7 +287,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
 
 
 def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
-    """One row per request: what happened to it (the input of :func:`repro.metrics.summarize`)."""
+    """One row per request: what happened to it (the input of :func:`repro.metrics.summary.summarize`)."""
     s = out.state
     classes = np.asarray(table.classes or ("default",), dtype=object)
     return pd.DataFrame({
@@ -317,26 +317,26 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
 
 
 def steps_frame(out: SimOutput) -> pd.DataFrame:
-    """One row per step (:class:`repro.trace.StepRecord`), plus a column per plan telemetry name where plans carried
-    any (:func:`repro.trace.steps_frame`)."""
+    """One row per step (:class:`repro.sim.trace.StepRecord`), plus a column per plan telemetry name where plans carried
+    any (:func:`repro.sim.trace.steps_frame`)."""
     return trace.steps_frame(out.steps, out.step_telemetry)
 
 
 def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> dict[str, float]:
     """GoodSpeed's yardstick, which the simulator alone can compute: each client's true per-token acceptance (the
     mean level a_r, on its server's oracle stream, of the requests it got tokens for), the optimal long-term
-    goodput x* of problem (1) for the policy's ``round_budget`` C (:func:`repro.fairness.optimal_goodput`), and the
-    run's own
+    goodput x* of problem (1) for the policy's ``round_budget`` C (:func:`repro.metrics.fairness.optimal_goodput`), and
+    the run's own
     utility U(x̄) with x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` is added to it
     as a column (the line the utility converges to).
 
     Also: ``utility_even`` = U at the even split's long-term goodput at the same acceptances
-    (:func:`repro.fairness.even_goodput`) and ``even_gap`` = U(x*) − that, the most that adapting the allocation can
-    gain; ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients (accepted + the
+    (:func:`repro.metrics.fairness.even_goodput`) and ``even_gap`` = U(x*) − that, the most that adapting the allocation
+    can gain; ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients (accepted + the
     bonus, a request's first token included: x_i(t) of Eq. 4 summed) per second of simulated wall time (receiving +
     verifying + sending), and ``utility_per_s`` = Σ_i log g_i with g_i = client i's tokens per second (= U(x̄) + N ·
     log(T / wall): Fig. 4's utility of per-second instead of per-round goodputs)."""
-    from repro.fairness import even_goodput, optimal_goodput, utility
+    from repro.metrics.fairness import even_goodput, optimal_goodput, utility
 
     assert built.deployment is not None
     servers = built.deployment.draft_servers

@@ -3,7 +3,7 @@
 A system is built by Hydra from ``conf/system/<name>.yaml`` (its keys are the constructor's keyword arguments) and
 bound to a run with :meth:`Policy.bind`, which hands it its replica's static context (hardware, models, cost model,
 proposers, the run's random generator). Systems that split requests over separate replicas (AdaServe's SepPipe)
-override :meth:`Policy.replicas`; the run's deployment (:mod:`repro.deployment`) then has one replica per spec, the
+override :meth:`Policy.replicas`; the run's deployment (:mod:`repro.sim.deployment`) then has one replica per spec, the
 engine runs one policy per replica and routes each request with :meth:`Policy.route`.
 """
 
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repro.plan import ProposerName, StepPlan, StepResult
+from repro.sim.plan import ProposerName, StepPlan, StepResult
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel
-    from repro.proposers import Proposers
-    from repro.state import View
+    from repro.sim.proposers import Proposers
+    from repro.sim.state import View
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +93,14 @@ class Policy:
     observes_accept_prob: bool = False  # ask for StepResult.accept_prob (the verifier's Σ min(1, p/q) per request)
     #: the draft tokens a round may verify across the remote draft servers (GoodSpeed's C), for systems that split
     #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget
-    #: (:func:`repro.simulate.edge_optimum`). None for every other system.
+    #: (:func:`repro.experiments.simulate.edge_optimum`). None for every other system.
     round_budget: int | None = None
-    #: whole passes over the point's workload run before the measured one (:func:`repro.simulate.run_point`), each
-    #: on a fresh engine bound to this same policy object: a policy that keeps what it learned across
-    #: :meth:`bind` (Nightjar as its authors' harness warmed it) starts the measured pass warm. 0: none.
+    #: whole passes over the point's workload run before the measured one
+    # (:func:`repro.experiments.simulate.run_point`), each : on a fresh engine bound to this same policy object: a
+    # policy that keeps what it learned across : :meth:`bind` (Nightjar as its authors' harness warmed it) starts the
+    # measured pass warm. 0: none.
     warmup_passes: int = 0
-    #: what the run must give the policy, checked before anything runs (:func:`repro.validate.check_point`):
+    #: what the run must give the policy, checked before anything runs (:func:`repro.experiments.validate.check_point`):
     #: remote draft servers (``engine.draft_servers``; GoodSpeed's clients draft there) ...
     needs_draft_servers: bool = False
     #: ... and an engine profile that verifies token trees that branch (:attr:`EngineProfile.verifies_trees
@@ -139,7 +140,7 @@ class Policy:
     def request_columns(self) -> Mapping[str, np.ndarray]:
         """Per-request values the policy estimated, by column name, each an array indexed by request id (NaN where
         it has none): added to the run's requests table, e.g. LAPS-SD's execution-time estimate ``estimate_s``
-        (Eq. 6), which :mod:`repro.metrics` compares with the request's service time. None by default."""
+        (Eq. 6), which :mod:`repro.metrics.summary` compares with the request's service time. None by default."""
         return {}
 
     # --- multi-replica systems -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The engine's replicas run without observers unless one is asked for; with observers, a replica times its policy's
 ``schedule`` call (wall clock, not simulated time) and, after each step, hands every observer a :class:`StepEvent`:
-the plan, what the policy observes (:class:`~repro.plan.StepResult`) and what only the engine knows (the batches it
+the plan, what the policy observes (:class:`~repro.sim.plan.StepResult`) and what only the engine knows (the batches it
 charged, the tokens matched past the first rejection, the fixed overheads inside the verify time). The step trace
 (``engine.record_steps=true``) is one such observer, :class:`StepTracer`: one :class:`StepRecord` per step per
 replica, plus the named values the plan carried (``StepPlan.telemetry``, e.g. the arm a bandit chose), which
@@ -24,8 +24,8 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from repro.cost.step import DecodeBatch, PrefillBatch
-    from repro.plan import StepPlan, StepResult
-    from repro.state import View
+    from repro.sim.plan import StepPlan, StepResult
+    from repro.sim.state import View
 
 
 @dataclass(slots=True)
@@ -77,7 +77,7 @@ class StepEvent:
 
 @dataclass(frozen=True, slots=True)
 class StepRun:
-    """A stretch of repeated decode steps the engine fast-forwarded (:meth:`repro.engine.Replica.run_ahead`), as an
+    """A stretch of repeated decode steps the engine fast-forwarded (:meth:`repro.sim.engine.Replica.run_ahead`), as an
     observer that takes runs (one with an ``on_run`` method) sees it: per step (arrays, one entry a step) its start
     and end, drafting and verification seconds and the batch's tokens emitted, proposed, accepted and matched; and
     what every step of the run shares: the replica, the plan, the decoding requests, the tokens through the target,

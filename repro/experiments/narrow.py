@@ -28,8 +28,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from repro.errors import ConfigError
-from repro.expspec import ExpSpec, system_entries
+from repro.core.errors import ConfigError
+from repro.experiments.expspec import ExpSpec, system_entries
 
 #: Command-line keys that say how to run, not what: never narrow anything.
 RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "launcher", "resume", "overwrite", "out_dir", "save_requests",

@@ -1,10 +1,10 @@
 """Grid expansion: an experiment's points, each a list of Hydra overrides.
 
-The points of an :class:`~repro.expspec.ExpSpec` are ``seeds × systems × cases × grid`` (:func:`expand_points`): for
-each seed, each system label in order of first appearance, each case that runs a system of that label (a case's own
-``systems`` replace the experiment's), the cartesian product of the case's grid values (over its keys, in their
-order). A point is a list of Hydra overrides: ``system=NAME``, ``seed=S``, the case's overrides, the swept values
-(``rps=2.0``; a key that names a config group selects a config, ``draft`` → ``model@draft=X``,
+The points of an :class:`~repro.experiments.expspec.ExpSpec` are ``seeds × systems × cases × grid``
+(:func:`expand_points`): for each seed, each system label in order of first appearance, each case that runs a system of
+that label (a case's own ``systems`` replace the experiment's), the cartesian product of the case's grid values (over
+its keys, in their order). A point is a list of Hydra overrides: ``system=NAME``, ``seed=S``, the case's overrides, the
+swept values (``rps=2.0``; a key that names a config group selects a config, ``draft`` → ``model@draft=X``,
 :func:`group_overrides`) and the system entry's own overrides, in that order; the runner composes them on top of the
 command line's overrides. Values are written in Hydra's override grammar by :func:`format_value`.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from repro.expspec import ExpSpec
+from repro.experiments.expspec import ExpSpec
 
 
 @dataclass(frozen=True)

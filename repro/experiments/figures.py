@@ -4,7 +4,8 @@ Every function takes a DataFrame and column names and returns a matplotlib Figur
 (white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are averaged, with
 the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an experiment's
 ``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``; the per-request and per-step
-tables first get the columns that follow from stored ones (``latency_s``, ``accept_rate``, ..., :mod:`repro.derived`).
+tables first get the columns that follow from stored ones (``latency_s``, ``accept_rate``, ...,
+:mod:`repro.metrics.derived`).
 
 Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
 column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
@@ -34,8 +35,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from repro.derived import with_derived
-from repro.errors import ConfigError
+from repro.core.errors import ConfigError
+from repro.metrics.derived import with_derived
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -4,8 +4,8 @@ An experiment (``conf/exp/NAME.yaml``, the ``exp.*`` keys of conf/config.yaml) d
 ``name``, ``title``, ``description``, ``kind`` (sweep | calibration | memory), ``systems``, ``grid``, ``cases`` and
 ``case_key``, ``seeds``, ``quick``, ``figures``, ``claims`` and ``derived`` (:data:`EXP_KEYS`). :meth:`ExpSpec.parse`
 reads the block into typed fields and refuses a key it does not know (``exp.sytems``) or a value of the wrong shape
-with one :class:`~repro.errors.ConfigError` line naming the key; the runner, the grid expansion (:mod:`repro.grid`)
-and the summary read the fields, never the raw mapping.
+with one :class:`~repro.core.errors.ConfigError` line naming the key; the runner, the grid expansion
+(:mod:`repro.experiments.grid`) and the summary read the fields, never the raw mapping.
 
 Systems
     An ``exp.systems`` entry is a system config name (``vllm``) or a map ``{system: NAME, label: ..., overrides:
@@ -27,8 +27,9 @@ Real backends
     skip it, saying so (:meth:`ExpSpec.missing`). ``exp.compare`` restricts ``repro check`` to the points.csv
     columns a measured run reproduces (token counts, not latencies).
 Figures, claims, derived columns
-    ``exp.figures`` and ``exp.claims`` are lists of maps, checked where they are drawn (:mod:`repro.figures`) and
-    evaluated (:mod:`repro.claims`); ``exp.derived`` entries are :class:`repro.derived.Derived`.
+    ``exp.figures`` and ``exp.claims`` are lists of maps, checked where they are drawn
+    (:mod:`repro.experiments.figures`) and evaluated (:mod:`repro.experiments.claims`); ``exp.derived`` entries are
+    :class:`repro.metrics.derived.Derived`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repro.derived import Derived, check
-from repro.errors import ConfigError, suggest
+from repro.core.errors import ConfigError, suggest
+from repro.metrics.derived import Derived, check
 
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
 QUICK_EXP_KEYS = ("systems", "grid", "cases", "seeds", "figures", "claims")
@@ -91,7 +92,8 @@ class ExpSpec:
     figures: tuple[Mapping[str, Any], ...] = ()
     claims: tuple[Mapping[str, Any], ...] = ()
     #: a system's readings whose claims are evaluated too ({nightjar: [nightjar_authors]}: every claim about
-    #: nightjar gets a row for nightjar_authors, and neither counts as the other's baseline; :mod:`repro.claims`)
+    #: nightjar gets a row for nightjar_authors, and neither counts as the other's baseline;
+    # :mod:`repro.experiments.claims`)
     claims_also_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     derived: tuple[Derived, ...] = ()
     requires: tuple[str, ...] = ()  # Python modules the experiment needs (a real backend: torch, transformers)

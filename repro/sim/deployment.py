@@ -4,15 +4,15 @@ A :class:`Deployment` holds the system (the policy that schedules the one replic
 its replicas (each with its own policy and tensor parallelism), the hardware and models every replica's cost model is
 built from (target ``tp``, a co-located draft model with ``draft_tp``, the serving engine's profile, the GPU memory
 utilization) and the remote draft servers (GoodSpeed: a draft model on its own hardware, ``rtt_s`` away). The engine
-(:class:`repro.engine.Engine`) builds from it, per replica, the cost model (:meth:`Deployment.cost_model`) and the
-proposers (:func:`repro.proposers.colocated` around that cost model, sharing the deployment's remote draft servers,
-which are proposers too: :class:`~repro.proposers.RemoteDraftServer`), and binds each replica's policy with its
+(:class:`repro.sim.engine.Engine`) builds from it, per replica, the cost model (:meth:`Deployment.cost_model`) and the
+proposers (:func:`repro.sim.proposers.colocated` around that cost model, sharing the deployment's remote draft servers,
+which are proposers too: :class:`~repro.sim.proposers.RemoteDraftServer`), and binds each replica's policy with its
 replica's context.
 
 It is built once per point from the composed config (:meth:`Deployment.from_cfg`), with the users' keys as they are:
 ``hardware``, ``model``, ``draft``, ``tp``, ``draft_tp``, ``engine`` (the profile plus ``gpu_memory_utilization``
 and ``draft_servers: [{hardware, model, rtt_ms, tp}]``), and what the system asks for: a policy whose
-:meth:`~repro.policy.Policy.replicas` returns replica specs (SepPipe's ``num_replicas`` and ``tp_per_replica``) gets
+:meth:`~repro.sim.policy.Policy.replicas` returns replica specs (SepPipe's ``num_replicas`` and ``tp_per_replica``) gets
 one replica per spec and routes each arriving request; any other policy is the deployment's one replica at ``tp``.
 """
 
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro.core.errors import ConfigError
 from repro.cost.model import CostModel, TargetProfile
 from repro.cost.serving import EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec, hardware_for
-from repro.errors import ConfigError
-from repro.policy import Policy, ReplicaSpec
-from repro.proposers import DRAFT, RemoteDraftServer
+from repro.sim.policy import Policy, ReplicaSpec
+from repro.sim.proposers import DRAFT, RemoteDraftServer
 
 #: Keys of one entry of ``engine.draft_servers``.
 DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp", "bandwidth_mbps")
@@ -72,7 +72,7 @@ class Deployment:
            tp: int = 1, draft_tp: int = 1, gpu_memory_utilization: float = 0.9, engine: EngineProfile | None = None,
            draft_servers: Sequence[DraftServerSpec] = (), target_profile: TargetProfile | None = None,
            draft_profile: TargetProfile | None = None) -> Deployment:
-        """The deployment of ``policy``: one replica per spec its :meth:`~repro.policy.Policy.replicas` declares
+        """The deployment of ``policy``: one replica per spec its :meth:`~repro.sim.policy.Policy.replicas` declares
         (each with its own policy and tensor parallelism), else one replica at ``tp`` run by ``policy`` itself."""
         specs = policy.replicas()
         replicas = (ReplicaSpec(policy=policy, tp=tp),) if specs is None else tuple(specs)
@@ -123,7 +123,7 @@ def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
                           "repro.profile writes one)")
     path = Path(str(table))
     if not path.is_absolute() and not path.is_file():
-        path = Path(__file__).resolve().parents[1] / path
+        path = Path(__file__).resolve().parents[2] / path
     if not path.is_file():
         raise ConfigError(f"cost.{key}: no file {table}")
     check_profile_fits(cfg, key, path)

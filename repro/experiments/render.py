@@ -1,0 +1,270 @@
+"""Render an experiment's results folder: its figures and summary.md, drawn from its tables without simulating.
+
+    python -m repro.render results/NAME [results/OTHER ...]     (also: python -m repro.experiments.plot)
+
+reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` / ``rounds.parquet`` when
+present) and writes the figures (PNG + PDF) and ``summary.md`` next to them. The experiment runner calls
+:func:`render` too.
+
+summary.md holds the experiment's title and description, a run line (points, seeds, quick, code version), the table
+behind each figure (mean of y over seeds, x down, hue across) and the "Paper claims" table
+(:mod:`repro.experiments.claims`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from repro.core.errors import ReproError
+from repro.experiments import claims, datasources, figures
+from repro.experiments.expspec import ExpSpec
+from repro.experiments.results import CONF_DIR, engines_line
+
+CALIBRATION_COLS = (
+    "table", "x_name", "x", "measured_ms", "modelled_ms", "error_of", "rel_err", "tolerance", "within_tol", "checked",
+    "band", "note",
+)  # fmt: skip
+
+
+def _cell(value: Any) -> str:
+    """Markdown cell text: floats with 4 significant digits, NaN as an empty cell, pipes escaped."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame, index: bool = True) -> str:
+    """A DataFrame as a GitHub markdown table (pandas' to_markdown needs ``tabulate``, which we do not
+    require)."""
+    frame = df.reset_index() if index else df
+    header = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def figure_table(points: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame | None:
+    """The numbers behind a points figure: mean y over seeds, index (row, col, x), one column per hue
+    value."""
+    if str(spec.get("kind")) not in figures.KINDS or figures.source_of(spec) != "points":
+        return None
+    spec, _ = figures.drop_missing_facets(spec, list(points.columns))
+    df = figures.filter_rows(points, spec.get("where"))
+    x = spec.get("x")
+    index = [k for k in (spec.get("row"), spec.get("col"), x) if k is not None]
+    ys = spec.get("y")
+    if isinstance(ys, list | tuple):
+        return df.groupby(index or ["system"], sort=False)[list(ys)].mean()
+    hue = spec.get("hue", "system")
+    if hue is None or hue not in df.columns:
+        return df.groupby(index, sort=False)[[ys]].mean()
+    table = df.pivot_table(index=index, columns=hue, values=ys, aggfunc="mean", sort=False)
+    table.columns.name = None
+    if x is not None and len(index) > 1:  # facets in order of appearance, x ascending within each facet
+        facets = index[:-1]
+        rank = {k: {v: i for i, v in enumerate(pd.unique(df[k]))} for k in facets}
+        flat = table.reset_index()
+        order = sorted(range(len(flat)), key=lambda i: (*(rank[k][flat.at[i, k]] for k in facets), flat.at[i, x]))
+        table = flat.iloc[order].set_index(index)
+    return table
+
+
+def _exp(manifest: Mapping[str, Any]) -> ExpSpec:
+    """The experiment as it ran (manifest.json records its ``exp`` block)."""
+    return ExpSpec.parse(manifest.get("config", {}).get("exp", {}))
+
+
+def _run_line(manifest: Mapping[str, Any], points: pd.DataFrame) -> str:
+    seeds = manifest.get("seeds") or []
+    return (
+        f"{len(points)} points, seeds {seeds}, quick={manifest.get('quick')}, "
+        f"code version `{manifest.get('code_version')}`, git `{manifest.get('git_commit')}`, "
+        f"{manifest.get('wall_s')} s wall."
+    )
+
+
+def write_summary(
+    out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame, notes: Sequence[str],
+    shown: figures.Shown | None = None,
+) -> Path:
+    """summary.md of a sweep: title, description, run line, the systems' names in the figures, a table per figure,
+    the paper claims."""
+    exp = _exp(manifest)
+    parts = [f"# {exp.name or manifest.get('exp', '')}: {exp.title}\n"]
+    sources = manifest.get("data") or []
+    warning = datasources.warning(sources)
+    if warning:
+        parts.append(f"> **{warning}**\n")
+    if exp.description:
+        parts.append(f"{exp.description}\n")
+    if manifest.get("command_line"):
+        parts.append("Command line: `" + " ".join(manifest["command_line"]) + "`\n")
+    for line in manifest.get("narrowed") or []:
+        parts.append(f"Narrowed: {line}\n")
+    engines = engines_line(manifest.get("engines") or {}, bool(manifest.get("engine_warning")))
+    if engines:
+        text = engines[:1].upper() + engines[1:]
+        parts.append(f"> **{text}**\n" if manifest.get("engine_warning") else f"{text}.\n")
+    parts.append(_run_line(manifest, points) + "\n")
+    if shown is not None and shown.names:
+        labels = list(dict.fromkeys(str(v) for v in points["system"]))
+        named = [f"`{v}` = {shown.names[v]}" + (" (the suite's variant, dashed)" if v in shown.variants else "")
+                 for v in labels if v in shown.names]
+        parts.append("Systems in the figures: " + "; ".join(named) + ".\n")
+    for spec in exp.figures:
+        table = figure_table(points, spec)
+        y = spec.get("y")
+        parts.append(f"## Figure `{spec.get('name')}`: {spec.get('title') or y}\n")
+        parts.append(markdown_table(table) if table is not None else "(drawn from per-request/step tables)\n")
+    if exp.claims:
+        grid = manifest.get("grid_keys") or []
+        table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
+        table.columns = ["claim", "paper value", "reproduced value", "verdict"]
+        parts.append("## Paper claims\n")
+        parts.append(markdown_table(table, index=False))
+    if sources:
+        parts.append("## Data\n")
+        parts.append(datasources.markdown(sources))
+    all_notes = [*([] if sources else _distinct(manifest.get("notes") or [])), *notes]
+    if all_notes:
+        parts.append("## Notes\n")
+        parts.append("".join(f"- {n}\n" for n in all_notes))
+    path = out_dir / "summary.md"
+    path.write_text("\n".join(parts))
+    return path
+
+
+def _distinct(notes: Sequence[str]) -> list[str]:
+    """Notes said once each (notes that differ only in numbers, e.g. the point's request rate, count as one)."""
+    seen: dict[str, str] = {}
+    for n in notes:
+        seen.setdefault(re.sub(r"[0-9.]+", "#", n), n)
+    return list(seen.values())
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> list[Path]:
+    """Calibration figures (one per linear table, one for the anchors) and summary.md."""
+    paths: list[Path] = []
+    linear = points[points["kind"] == "linear"]
+    for table, rows in linear.groupby("table", sort=False):
+        fig = figures.model_vs_measured(rows, xlabel=str(rows["x_name"].iloc[0]), title=str(table))
+        paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+    for table, rows in points[points["kind"] == "profile"].groupby("table", sort=False):
+        fig = figures.measured_vs_modelled(rows, title=str(table))
+        paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+    profiles, points = points[points["kind"] == "profile"], points[points["kind"] != "profile"]
+    anchors = points[points["kind"] != "linear"]
+    if len(anchors):
+        labelled = anchors.assign(table=anchors["table"] + " (" + anchors["x_name"] + "=" + anchors["x"].map(
+            lambda v: f"{v:g}") + ")")  # fmt: skip
+        paths += figures.save(
+            figures.relative_error_bars(labelled, title="anchors"), out_dir, "calibration_anchors"
+        )
+    within = points["within_tol"].astype(str).str.lower() == "true"
+    shown = points.assign(
+        rel_err=(points["rel_err"] * 100).round(1), tolerance=(points["tolerance"] * 100).round(1),
+        within_tol=within.map({True: "yes", False: "no"}),
+    )  # fmt: skip
+    if {"band_lo", "band_hi"} <= set(points.columns):  # an unreproducible row's stated error band, in %
+        shown["band"] = [f"{100 * lo:+.0f} to {100 * hi:+.0f}" if pd.notna(lo) else ""
+                         for lo, hi in zip(points["band_lo"], points["band_hi"], strict=True)]
+    cols = [c for c in CALIBRATION_COLS if c in shown.columns]
+    text = (
+        f"# calibration: {_exp(manifest).title or 'cost model vs published measurements'}\n\n"
+        f"{int(within.sum())} of {len(points)} rows within tolerance (rel_err and tolerance in %; a ratio of two "
+        "passes is judged on its excess over 1, error_of 'ratio - 1'; an unchecked row, which no consistent model "
+        "reproduces, states the error band it is held to).\n\n"
+        + markdown_table(shown[cols], index=False)
+        + _profile_summary(profiles)
+    )
+    (out_dir / "summary.md").write_text(text)
+    return [*paths, out_dir / "summary.md"]
+
+
+def _profile_summary(rows: pd.DataFrame) -> str:
+    """The committed GPU profiles' rows in brief: per profile and pass kind, the model's error against the measured
+    pass, whole and as GPU work alone (every row is in points.csv)."""
+    if rows.empty:
+        return ""
+    whole = rows["modelled_ms"] / rows["measured_ms"] - 1.0
+    gpu = rows["modelled_gpu_ms"] / rows["measured_ms"] - 1.0
+    d = rows.assign(whole=whole * 100, gpu=gpu * 100)
+    table = d.groupby(["table", "pass"], sort=False).agg(
+        passes=("x", "size"), measured_ms=("measured_ms", lambda s: f"{s.min():.3g}-{s.max():.3g}"),
+        whole_median=("whole", "median"), gpu_median=("gpu", "median"), gpu_min=("gpu", "min"),
+        gpu_max=("gpu", "max")).round(1).reset_index()
+    return (
+        "\n\n## Committed GPU profiles (profiles/, unchecked)\n\n"
+        "Passes of the papers' architectures with random weights, measured by `python -m repro.profile` (a plain "
+        "PyTorch decoder, no serving engine around it; CUDA graphs where the profile says so), against the analytic "
+        "model of the same pass on that GPU. `whole`: the model's pass with its fixed costs (per step, layer and "
+        "sequence: a serving engine's, fitted to vLLM), in %; `gpu`: its GPU work alone (linear layers, attention, "
+        "LM head), in %. Every pass is a row of points.csv; one figure per profile.\n\n"
+        + markdown_table(table, index=False)
+    )
+
+
+def _read_optional(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> list[Path]:
+    """Draw an experiment's figures and write its summary.md (dispatching on the experiment kind)."""
+    if manifest.get("kind") == "calibration":
+        return render_calibration(out_dir, manifest, points)
+    exp = _exp(manifest)
+    requests = _read_optional(out_dir / "requests.parquet")
+    steps = _read_optional(out_dir / "steps.parquet")
+    rounds = _read_optional(out_dir / "rounds.parquet")
+    banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
+    shown = figures.shown_systems(points["system"] if "system" in points.columns else (), CONF_DIR)
+    entries = [e for c in exp.case_list() for e in c.systems]
+    shown.names.update({e.label: e.display_name for e in entries if e.display_name})
+    shown.variants.update(e.label for e in entries if e.variant)
+    with figures.showing(shown):
+        paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
+    return [*paths, write_summary(out_dir, manifest, points, skipped, shown)]
+
+
+def redraw(results_dir: Path) -> list[Path]:
+    """Re-render ``results_dir`` from its points.csv and manifest.json."""
+    for name in ("points.csv", "manifest.json"):
+        if not (results_dir / name).exists():
+            raise ReproError(
+                f"{results_dir / name}: not found (is {results_dir} an experiment's results folder?)"
+            )
+    manifest = json.loads((results_dir / "manifest.json").read_text())
+    return render(results_dir, manifest, pd.read_csv(results_dir / "points.csv"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m repro.render DIR [DIR ...]``: redraw each results folder."""
+    parser = argparse.ArgumentParser(prog="python -m repro.render", description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="results folder(s), e.g. results/adaserve_fig4")
+    args = parser.parse_args(argv)
+    try:
+        for d in args.results:
+            paths = redraw(d)
+            print(f"{d}: redrew {len(paths)} files")
+    except ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
