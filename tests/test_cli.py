@@ -1,5 +1,5 @@
 """The command line: ``python -m repro list``, one-line config errors (exit 2), ``python -m repro.render`` (and its
-older name ``python -m repro.experiments.plot``)."""
+older name ``python -m repro.plot``)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_calibration_and_redraw(tmp_path: Path) -> None:
 
 
 def test_plot_missing_folder_is_one_line(tmp_path: Path) -> None:
-    res = cli("-m", "repro.experiments.plot", str(tmp_path / "nothing"))
+    res = cli("-m", "repro.plot", str(tmp_path / "nothing"))
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "points.csv" in res.stderr
 
 

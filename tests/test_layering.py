@@ -108,6 +108,7 @@ LEVELS = {
     "repro.experiments": 6,
     "repro.__main__": 7,
     "repro.render": 7,
+    "repro.plot": 7,
     "repro.profile": 7,
     "repro.cost.__main__": 7,
 }
