@@ -1,6 +1,6 @@
 """Render an experiment's results folder: its figures and summary.md, drawn from its tables without simulating.
 
-    python -m repro.render results/NAME [results/OTHER ...]     (also: python -m repro.experiments.plot)
+    python -m repro.render results/NAME [results/OTHER ...]     (also: python -m repro.plot)
 
 reads ``points.csv`` and ``manifest.json`` (and ``requests.parquet`` / ``steps.parquet`` / ``rounds.parquet`` when
 present) and writes the figures (PNG + PDF) and ``summary.md`` next to them. The experiment runner calls
