@@ -1,0 +1,170 @@
+"""Tree and chain scoring over a stream's values: beam-search and fixed-expansion candidate trees, runs of chains.
+
+**Off-path nodes.** A node off the true path (its context differs from the true text) has its own child
+distribution, drawn like a true one (``Beta(a_r(s), κ_pos)`` at its children's position ``s``). Each position keeps
+``NUM_ALT`` such draws; an off-path node picks one by the hash of its context (:mod:`repro.oracle.store`), so the
+same context always gets the same distribution.
+
+The functions here draw nothing: they read what a stream hands them (:data:`TreeReads`, or whether each
+position's true rank is 0).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro.oracle.store import _ALT_MASK, _AR, _RANK_SALT, _mix
+
+#: What a tree of ``depth`` layers over each request's next positions reads (``_TokenStream._positions``): the true p0
+#: and rank per (request, layer), the off-path pool and its index, and the hash of (seed, r, divergence position).
+TreeReads = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: A stream's reported probabilities of each node's ``top`` most probable children, given the nodes' top-1 ``p0``.
+Reported = Callable[[np.ndarray, int], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class _Beam:
+    """A batch of candidate trees as (n, depth·width) arrays."""
+
+    parent: np.ndarray
+    rank: np.ndarray
+    prob: np.ndarray
+    path_prob: np.ndarray
+
+
+def _top(x: np.ndarray, width: int) -> np.ndarray:
+    """Per row of ``x`` (n, m), the column indices of its ``width`` largest values, ties to the lower index, in
+    increasing order: ``np.sort(np.argsort(-x, axis=1, kind="stable")[:, :width], axis=1)``, which it equals
+    exactly. Over wide rows a partition finds each row's ``width``-th largest value t; the picks are then the values
+    above t and, in index order, as many equal to t as are still needed."""
+    n, m = x.shape
+    if width >= m:
+        return np.repeat(_AR[None, :m], n, axis=0)
+    if x.size < 512:
+        pick = np.argsort(-x, axis=1, kind="stable")[:, :width]
+        pick.sort(axis=1)
+        return pick
+    neg = -x
+    t = np.partition(neg, width - 1, axis=1)[:, width - 1:width]
+    sel = neg <= t  # at least width per row: more in a row where values tie at t
+    if np.count_nonzero(sel) != n * width:  # ties at t beyond the width: the lower indices
+        above = neg < t
+        tied = neg == t
+        more = width - above.sum(axis=1)
+        sel = above | (tied & (np.cumsum(tied, axis=1) <= more[:, None]))
+    return np.nonzero(sel)[1].reshape(n, width)
+
+
+def beam_layers(reads: TreeReads, depth: int, width: int, reported: Reported) -> _Beam:
+    """The layers of a beam of ``width`` over ``depth`` layers (``_TokenStream.beam``), by path probability.
+
+    Only each parent's first ``width`` ranks are scored: a parent's reported probabilities do not increase
+    with rank, so a rank at or past ``width`` could be picked only after the ``width`` ranks before it (no
+    less probable, and first on ties), which already fill the layer. The picks are those of all ``W``."""
+    p0_true, rank_true, alt, alt_idx, div = reads
+    n = p0_true.shape[0]
+    out_parent = np.empty((n, depth * width), dtype=np.int64)
+    out_rank = np.empty((n, depth * width), dtype=np.int64)
+    out_prob = np.empty((n, depth * width))
+    out_pp = np.empty((n, depth * width))
+    on = np.ones((n, 1), dtype=bool)
+    pp = np.ones((n, 1))
+    h = np.zeros((n, 1), dtype=np.uint64)
+    rows = _AR[:n, None] if n <= _AR.size else np.arange(n)[:, None]  # x[rows, j]: take_along_axis(x, j, 1)
+    for i in range(depth):
+        # children of the previous layer sit at position pos + i
+        node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
+            on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
+        rep3 = reported(node_p0, width)  # (n, nodes, width): each node's top width of its W
+        cpp = (pp[:, :, None] * rep3).reshape(n, node_p0.shape[1] * width)
+        rep = rep3.reshape(n, node_p0.shape[1] * width)
+        pick = _top(cpp, width)  # BFS: parent-major, then rank
+        slot, rk = pick // width, pick % width
+        par_on = on[rows, slot]
+        base = np.where(par_on, div[:, i:i + 1], h[rows, slot])
+        h = _mix(base ^ _RANK_SALT[rk])
+        on = par_on & (rk == rank_true[:, i:i + 1])
+        pp = cpp[rows, pick]
+        cols = slice(i * width, (i + 1) * width)
+        out_parent[:, cols] = slot + (i - 1) * width if i else -1
+        out_rank[:, cols] = rk
+        out_prob[:, cols] = rep[rows, pick]
+        out_pp[:, cols] = pp
+    return _Beam(out_parent, out_rank, out_prob, out_pp)
+
+
+def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Reported) -> tuple[_Beam, np.ndarray]:
+    """The nodes of a fixed expansion (``_TokenStream.expand``) and each node's depth."""
+    p0_true, rank_true, alt, alt_idx, div = reads
+    n = p0_true.shape[0]
+    layers, parent, rank, node_depth = _expansion_layout(expansion)
+    probs, pps = [], []
+    on = np.ones((n, 1), dtype=bool)
+    pp = np.ones((n, 1))
+    h = np.zeros((n, 1), dtype=np.uint64)
+    for i, (width, k, slot, rk, salt) in enumerate(layers):
+        node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
+            on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
+        rep = reported(node_p0, k)  # (n, width, k): each node's own top k, rank order
+        cpp = (pp[:, :, None] * rep).reshape(n, width * k)
+        par_on = on[:, slot]
+        base = np.where(par_on, div[:, i:i + 1], h[:, slot])
+        h = _mix(base ^ salt)
+        on = par_on & (rk == rank_true[:, i:i + 1])
+        pp = cpp
+        probs.append(rep.reshape(n, width * k))
+        pps.append(cpp)
+    beam = _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0),
+                 np.concatenate(probs, axis=1), np.concatenate(pps, axis=1))
+    return beam, node_depth.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _expansion_layout(expansion: tuple[int, ...]) -> tuple[tuple[tuple[int, int, np.ndarray, np.ndarray, np.ndarray],
+                                                                 ...], np.ndarray, np.ndarray, np.ndarray]:
+    """What a fixed expansion's trees share whatever the requests: per layer (its parents' count, k, each child's
+    parent slot and rank, the rank's hash salt), and every node's parent index, rank and depth in BFS order."""
+    layers, parents, ranks, depths = [], [], [], []
+    width, start = 1, -1  # the previous layer's node count and first node (-1: the root)
+    for i, k in enumerate(expansion):
+        slot = np.repeat(np.arange(width), k)
+        rk = np.tile(np.arange(k), width)
+        layers.append((width, k, slot, rk, _RANK_SALT[rk]))
+        parents.append(slot + start if i else np.full(width * k, -1))
+        ranks.append(rk)
+        depths.append(np.full(width * k, i + 1, dtype=np.int64))
+        start = start + width if i else 0
+        width *= k
+    out = (np.concatenate(parents).astype(np.int64), np.concatenate(ranks).astype(np.int64), np.concatenate(depths))
+    for arr in (*out, *(a for layer in layers for a in layer[2:])):
+        arr.flags.writeable = False
+    return tuple(layers), *out
+
+
+def chain_steps(hit: np.ndarray, k: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted, matched), each (steps, requests), of ``steps`` successive chains of ``k`` > 0, each starting where
+    the previous one's accepted + 1 tokens end, from ``hit`` (requests, steps·(k + 1) + k): whether each position of
+    the run has true rank 0."""
+    n = hit.shape[0]
+    reach = steps * (k + 1)  # a step advances at most k + 1 positions
+    lead = hit[:, :reach].astype(np.int64)  # leading positions whose true rank is 0, at most k
+    count = lead.copy()  # positions among the k drafted whose true rank is 0
+    alive = hit[:, :reach].copy()
+    for i in range(1, k):
+        window = hit[:, i:i + reach]
+        alive &= window
+        lead += alive
+        count += window
+    # where each step starts, as flat indices into the (requests × reach) arrays: a step at offset p accepts
+    # lead[p] tokens and emits one more, so the next starts at p + lead[p] + 1 (never followed past the run)
+    base = np.arange(0, n * reach, reach, dtype=np.int64)
+    jump = (lead + (base[:, None] + 1) + np.arange(reach)).ravel()
+    at = np.empty((steps, n), dtype=np.int64)
+    at[0] = cur = base
+    for j in range(1, steps):
+        at[j] = cur = jump[cur]
+    return lead.ravel()[at], count.ravel()[at]

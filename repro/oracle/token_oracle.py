@@ -1,0 +1,374 @@
+"""The oracle's handles: :class:`TokenOracle`, which the engine scores steps with, and :class:`Drafter`, a policy's
+view of it (reported probabilities, never true ranks).
+
+Every method that scores or drafts takes a stream name or a proposer object (its ``stream`` is used): ``"draft"``
+(the pair's table), ``"eagle"`` (the EAGLE table), ``"pld"`` (prompt lookup) or one added with
+:meth:`TokenOracle.add_stream` (a remote draft server running another draft model, GoodSpeed).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
+from repro.oracle.distributions import _check_mean, _check_mean_of, _drift_arrays, _per_request
+from repro.oracle.store import _AR, DRAFT_KEY, EAGLE_KEY, MAX_WIDTH, PLD_KEY, _as_seed_seq
+from repro.oracle.streams import _PldStream, _TokenStream, _TraceStream
+
+if TYPE_CHECKING:
+    from repro.core.speculation import HasStream
+
+
+def _positions(pos: np.ndarray, depth: int) -> np.ndarray:
+    """Validated int64 start positions for a lookahead of ``depth`` tokens."""
+    pos = np.asarray(pos, dtype=np.int64).reshape(-1)
+    if not 1 <= depth < _AR.size or (pos.size and int(pos.min()) < 0):
+        raise ValueError(f"depth must lie in 1..{_AR.size - 1} and positions be >= 0")
+    return pos
+
+
+class TokenOracle:
+    """Acceptance ground truth with common random numbers (the model: :mod:`repro.oracle`).
+
+    ``dataset`` holds each request's dataset name (index = request id). ``accept_mean`` maps dataset → mean
+    per-token acceptance of the configured (draft, target) pair; a ``"default"`` key or ``default_accept``
+    covers datasets not listed (otherwise ``KeyError`` naming the dataset and ``pair``); an empty table
+    without default means no draft model (using the ``"draft"`` proposer then raises). ``eagle_accept_mean``
+    is the same for an EAGLE head; ``pld`` maps dataset → ``{match, accept, match_len}`` (the ``"default"``
+    entry is merged under each). ``width`` = W, the number of draft ranks modelled per position; ``spread`` =
+    standard deviation of the per-request level; ``pos_concentration`` = κ_pos of the per-position Beta;
+    ``decay`` = ratio of successive lower-rank probabilities; ``confidence`` = γ; ``drift`` = one shape
+    (``{a0, tau[, a0_spread]}``: a start around the absolute mean a0, or ``{offset, tau[, offset_spread]}``: a start
+    ``offset`` below the request's own level) for every dataset, or a table dataset → shape (or ``None``: no drift;
+    a ``"default"`` key covers datasets not listed, which otherwise do not drift), or ``None``.
+    """
+
+    def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,
+                 accept_mean: Mapping[str, float], *, default_accept: float | None = None,
+                 eagle_accept_mean: Mapping[str, float] | None = None,
+                 pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 16, spread: float = 0.1,
+                 pos_concentration: float = 2.0, decay: float = 0.7, confidence: float = 1.0,
+                 drift: Mapping[str, Any] | None = None, pair: str = "(draft, target)") -> None:
+        if not 1 <= width <= MAX_WIDTH:
+            raise ValueError(f"width {width} outside 1..{MAX_WIDTH}")
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay {decay} must lie in (0, 1)")
+        if pos_concentration <= 0.0 or confidence <= 0.0 or spread < 0.0:
+            raise ValueError("pos_concentration and confidence must be > 0, spread >= 0")
+        base = _as_seed_seq(seed)
+        self._base = base
+        self._dataset = np.asarray(dataset, dtype=object).reshape(-1)
+        self.width = width
+        self._spread, self._kappa, self._decay, self._gamma = spread, pos_concentration, decay, confidence
+        self._drift = _drift_arrays(self._dataset, drift)
+        self._missing: dict[str, str] = {}  # stream -> why its table is missing (raised on use)
+        self._streams: dict[str, _TokenStream | _PldStream] = {}
+        self._keys: set[int] = set()
+        tables = ((DRAFT, DRAFT_KEY, accept_mean, default_accept, f"acceptance mean for pair {pair}"),
+                  (EAGLE, EAGLE_KEY, eagle_accept_mean, None, "EAGLE acceptance mean"))
+        for name, key, table, default, what in tables:
+            self._keys.add(key)
+            if table is None or (not table and default is None):
+                continue
+            self._add_token_stream(name, key, table, default, what)
+        self._keys.add(PLD_KEY)
+        if pld is not None:
+            merged = _per_request(self._dataset, pld, None, "prompt-lookup entry",
+                                  lambda ds, e: {**pld.get("default", {}), **e})
+            match = np.array([float(e["match"]) for e in merged])
+            if ((match < 0) | (match > 1)).any():
+                raise ValueError("pld match probability must lie in [0, 1]")
+            acc = np.array([_check_mean("pld accept", e["accept"], spread) for e in merged])
+            mlen = np.array([float(e.get("match_len", 32.0)) for e in merged])
+            if (mlen < 1).any():
+                raise ValueError("pld match_len must be >= 1")
+            self._streams[PLD] = _PldStream(PLD, PLD_KEY, base, match, acc, mlen, spread)
+
+    def _add_token_stream(self, name: str, key: int, table: Mapping[str, float], default: float | None,
+                          what: str) -> None:
+        means = _per_request(self._dataset, table, default, what,
+                             functools.partial(_check_mean_of, what, self._spread))
+        self._streams[name] = _TokenStream(
+            name, key, self._base, np.asarray(means, dtype=np.float64), spread=self._spread,
+            pos_concentration=self._kappa, drift=self._drift, width=self.width, decay=self._decay,
+            confidence=self._gamma)
+
+    def add_stream(self, name: str, accept_mean: Mapping[str, float], *, key: int,
+                   default_accept: float | None = None) -> None:
+        """Add a draft-model stream ``name`` whose per-dataset mean acceptance is ``accept_mean`` (a ``"default"``
+        key or ``default_accept`` covering other datasets), drawn from its own seed ``key`` (not a built-in one's:
+        0, 1, 2). A proposer whose ``stream`` is ``name`` (e.g. a remote draft server running another draft model)
+        is then scored on it; the other streams' values do not change."""
+        if name in self._streams or name in (DRAFT, EAGLE, PLD):
+            raise ValueError(f"oracle stream {name!r} exists already")
+        if key in self._keys:
+            raise ValueError(f"oracle stream key {key} is taken (built-in keys: {DRAFT_KEY}, {EAGLE_KEY}, {PLD_KEY})")
+        self._add_token_stream(name, key, accept_mean, default_accept, f"acceptance mean of stream {name!r}")
+        self._keys.add(key)
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any], *, seed: np.random.SeedSequence | int, dataset: np.ndarray,
+                 draft: str | None, target: str) -> TokenOracle:
+        """Build from the Hydra ``oracle`` node (conf/oracle/default.yaml) for the (draft, target) pair.
+
+        ``accept[draft][target]`` is the pair's table (``draft=None``: no draft model);
+        ``eagle_accept[target]`` the EAGLE head's; ``pld`` prompt lookup's per dataset, with
+        ``pld_by_target[target]`` overriding entries where a paper gives the target's own rate; ``accept_override``
+        (a float) forces every dataset's mean of both the draft and the EAGLE head (TurboSpec's controlled-acceptance
+        benchmarks). A pair missing from the tables raises ``KeyError`` (naming the pair and the known ones) when
+        its proposer is first used, so runs that never speculate (or only use prompt lookup) work with any target.
+        """
+        override = cfg.get("accept_override")
+        accept: Mapping[str, float] = {}
+        default: float | None = None
+        eagle: Mapping[str, float] | None = (cfg.get("eagle_accept") or {}).get(target)
+        if override is not None:
+            default = float(override)
+            eagle = {"default": default}
+        missing: dict[str, str] = {}
+        table = cfg["accept"]
+        if override is None and draft is not None:
+            if draft in table and target in table[draft]:
+                accept = dict(table[draft][target])
+            else:
+                pairs = sorted(f"{d}/{t}" for d in table for t in table[d])
+                missing[DRAFT] = (f"no acceptance table for draft {draft!r} with target {target!r} in "
+                                  f"oracle.accept (known pairs: {pairs})")
+        if eagle is None:
+            missing[EAGLE] = f"no EAGLE acceptance table for target {target!r} in oracle.eagle_accept"
+        drift = cfg.get("drift")
+        if drift is not None:
+            drift = {str(k): (dict(v) if isinstance(v, Mapping) else v) for k, v in drift.items()}
+        oracle = cls(seed, dataset, accept, default_accept=default,
+                   eagle_accept_mean=dict(eagle) if eagle is not None else None,
+                   pld=_pld_table(cfg, target),
+                   width=int(cfg.get("width", 16)), spread=float(cfg.get("spread", 0.1)),
+                   pos_concentration=float(cfg.get("pos_concentration", 2.0)),
+                   decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
+                   drift=drift, pair=f"{draft}/{target}")
+        oracle._missing.update(missing)
+        if cfg.get("kind", "model") == "trace":
+            oracle.use_trace(cfg.get("path"))
+        return oracle
+
+    def use_trace(self, path: Any) -> None:
+        """Replace the draft model's stream with a recording (:class:`_TraceStream`) read from ``path`` (a parquet
+        file written by ``backend=hf backend.record=PATH``)."""
+        import pandas as pd
+
+        if not path:
+            raise FileNotFoundError("oracle=trace needs oracle.path=PATH: an acceptance recording written by "
+                                    "backend=hf backend.record=PATH")
+        try:
+            record = pd.read_parquet(str(path), columns=["rid", "pos", "rank", "p0"])
+        except (FileNotFoundError, OSError) as exc:
+            raise FileNotFoundError(f"oracle.path: cannot read the acceptance recording {str(path)!r} ({exc}); "
+                                    "write one with backend=hf backend.record=PATH") from None
+        self._streams[DRAFT] = _TraceStream(DRAFT, DRAFT_KEY, self._base, record, self._dataset.size,
+                                            width=self.width, pos_concentration=self._kappa, decay=self._decay,
+                                            confidence=self._gamma)
+        self._missing.pop(DRAFT, None)
+
+    def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                        proposer: str | HasStream = DRAFT) -> np.ndarray:
+        """Per chain, Σ_j min(1, p_j(s_j) / q_j(s_j)) over its ``k`` drafted tokens as a verifier computes it in its
+        one pass over every drafted position (GoodSpeed Eq. 3): here each position's probability that the target
+        keeps the draft's token, the sum's expectation. A policy sees it only through ``StepResult.accept_prob``."""
+        return self._stream(proposer).accept_prob_sum(np.asarray(rids, dtype=np.int64),
+                                                      np.asarray(pos, dtype=np.int64), np.asarray(k, dtype=np.int64))
+
+    def level(self, rid: int, proposer: str | HasStream = DRAFT) -> float:
+        """Request ``rid``'s per-token acceptance level a_r on a draft stream: the ground truth a simulation may
+        report (GoodSpeed's optimum x*), never something a policy reads."""
+        return self._stream(proposer).level(rid)[0]
+
+    def _any_stream(self, proposer: str | HasStream) -> _TokenStream | _PldStream:
+        """The stream a stream name or a proposer (its ``stream``) is scored on."""
+        name = proposer if isinstance(proposer, str) else proposer.stream
+        stream = self._streams.get(name)
+        if stream is None:
+            if name in self._missing:
+                raise KeyError(self._missing[name])
+            raise ValueError(f"proposer stream {name!r} is not configured in this oracle "
+                             f"(available: {sorted(self._streams)})")
+        return stream
+
+    def _stream(self, proposer: str | HasStream) -> _TokenStream:
+        """The draft distribution a stream name or a proposer drafts from (trees, beams, reported probabilities)."""
+        stream = self._any_stream(proposer)
+        if not isinstance(stream, _TokenStream):
+            raise ValueError(f"proposer stream {stream.name!r} has no draft distribution (prompt lookup proposes "
+                             "chains only)")
+        return stream
+
+    def accept_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                     proposer: str | HasStream = DRAFT) -> tuple[np.ndarray, np.ndarray]:
+        """(num_proposed, num_accepted) per request for a chain of ``k[i]`` tokens starting at ``pos[i]``.
+
+        Draft/EAGLE: proposed = k, accepted = leading positions whose true rank is 0. PLD: proposed =
+        ``min(k, match length)`` (0 without a match), accepted = leading copied tokens the target accepts.
+        """
+        proposed, accepted, _ = self.score_chain(rids, pos, k, proposer)
+        return proposed, accepted
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: str | HasStream = DRAFT) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`accept_chain` plus ``num_matched``: the proposed positions whose token is the target's, whether
+        or not an earlier position was rejected (what vLLM v0's ``draft_acceptance_rate`` counts: matched /
+        proposed estimates the per-token acceptance α; accepted / proposed is lower, the chain stopping at the
+        first rejection)."""
+        rids = np.asarray(rids, dtype=np.int64)
+        pos = np.asarray(pos, dtype=np.int64)
+        k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
+        if pos.size and int(pos.min()) < 0:
+            raise ValueError("positions must be >= 0")
+        return self._any_stream(proposer).score_chain(rids, pos, k)
+
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
+                  proposer: str | HasStream = DRAFT, *, end: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What :meth:`score_chain` returns, step after step, when requests ``rids`` at ``pos`` draft a chain of
+        ``k`` > 0 in each of ``steps`` steps, each step starting after the previous one's accepted + 1 tokens:
+        (accepted, matched) as (steps, requests) arrays (proposed is ``k`` throughout). ``end`` (per request, e.g.
+        its output length + k) bounds the positions read: a request's values are exact for the steps that read
+        only positions before it. ``None`` for a stream that proposes before verification (prompt lookup, whose
+        chains depend on matches)."""
+        stream = self._any_stream(proposer)
+        if not isinstance(stream, _TokenStream):
+            return None
+        return stream.chain_run(np.asarray(rids, dtype=np.int64), np.asarray(pos, dtype=np.int64), int(k),
+                                int(steps), None if end is None else np.asarray(end, dtype=np.int64))
+
+    def accept_tree(self, tree: TreeSpec, proposer: str | HasStream = DRAFT) -> int:
+        """Accepted tokens: depth of the deepest selected node on the true path (ancestors all selected)."""
+        return self.accept_trees([tree], proposer)[0]
+
+    def accept_trees(self, trees: list[TreeSpec], proposer: str | HasStream = DRAFT) -> list[int]:
+        """:meth:`accept_tree` of several trees, their true ranks read in one pass (each tree's positions only)."""
+        sel = [np.sort(np.asarray(t.nodes, dtype=np.int64)) for t in trees]
+        out = [0] * len(trees)
+        some = [j for j, nodes in enumerate(sel) if nodes.size]
+        if not some:
+            return out
+        reach = np.array([int(trees[j].cand.depth[sel[j]].max()) for j in some])
+        rids = np.array([trees[j].cand.rid for j in some], dtype=np.int64)
+        pos = np.array([trees[j].cand.pos for j in some], dtype=np.int64)
+        grid = pos[:, None] + np.minimum(_AR[:int(reach.max())], reach[:, None] - 1)  # past its reach: its last
+        truth = self._stream(proposer).true_ranks(rids[:, None], grid)
+        for j, row in zip(some, truth, strict=True):
+            cand, nodes = trees[j].cand, sel[j]
+            on_path = {-1}
+            best = 0
+            for i in nodes[cand.rank[nodes] == row[cand.depth[nodes] - 1]].tolist():  # BFS order: parents first
+                if int(cand.parent[i]) in on_path:
+                    on_path.add(i)
+                    best = max(best, int(cand.depth[i]))
+            out[j] = best
+        return out
+
+    def candidates(self, rid: int, pos: int, depth: int, width: int,
+                   proposer: str | HasStream = DRAFT) -> CandidateTree:
+        """Beam-search candidate tree of ``depth`` × ``width`` (AdaServe §4.3 Step 1) for one request."""
+        return self.candidates_batch(np.array([rid]), np.array([pos]), depth, width, proposer)[0]
+
+    def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
+                         proposer: str | HasStream = DRAFT) -> list[CandidateTree]:
+        """:meth:`candidates` for a batch, vectorized over requests."""
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        pos = _positions(pos, depth)
+        beam = self._stream(proposer).beam(rids, pos, depth, width)
+        node_depth = np.repeat(np.arange(1, depth + 1, dtype=np.int64), width)
+        for arr in (node_depth, beam.parent, beam.rank, beam.prob, beam.path_prob):
+            arr.flags.writeable = False
+        return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
+                              beam.path_prob[i], depth, width)
+                for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
+
+    def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
+                        proposer: str | HasStream = DRAFT) -> list[CandidateTree]:
+        """SpecInfer's fixed tree expansion ⟨k_1, …, k_D⟩ for a batch: every node of depth i − 1 keeps its own
+        ``k_i`` most probable children (⟨1,1,3,1,1,1,1,1⟩: 1 + 1 + 3·6 = 20 nodes). The drafting cost is that of
+        a beam of the widest layer (``draft_width``) over ``D`` passes."""
+        expansion = tuple(int(k) for k in expansion)
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        pos = _positions(pos, len(expansion))
+        beam, node_depth = self._stream(proposer).expand(rids, pos, expansion)
+        for arr in (node_depth, beam.parent, beam.rank, beam.prob, beam.path_prob):
+            arr.flags.writeable = False
+        widest = int(np.bincount(node_depth).max())
+        return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
+                              beam.path_prob[i], len(expansion), widest)
+                for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
+
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str | HasStream = DRAFT) -> np.ndarray:
+        """The draft's reported top-1 probability at each of the ``k`` steps of its greedy chain."""
+        return self.chain_probs_batch(np.array([rid]), np.array([pos]), k, proposer)[0]
+
+    def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
+                          proposer: str | HasStream = DRAFT) -> np.ndarray:
+        """:meth:`chain_probs` for a batch: an (n, k) array."""
+        rids = np.asarray(rids, dtype=np.int64).reshape(-1)
+        if k <= 0:
+            return np.zeros((rids.size, 0))
+        return self._stream(proposer).beam(rids, _positions(pos, k), k, 1).prob
+
+    def release(self, rid: int) -> None:
+        """Free a finished request's generated chunks (values are regenerated identically if asked again)."""
+        for stream in self._streams.values():
+            stream.store.release(rid)
+            if isinstance(stream, _TokenStream):
+                stream.alt_store.release(rid)
+
+    @property
+    def num_live_chunks(self) -> int:
+        """Chunks currently held across streams, off-path ones included (for leak checks)."""
+        return sum(s.store.num_chunks + (s.alt_store.num_chunks if isinstance(s, _TokenStream) else 0)
+                   for s in self._streams.values())
+
+
+class Drafter:
+    """The draft model's view a policy gets as ``view.drafter``: reported probabilities, never true ranks."""
+
+    __slots__ = ("_oracle",)
+
+    def __init__(self, oracle: TokenOracle) -> None:
+        self._oracle = oracle
+
+    @property
+    def max_width(self) -> int:
+        """The widest beam the drafter supports (the oracle's W)."""
+        return self._oracle.width
+
+    def candidates(self, rid: int, pos: int, depth: int, width: int,
+                   proposer: str | HasStream = DRAFT) -> CandidateTree:
+        return self._oracle.candidates(rid, pos, depth, width, proposer)
+
+    def candidates_batch(self, rids: np.ndarray, pos: np.ndarray, depth: int, width: int,
+                         proposer: str | HasStream = DRAFT) -> list[CandidateTree]:
+        return self._oracle.candidates_batch(rids, pos, depth, width, proposer)
+
+    def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
+                        proposer: str | HasStream = DRAFT) -> list[CandidateTree]:
+        """Per-parent top-k expansion trees (SpecInfer), see :meth:`TokenOracle.expansion_batch`."""
+        return self._oracle.expansion_batch(rids, pos, expansion, proposer)
+
+    def chain_probs(self, rid: int, pos: int, k: int, proposer: str | HasStream = DRAFT) -> np.ndarray:
+        return self._oracle.chain_probs(rid, pos, k, proposer)
+
+    def chain_probs_batch(self, rids: np.ndarray, pos: np.ndarray, k: int,
+                          proposer: str | HasStream = DRAFT) -> np.ndarray:
+        return self._oracle.chain_probs_batch(rids, pos, k, proposer)
+
+
+def _pld_table(cfg: Mapping[str, Any], target: str) -> dict[str, dict[str, float]] | None:
+    """``cfg.pld`` (dataset → {match, accept, match_len}) with ``cfg.pld_by_target[target]``'s entries merged in."""
+    if cfg.get("pld") is None:
+        return None
+    table = {k: dict(v) for k, v in cfg["pld"].items()}
+    for ds, entry in ((cfg.get("pld_by_target") or {}).get(target) or {}).items():
+        table[ds] = {**table.get(ds, {}), **dict(entry)}
+    return table
