@@ -52,10 +52,11 @@ def split_running(view: View) -> tuple[np.ndarray, np.ndarray]:
 
 def fcfs_admit(view: View, *, token_budget: int, max_new_seqs: int, free_blocks: int,
                watermark_blocks: int = 0, chunk: bool = False) -> Admission:
-    """Admit waiting requests in queue order while their prompt fits the token budget, the sequence limit and the
-    free KV blocks (keeping ``watermark_blocks`` spare). Without ``chunk`` a prompt that does not fit whole stops
-    admission (head-of-line, like vLLM's default scheduler); with ``chunk`` the last admitted prompt may be cut to
-    the remaining budget (Sarathi-Serve).
+    """Admit waiting requests in queue order while their prompts fit the token, sequence and KV budgets.
+
+    ``watermark_blocks`` KV blocks are kept spare. Without ``chunk`` the first prompt that does not fit whole stops
+    admission (head-of-line, as vLLM's default scheduler); with ``chunk`` the last admitted prompt may be cut to the
+    remaining budget (Sarathi-Serve).
     """
     waiting = view.waiting
     if waiting.size == 0 or max_new_seqs <= 0 or token_budget <= 0:
@@ -150,9 +151,10 @@ def expected_accepted(alpha: float | np.ndarray, k: np.ndarray | int) -> np.ndar
 
 def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens: int, watermark: float,
                         lookahead: int = 0) -> tuple[Admission, np.ndarray, np.ndarray]:
-    """vLLM v0's default batch scheduler: a prefill-only step over the waiting requests that fit whole (FCFS), else
-    a decode step over every running request with ``1 + lookahead`` KV slots each, preempting the most recently
-    admitted (recompute) while KV runs short. Returns ``(admission, decode_ids, preempt_ids)``.
+    """vLLM v0's default batch scheduler; returns ``(admission, decode_ids, preempt_ids)``.
+
+    A prefill-only step over the waiting requests that fit whole (FCFS), else a decode step over every running request
+    with ``1 + lookahead`` KV slots each, preempting the most recently admitted (recompute) while KV runs short.
     """
     running = view.running
     adm = fcfs_admit(view, token_budget=max_num_batched_tokens, max_new_seqs=max_num_seqs - running.size,
@@ -170,10 +172,11 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
 
 
 def slo_batch_limit(view: View, order: np.ndarray, *, max_num_seqs: int) -> int:
-    """AdaServe §6.3's dynamic batch size limit: the largest ``n`` such that one decode step over the first ``n``
-    requests of ``order`` (priority order) is estimated by the cost model to take no longer than the tightest TPOT
-    SLO among those ``n`` (at least 1, at most ``max_num_seqs``). The estimate grows and the tightest SLO shrinks
-    with ``n``, so the test is monotone and bisection finds the limit in O(log n) cost-model calls.
+    """AdaServe §6.3's dynamic batch size limit, in ``[1, max_num_seqs]``.
+
+    The largest ``n`` whose decode step over the first ``n`` requests of ``order`` (priority order) the cost model
+    estimates at no more than the tightest TPOT SLO among them. The test is monotone in ``n``, so it bisects:
+    O(log n) cost-model calls.
     """
     m = min(int(order.size), max_num_seqs)
     if m <= 1:
@@ -296,11 +299,13 @@ class SloBatching:
 
 @dataclass(frozen=True, slots=True)
 class LogNormalLengthPredictor:
-    """An output-length predictor with multiplicative log-normal error: ``L̂ = max(1, round(L · exp(σ·z)))``,
-    ``z ~ N(0, 1)`` drawn from ``(seed, request id)`` alone, so every system of a comparison that uses a predictor
-    with the same ``sigma`` and seed gets the same estimate for the same request (LP-SJF and LAPS-SD, fairly).
-    ``sigma = 0`` is a perfect predictor. It is handed the reference lengths by
-    :meth:`repro.sim.state.View.predicted_output_len`; a policy sees only its estimates."""
+    """Output-length predictor with log-normal error: ``L̂ = max(1, round(L · exp(σ·z)))``, ``z ~ N(0, 1)``.
+
+    - ``z`` depends on ``(seed, request id)`` alone: systems compared with the same ``sigma`` and seed (LP-SJF,
+      LAPS-SD) get the same estimate for the same request.
+    - ``sigma = 0`` is a perfect predictor.
+    - :meth:`repro.sim.state.View.predicted_output_len` hands it the reference lengths; a policy sees only estimates.
+    """
 
     sigma: float = 0.25
     seed: int = 0
@@ -328,12 +333,14 @@ def check_positive_int(name: str, value: int) -> int:
 
 
 def serve_in_order(view: View, order: np.ndarray, *, max_batch: int, k: int, pinned: np.ndarray = EMPTY) -> StepPlan:
-    """One step of a request-level scheduler: the batch is the ``pinned`` running requests (never preempted) plus
-    the highest-priority requests of ``order`` (every contender, highest first) up to ``max_batch``. Running requests
-    left out are preempted by swap (their KV goes to the host, the engine charges the transfer); swapped requests in
-    the batch are swapped back in. If a batch request still needs its prompt computed, the step is a prefill-only
-    step over those (the draft model prefills too); otherwise every batch request decodes with a chain of ``k``.
-    Requests whose KV would not fit are left for a later step (lowest priority first)."""
+    """One step of a request-level scheduler: serve ``pinned`` plus the top of ``order``, up to ``max_batch``.
+
+    - ``pinned`` running requests are never preempted; ``order`` lists every contender, highest priority first.
+    - Running requests left out are swapped out (the engine charges the transfer); swapped ones in the batch come back.
+    - If a batch request still needs its prompt, the step is prefill-only over those (the draft prefills too);
+      otherwise every batch request decodes with a chain of ``k``.
+    - Requests whose KV would not fit wait for a later step (lowest priority dropped first).
+    """
     if order.size == 0:
         return StepPlan()
     pin = set(pinned.tolist())

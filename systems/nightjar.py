@@ -181,9 +181,11 @@ class AdaBinGreedy:
 
 
 class LinearBandit:
-    """Disjoint linear bandits (Li et al. 2010): per arm, ridge regression of the reward on x = (1, B/B_max); LinUCB
-    plays argmax θ·x + α·√(xᵀA⁻¹x), linear Thompson sampling (Agrawal and Goyal 2013) argmax of θ̃·x with
-    θ̃ ~ N(θ, v²A⁻¹). Rewards are scaled by the largest reward seen so far (α and v are then scale-free)."""
+    """Disjoint linear bandits (Li et al. 2010): per arm, ridge regression of the reward on x = (1, B/B_max).
+
+    LinUCB plays argmax θ·x + α·√(xᵀA⁻¹x); linear Thompson sampling (Agrawal and Goyal 2013) plays argmax θ̃·x,
+    θ̃ ~ N(θ, v²A⁻¹). Rewards are scaled by the largest seen so far, so α and v are scale-free.
+    """
 
     def __init__(self, num_arms: int, max_batch: int, *, thompson: bool, alpha: float = 1.0, v: float = 0.25) -> None:
         self.num_arms, self.max_batch, self.thompson = num_arms, max_batch, thompson
@@ -227,9 +229,11 @@ def authors_bin(batch: int) -> int:
 
 @dataclass
 class AuthorsBin(BinGreedy):
-    """One context of the authors' selector: Algorithm 1's block/bin/round schedule, exploration over γ ≥ 1 only (γ =
-    0 has prior weight 0), exploitation on Bayesian-smoothed means (prior strength 1, shrunk towards the context's
-    mean reward, times the arm's prior weight) in Eq. 3."""
+    """One context of the authors' selector: Algorithm 1's block/bin/round schedule.
+
+    Explores γ ≥ 1 only (γ = 0 has prior weight 0). Exploits (Eq. 3) Bayesian-smoothed means: prior strength 1,
+    shrunk towards the context's mean reward, times the arm's prior weight.
+    """
 
     sums: np.ndarray = field(init=False)
 
@@ -255,10 +259,11 @@ class AuthorsBin(BinGreedy):
 
 
 class AuthorsSelector:
-    """The arm selector of the authors' code (``ADABinGreedy`` of lihuahua123/vllm_speculative,
-    ``vllm/core/spec_scheduler.py``, as the review read it): :class:`AuthorsBin` per context bin (:func:`authors_bin`),
-    and a hard rule beside the bandit: above ``off_batch`` requests with more than ``off_rate`` arriving per second,
-    speculation is off (γ = 0) and nothing is explored or learned."""
+    """The authors' arm selector: an :class:`AuthorsBin` per context bin (:func:`authors_bin`) plus an off rule.
+
+    Read from ``ADABinGreedy`` in lihuahua123/vllm_speculative, ``vllm/core/spec_scheduler.py``. Off rule: above
+    ``off_batch`` requests with more than ``off_rate`` arrivals per second, γ = 0 and nothing is explored or learned.
+    """
 
     def __init__(self, num_arms: int, off_batch: int = 20, off_rate: float = 2.0) -> None:
         self.num_arms, self.off_batch, self.off_rate = num_arms, off_batch, off_rate
@@ -349,9 +354,12 @@ def profile_c_prefill(cost: CostModel, max_len: int, max_batch: int) -> PrefillC
 
 @dataclass
 class ElasticMemory:
-    """§5.1's triggers: expand the KV pool (offload the draft) when speculation is off and fewer than ``tau_low``
-    blocks have been free for ``persist`` consecutive steps; contract it (reload the draft) when nothing waits and
-    more than S_draft + τ_low blocks are free. Thresholds in blocks."""
+    """§5.1's elastic-memory triggers (thresholds in KV blocks).
+
+    - Expand the KV pool (offload the draft): speculation off and fewer than ``tau_low`` blocks free for ``persist``
+      consecutive steps.
+    - Contract it (reload the draft): nothing waits and more than S_draft + τ_low blocks are free.
+    """
 
     tau_low: int
     s_draft: int

@@ -128,10 +128,11 @@ def fit_linear(n_context: np.ndarray, n_batched: np.ndarray, latency_s: np.ndarr
 
 
 def profile_forward(cost: CostModel, which: Which, max_len: int, max_batch: int) -> LatencyFit:
-    """Sample decode/verify passes of ``which`` over a grid of batch sizes, per-request contexts and proposal
-    lengths (N_batched = batch·(k+1) for the target, = batch for a proposer pass), as the offline profiler times
-    the engine (a target pass is charged as the engine runs it: :func:`repro.cost.step.decode_pass_s`, batch
-    expansion and host-side speculation costs included), and fit Eq. (3)."""
+    """Fit Eq. (3) to ``which``'s passes sampled over batch sizes, contexts and proposal lengths (offline profile).
+
+    N_batched = batch·(k+1) for the target, batch for a proposer pass. A target pass is charged as the engine runs it
+    (:func:`repro.cost.step.decode_pass_s`: batch expansion and host-side speculation costs included).
+    """
     ks = range(max_len + 1) if which == "target" else (0,)
     batches = np.unique(np.geomspace(1, max_batch, 48).round().astype(int)).tolist()
     rows = []
@@ -226,10 +227,12 @@ def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyMod
 
 
 class AcceptanceTracker:
-    """Moving average over the most recent speculating steps holding ``window`` tested tokens: acceptance
-    α = accepted / tested tokens, match rate m (requests that got a proposal / requests asked to propose) and the
-    fraction of requested verification slots the engine scored. Until ``window`` tokens (requests, for m) have
-    been seen, the prior (``init_acceptance``; m = 1) fills the rest of the window."""
+    """Moving averages of acceptance α, match rate m and scored-slot fraction over the last ``window`` tested tokens.
+
+    α = accepted / tested tokens; m = requests that got a proposal / requests asked to propose; the third is the
+    fraction of requested verification slots the engine scored. Until ``window`` tokens (requests, for m) are seen,
+    the prior (``init_acceptance``; m = 1) fills the window.
+    """
 
     def __init__(self, window: int, init_acceptance: float) -> None:
         if window < 1 or not 0.0 <= init_acceptance < 1.0:

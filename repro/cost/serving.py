@@ -76,9 +76,11 @@ class EngineProfile:
 
     @property
     def verifies_trees(self) -> bool:
-        """Whether the engine verifies a token tree that branches: only one multi-token query per sequence can carry
-        a tree's attention mask (``multi_query``); batch expansion scores a proposal as single-token sequences, one
-        per position of one chain (vLLM v0's ``BatchExpansionTop1Scorer``)."""
+        """Whether the engine verifies branching token trees (only with ``multi_query``).
+
+        A tree's attention mask needs one multi-token query per sequence; batch expansion scores a proposal as
+        single-token sequences, one per position of one chain (vLLM v0's ``BatchExpansionTop1Scorer``).
+        """
         return self.scorer == "multi_query"
 
     @classmethod

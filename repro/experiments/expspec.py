@@ -179,9 +179,12 @@ def _also_for(raw: Any) -> dict[str, tuple[str, ...]]:
 
 
 def apply_quick(exp: Mapping[str, Any], quick: bool, keep: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``exp`` mapping after ``quick`` (its ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the
-    experiment's) and the config overrides ``exp.quick`` adds to every point (e.g. ``num_requests: 100``). The
-    paths in ``keep`` (``grid.rps``, ``systems``: what the command line set under ``exp``) keep ``exp``'s values."""
+    """``(exp, point_overrides)`` after ``quick``: the experiment with quick values, and overrides for every point.
+
+    ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the experiment's; its other entries are config
+    overrides for every point (e.g. ``num_requests: 100``). Paths in ``keep`` (what the command line set under
+    ``exp``: ``grid.rps``, ``systems``) keep ``exp``'s values.
+    """
     out = dict(exp)
     extra: dict[str, Any] = {}
     if quick:

@@ -48,10 +48,11 @@ def utility(x: np.ndarray) -> float:
 
 
 def even_goodput(alpha: np.ndarray, capacity: int) -> np.ndarray:
-    """The long-term goodput of the even split (GoodSpeed's Fixed-S spending the whole budget): ⌊C/N⌋ drafts a
-    client and the C mod N left over one each in turn, so each client drafts ⌊C/N⌋ + 1 in a fraction (C mod N) / N
-    of the rounds: x_i = (1 − f) · x̂_i(⌊C/N⌋) + f · x̂_i(⌊C/N⌋ + 1), f = (C mod N) / N (a point of the achievable
-    region; U(x*) − U(this) is all that adapting the allocation to the acceptances can gain)."""
+    """Long-term goodput of the even split (GoodSpeed's Fixed-S spending the whole budget C).
+
+    Each client drafts ⌊C/N⌋, the C mod N left over go one each in turn: x_i = (1 − f) · x̂_i(⌊C/N⌋) +
+    f · x̂_i(⌊C/N⌋ + 1), f = (C mod N) / N. U(x*) − U(this) is all that adapting the allocation can gain.
+    """
     a = np.asarray(alpha, dtype=np.float64)
     if a.size == 0:
         return a
@@ -61,9 +62,11 @@ def even_goodput(alpha: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def optimal_goodput(alpha: np.ndarray, capacity: int, iters: int = 500, tol: float = 1e-10) -> np.ndarray:
-    """x* of problem (1): the long-term goodput vector (tokens per round) maximizing Σ log x_i over the achievable
-    region of per-token acceptances ``alpha`` and budget ``capacity`` (module docstring: Frank-Wolfe with exact line
-    search, stopped when the duality gap falls below ``tol``)."""
+    """x* of problem (1): the goodput vector (tokens per round) maximizing Σ log x_i over the achievable region.
+
+    The region of per-token acceptances ``alpha`` and budget ``capacity``. Frank-Wolfe with exact line search (module
+    docstring), stopped when the duality gap falls below ``tol``.
+    """
     a = np.asarray(alpha, dtype=np.float64)
     n = a.size
     x = expected_tokens(a, allocate(np.ones(n), a, capacity))

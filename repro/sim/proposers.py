@@ -48,9 +48,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Proposer:
-    """Base of the proposer kinds. ``cost`` is the cost model its drafting is priced on, ``name`` what plans call it,
-    ``stream`` the token-oracle stream its acceptance is drawn from; the class attributes describe the kind (module
-    docstring)."""
+    """Base of the proposer kinds; the class attributes describe the kind (module docstring).
+
+    ``cost`` prices its drafting, ``name`` is what plans call it, ``stream`` is the oracle stream of its acceptance.
+    """
 
     cost: CostModel
     name: str
