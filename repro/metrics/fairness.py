@@ -1,12 +1,12 @@
-"""Proportional fairness over speculative goodput (GoodSpeed §III): the expected tokens of a chain, the utility, the
-exact per-round allocation of a verification budget (GoodSpeed-sched, Eq. 5) and the optimal long-term goodput x* of
-problem (1) over the achievable region.
+"""Proportional fairness over speculative goodput (GoodSpeed §III).
+
+A chain's expected tokens, the utility, the exact per-round allocation of a verification budget (GoodSpeed-sched,
+Eq. 5) and the optimal long-term goodput x* of problem (1).
 
 The achievable region 𝒳 (Eq. 2) is the convex hull of μ(k) over the allocations k ∈ 𝒦 = {k ∈ Z+^N : Σ k_i ≤ C},
 μ_i(k) = (1 − α_i^(k_i + 1)) / (1 − α_i) tokens per round. x* = argmax_{x ∈ 𝒳} Σ_i log x_i is found by Frank-Wolfe:
-the linear maximization over 𝒳 at gradient g = 1/x is max_k Σ_i g_i μ_i(k), which is exactly GoodSpeed-sched with
-weights g (:func:`allocate`), and an exact line search on the log utility picks each step. Every μ_i(k) ≥ 1 (the
-bonus token), so U is finite everywhere on 𝒳.
+the linear maximization over 𝒳 at gradient g = 1/x is GoodSpeed-sched with weights g (:func:`allocate`), and an
+exact line search on the log utility picks each step. Every μ_i(k) ≥ 1 (the bonus token), so U is finite on 𝒳.
 """
 
 from __future__ import annotations
