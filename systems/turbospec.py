@@ -341,8 +341,10 @@ class TurboSpec(Policy):
 
     def _goodput_k(self, view: View, decode: np.ndarray, spec: np.ndarray, preempt: np.ndarray,
                    min_k: int = 0) -> int:
-        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals; for PLD the proposal
-        is FIXED_PROPOSED_LEN and ArgMaxGoodput picks the verification length (≤ the proposal)."""
+        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals.
+
+        For PLD the proposal is FIXED_PROPOSED_LEN and ArgMaxGoodput picks the verification length (≤ the proposal).
+        """
         if decode.size == 0 or not spec.any():
             return 0
         max_len = min(self.max_len, self.pld_proposed_len) if self.proposer == "pld" else self.max_len

@@ -130,8 +130,10 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
 
 
 def _kv_bytes_s(c: _Coeffs, v: Any) -> Any:
-    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring); a float, or elementwise
-    an array (the same operations in the same order either way)."""
+    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring).
+
+    A float, or elementwise an array (the same operations in the same order either way).
+    """
     return v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half))
 
 

@@ -85,8 +85,10 @@ class EngineProfile:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> EngineProfile:
-        """Build from the ``engine`` config block (its run settings, :data:`RUN_KEYS`, are skipped); an unknown
-        key raises ``TypeError`` naming it."""
+        """Build from the ``engine`` config block (its run settings, :data:`RUN_KEYS`, are skipped).
+
+        An unknown key raises ``TypeError`` naming it.
+        """
         data = {k: v for k, v in _to_dict(cfg).items() if k not in RUN_KEYS}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

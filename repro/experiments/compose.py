@@ -121,8 +121,10 @@ def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
 
 
 def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
-    """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`; config mistakes →
-    ConfigError."""
+    """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`.
+
+    Config mistakes → ConfigError.
+    """
     return _compose_with_choices(overrides, where)[0]
 
 
@@ -256,8 +258,10 @@ def exp_name(overrides: Sequence[str]) -> str | None:
 
 
 def own_grid_keys(conf_dir: Path, name: str | None) -> list[str]:
-    """The keys experiment ``name``'s file sweeps (in ``exp.grid``, its cases' grids and its quick block's); none
-    for the default experiment."""
+    """The keys experiment ``name``'s file sweeps (in ``exp.grid``, its cases' grids and its quick block's).
+
+    Empty for the default experiment.
+    """
     path = conf_dir / "exp" / f"{name}.yaml"
     node = OmegaConf.load(path) if name and path.is_file() else None
     exp = node.get("exp") if isinstance(node, DictConfig) else None

@@ -61,8 +61,10 @@ class SystemEntry:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """An ``exp.cases`` entry with the systems it runs (its own, else the experiment's); ``label`` None is the one
-    unlabelled case of an experiment without cases."""
+    """An ``exp.cases`` entry with the systems it runs (its own, else the experiment's).
+
+    ``label`` None is the one unlabelled case of an experiment without cases.
+    """
 
     label: str | None
     overrides: Mapping[str, Any]
@@ -76,8 +78,10 @@ class Case:
 
 @dataclass(frozen=True)
 class ExpSpec:
-    """An experiment's ``exp`` block, typed (see the module docstring); ``source`` is the mapping it was read from
-    (manifest.json records it as it was)."""
+    """An experiment's ``exp`` block, typed (see the module docstring).
+
+    ``source`` is the mapping it was read from (manifest.json records it as it was).
+    """
 
     name: str = ""
     title: str = ""

@@ -138,8 +138,10 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
 
 
 def max_model_len(cfg: DictConfig, model: Any) -> int:
-    """The server's ``--max-model-len``: ``engine.max_model_len``, else the target's context length; above that
-    context it is refused (vLLM refuses it too)."""
+    """The server's ``--max-model-len``: ``engine.max_model_len``, else the target's context length.
+
+    Above that context it is refused (vLLM refuses it too).
+    """
     value = cfg.engine.get("max_model_len")
     if value is None:
         return int(model.max_context)
@@ -151,8 +153,10 @@ def max_model_len(cfg: DictConfig, model: Any) -> int:
 
 def request_table(cfg: DictConfig, cost: CostModel, baseline_s: float, seed: np.random.SeedSequence,
                   max_len: int | None = None) -> Any:
-    """The point's requests (:func:`workloads.build_workload` for its target model); the workload's own complaints
-    become a :class:`ConfigError`, a missing data file stays a DataMissingError."""
+    """The point's requests (:func:`workloads.build_workload` for its target model).
+
+    The workload's own complaints become a :class:`ConfigError`, a missing data file stays a DataMissingError.
+    """
     from workloads import build_workload
 
     try:
@@ -169,8 +173,10 @@ def backend_kind(cfg: DictConfig) -> str:
 
 
 def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
-    """``backend=hf``: the real models that execute the run's steps (:mod:`repro.backends.hf`); ``None`` for the
-    simulator."""
+    """``backend=hf``: the real models that execute the run's steps (:mod:`repro.backends.hf`).
+
+    ``None`` for the simulator.
+    """
     kind = backend_kind(cfg)
     if kind == "sim":
         return None

@@ -37,8 +37,10 @@ class Stop(KeyboardInterrupt):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by a signal with ``saved`` of its ``total`` points in ``path`` (None: none); ``wrote``: whether
-    this run wrote there (not when it stopped before its first point finished)."""
+    """A run stopped by a signal with ``saved`` of its ``total`` points in ``path`` (None: none).
+
+    ``wrote``: whether this run wrote there (not when it stopped before its first point finished).
+    """
 
     def __init__(self, signum: int, saved: int, total: int, path: Path | None, wrote: bool) -> None:
         super().__init__(f"{saved} of {total} points saved")

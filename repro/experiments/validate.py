@@ -32,8 +32,10 @@ GiB = 2**30
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    """Type and range of a top-level knob: ``kind`` int | float | bool | str; ``low`` exclusive (``low_incl``
-    inclusive) and ``high`` inclusive bounds; ``nullable``: null allowed."""
+    """Type and range of a top-level knob: ``kind`` int | float | bool | str.
+
+    ``low`` exclusive (``low_incl`` inclusive) and ``high`` inclusive bounds; ``nullable``: null allowed.
+    """
 
     kind: str
     low: float | None = None
@@ -298,8 +300,10 @@ def check_system_counts(node: Any, where: str = "") -> None:
 
 
 def check_tp(model: Any, tp: int, key: str, where: str = "") -> None:
-    """vLLM's rule: tp divides the attention heads; it divides the KV heads, or is a multiple of them (vLLM then
-    replicates each KV head on tp / kv_heads GPUs)."""
+    """vLLM's rule: tp divides the attention heads.
+
+    tp divides the KV heads, or is a multiple of them (vLLM then replicates each KV head on tp / kv_heads GPUs).
+    """
     heads, kv = int(model.num_heads), int(model.num_kv_heads)
     if heads % tp:
         raise ConfigError(f"{where}{key}={tp}: does not divide {model.name}'s {heads} attention heads")

@@ -37,8 +37,10 @@ DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp", "bandwidth_mbps")
 
 @dataclass(frozen=True, slots=True)
 class DraftServerSpec:
-    """A remote draft server: ``model`` (a draft model) on ``tp`` GPUs of ``hardware``, ``rtt_s`` away; its
-    acceptance is drawn from the token-oracle stream ``stream`` (default: the run's draft model's)."""
+    """A remote draft server: ``model`` (a draft model) on ``tp`` GPUs of ``hardware``, ``rtt_s`` away.
+
+    Its acceptance is drawn from the token-oracle stream ``stream`` (default: the run's draft model's).
+    """
 
     hardware: HardwareSpec
     model: ModelSpec
@@ -50,8 +52,10 @@ class DraftServerSpec:
 
 @dataclass(frozen=True, eq=False)
 class Deployment:
-    """The system, its replicas and the hardware and models they run on (module docstring). Build it with
-    :meth:`of` (or :meth:`from_cfg`), which asks the policy for its replicas."""
+    """The system, its replicas and the hardware and models they run on (module docstring).
+
+    Build it with :meth:`of` (or :meth:`from_cfg`), which asks the policy for its replicas.
+    """
 
     policy: Policy
     replicas: tuple[ReplicaSpec, ...]

@@ -108,8 +108,11 @@ class PromptLookup(Proposer):
 
 @dataclass(frozen=True, eq=False)
 class RemoteDraftServer(Proposer):
-    """A draft model on its own GPU(s), ``rtt_s`` away (GoodSpeed). ``cost`` is the server's cost model: its
-    ``draft`` coefficients run on ``cost.draft_hardware`` with ``cost.draft_tp`` GPUs."""
+    """A draft model on its own GPU(s), ``rtt_s`` away (GoodSpeed).
+
+    ``cost`` is the server's cost model: its ``draft`` coefficients run on ``cost.draft_hardware`` with
+    ``cost.draft_tp`` GPUs.
+    """
 
     name: str = "remote"
     stream: str = DRAFT

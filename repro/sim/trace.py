@@ -176,8 +176,10 @@ class StepTracer:
 
 
 def _telemetry(plan: StepPlan) -> dict[str, float] | None:
-    """A copy of the plan's telemetry for one step record (``None`` without any); its names may not be columns the
-    record has."""
+    """A copy of the plan's telemetry for one step record (``None`` without any).
+
+    Its names may not be columns the record has.
+    """
     tel = plan.telemetry
     if not tel:
         return None
