@@ -76,8 +76,11 @@ class EdgeRounds:
         self.received = np.zeros(self.num_clients)
 
     def current(self, view: View) -> tuple[np.ndarray, np.ndarray]:
-        """Each client's request on the verifier this round (its running one, else its earliest waiting one; -1:
-        none left) and whether it decodes (False: its prompt is computed this round)."""
+        """Each client's request on the verifier this round, and whether it decodes.
+
+        The request is the client's running one, else its earliest waiting one (-1: none left); not decoding means
+        its prompt is computed this round.
+        """
         client = view.client
         if self._client is None:
             self._client = np.asarray(client)

@@ -253,8 +253,10 @@ def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth
 
 
 def speculate(view: View, decode: np.ndarray, *, d_max: int, w_max: int, budget: int) -> tuple[Ranked, int, int]:
-    """AdaServe §4.3 Step 1 with §5.2's schedule: candidate trees of depth d and beam width w (Eq. 8–9 from the
-    number of active requests) for every decoding request, ranked for selection. Returns ``(ranked, d, w)``."""
+    """AdaServe §4.3 Step 1 with §5.2's schedule: every decoding request's candidate tree, ranked; ``(ranked, d, w)``.
+
+    Depth d and beam width w follow Eq. 8–9 from the number of active requests.
+    """
     drafter = view.drafter
     if drafter is None:
         raise ValueError("tree speculation needs a drafter (configure a draft model)")

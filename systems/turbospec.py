@@ -196,8 +196,10 @@ def expected_generated(alpha: float, k: np.ndarray, batch: int, num_spec: int, m
 
 def kv_blocks_needed(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.ndarray, block_size: int,
                      max_len: int) -> np.ndarray:
-    """Extra KV blocks a decode step needs for each k = 0..max_len (1 + k slots per speculating request, 1 per
-    other), given each request's computed tokens and allocated blocks."""
+    """Extra KV blocks a decode step needs for each k = 0..max_len.
+
+    1 + k slots per speculating request, 1 per other, given each request's computed tokens and allocated blocks.
+    """
     k = np.arange(max_len + 1)[:, None]
     slots = num_computed[None, :] + 1 + k * spec[None, :].astype(np.int64)
     need = (slots + block_size - 1) // block_size - kv_blocks[None, :]
@@ -208,8 +210,11 @@ def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyMod
                    free_blocks: int | None = None, blocks_needed: np.ndarray | None = None, *,
                    num_spec: int | None = None, match_rate: float = 1.0, verify_frac: float = 1.0,
                    min_k: int = 0) -> int:
-    """Listing 2: the k in min_k..max_len maximizing goodput = expected generated tokens / predicted step time
-    (Eq. 1, 2, 4), skipping k whose KV slots do not fit (``blocks_needed[k] > free_blocks``); 0 if none fits."""
+    """Listing 2: the k in min_k..max_len maximizing goodput (Eq. 1, 2, 4); 0 if none fits.
+
+    Goodput = expected generated tokens / predicted step time. A k whose KV slots do not fit
+    (``blocks_needed[k] > free_blocks``) is skipped.
+    """
     ns = batch if num_spec is None else num_spec
     ks = np.arange(max_len + 1)
     goodput = expected_generated(alpha, ks, batch, ns, match_rate) / fit.step_s(ks, batch, ns, context, verify_frac)
