@@ -26,8 +26,6 @@ Deviations:
 - D_max, W_max and n_max are not given in the paper. Defaults are the authors' (FlexFlow Serve): W_max = 16
   (``max_tree_width``), n_max = ⌊B/n⌋ per step (``max_token_toward_slo = B / n``; the root's token is part of
   it, so a request gets at most ⌊B/n⌋ − 1 speculated nodes in the SLO step), D_max = 8 (SpecInfer's depth).
-  ``n_max: 8`` (a fixed cap) was this suite's earlier choice; below the equal share whenever n < 17 it made the
-  SLO step unable to give a request more than GlobalGreedy does.
 - ``pace`` (config): ``paper`` (default) targets Eq. (2)'s A(r), catching up on the delay a request has built
   up; ``authors`` targets the authors' per-iteration pace, 1.05 · t_spec / TPOT tokens, with no catch-up term
   (conf/system/adaserve_pace.yaml).

@@ -65,8 +65,10 @@ class UCB:
         return np.where(n > 0, ucb, np.inf)
 
     def select(self) -> int:
-        """The arm to play next (no state change): unplayed arms first in order, then the largest index (ties →
-        the smallest arm)."""
+        """The arm to play next, without changing state.
+
+        Unplayed arms first, in order; then the largest index (ties → the smallest arm).
+        """
         return int(np.argmax(self.index()))
 
     def update(self, arm: int, reward: float) -> None:

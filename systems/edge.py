@@ -1,27 +1,28 @@
-"""Distributed edge speculation (GoodSpeed's setting): one verification server, N remote draft servers, each serving
-its own client's prompts one at a time. The round protocol and the estimators that GoodSpeed and its baselines
-(Fixed-S, Random-S) share; they differ only in how they split the verification budget C into draft lengths S_i.
+"""Edge speculation (GoodSpeed's setting): the round protocol and estimators shared by GoodSpeed and its baselines.
 
-A round is one engine step. Client i (the workload's ``client`` of a request: ``workload.clients``) holds at most
-one request on the verifier at a time, its earliest. A client whose request still needs its prompt computed
-prefills it on the verifier this round (the prompt travels with the request; its draft server prefills its own copy
-when it first drafts: the remote proposer's catch-up); a client whose request is decoding drafts S_i tokens on its
-server (``StepPlan.draft_server = i``; S_i = 0: the verifier decodes one token for it alone). The engine charges the
-round as the slowest server's drafting and uplink, one verification pass over the whole batch, then the downlink
-(:meth:`repro.sim.proposers.RemoteDraftServer.uplink_s` / ``downlink_s``).
+One verification server and N remote draft servers, each serving its own client's prompts one at a time. GoodSpeed,
+Fixed-S and Random-S differ only in how they split the verification budget C into draft lengths S_i.
+
+A round is one engine step:
+- Client i (a request's ``client``: ``workload.clients``) holds at most one request on the verifier, its earliest.
+- A request that still needs its prompt prefills on the verifier this round; its draft server prefills its own copy
+  when it first drafts (the remote proposer's catch-up).
+- A decoding request drafts S_i tokens on its server (``StepPlan.draft_server = i``); S_i = 0: the verifier decodes
+  one token for it alone.
+- The engine charges the slowest server's drafting and uplink, one verification pass over the batch, then the
+  downlink (:meth:`repro.sim.proposers.RemoteDraftServer.uplink_s` / ``downlink_s``).
 
 Estimators (GoodSpeed Algorithm 1, line 14), updated after every round for every client:
     α̂_i ← (1 − η) α̂_i + η · a_i(t)       (Eq. 3; only in rounds where client i drafted)
     X_i ← (1 − β) X_i + β · x_i(t)        (Eq. 4)
-with x_i(t) the tokens client i received this round (accepted + 1 for a decoding request, 1 for a completed prompt,
-0 otherwise) and a_i(t) Eq. 3's (1/S_i) Σ_j min(1, p_j(s_j)/q_j(s_j)) over the server's drafted tokens, which the
-verifier computes in its pass over every drafted position (``StepResult.accept_prob``; the policies set
-``observes_accept_prob``).
+- x_i(t): tokens client i received this round (accepted + 1 for a decoding request, 1 for a completed prompt, else 0).
+- a_i(t) = (1/S_i) Σ_j min(1, p_j(s_j)/q_j(s_j)) over the server's drafted tokens, computed by the verifier over every
+  drafted position (``StepResult.accept_prob``; the policies set ``observes_accept_prob``).
 
-Each round's plan carries telemetry: ``round`` (t, from 0), ``goodput_est`` (Σ_i x̂_i(S_i) at the current α̂: the
-tokens the round is expected to yield), ``utility`` (U(x̄(t)) = Σ_i log x̄_i over the rounds before this one, x̄_i the
-mean tokens per round of client i) and, per client, ``S_<i>``. The allocation math (x̂, Eq. 5's exact solver, U) is
-:mod:`repro.metrics.fairness`, shared with the optimum x* the runs are compared with.
+Plan telemetry per round: ``round`` (t, from 0); ``goodput_est`` = Σ_i x̂_i(S_i) at the current α̂ (expected tokens);
+``utility`` = U(x̄(t)) = Σ_i log x̄_i over earlier rounds, x̄_i = client i's mean tokens per round; ``S_<i>`` per
+client. The allocation math (x̂, Eq. 5's exact solver, U) is :mod:`repro.metrics.fairness`, shared with the optimum
+x* that runs are compared with.
 """
 
 from __future__ import annotations
@@ -75,8 +76,11 @@ class EdgeRounds:
         self.received = np.zeros(self.num_clients)
 
     def current(self, view: View) -> tuple[np.ndarray, np.ndarray]:
-        """Each client's request on the verifier this round (its running one, else its earliest waiting one; -1:
-        none left) and whether it decodes (False: its prompt is computed this round)."""
+        """Each client's request on the verifier this round, and whether it decodes.
+
+        The request is the client's running one, else its earliest waiting one (-1: none left); not decoding means
+        its prompt is computed this round.
+        """
         client = view.client
         if self._client is None:
             self._client = np.asarray(client)

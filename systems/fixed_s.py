@@ -25,8 +25,10 @@ from systems.lib import check_positive_int
 
 
 def allocation(capacity: int, n: int, round_index: int | None) -> np.ndarray:
-    """S_i = ⌊C/N⌋ for each of ``n`` servers, plus one token each for C mod N servers taken in turn from server
-    ``round_index · (C mod N)`` on (None: the remainder unused)."""
+    """The even split: S_i = ⌊C/N⌋ for each of ``n`` servers, plus one each for C mod N of them in turn.
+
+    The extra tokens go to servers from ``round_index · (C mod N)`` on (None: the remainder is unused).
+    """
     s = np.full(n, capacity // n, dtype=np.int64)
     extra = capacity % n
     if extra and round_index is not None:

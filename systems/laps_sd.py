@@ -40,11 +40,10 @@ Deviations:
   perceived queue): it is still non-perceptible when the decision is made. Once it runs a round as a perceptible
   request it is never preempted.
 - No request is stable before its first accepted token. Read literally, §4.3 calls a request that accepts nothing
-  in its first γ rounds stable (γ rates of 0, spread 0 < δ) with A_i = 0, though acceptance that starts at 0 rarely
-  stays there (Fig. 3: it settles after about 150 tokens): 7 of the 43 estimates of laps_fig7's default point
-  (16 %). With the guard Fig. 7's mean estimation error fell from 35.0 % to 32.8 % (measured when the drift still
-  started at an absolute 0.35; tests/systems/test_laps_sd.py fails without it). A request that never accepts a
-  token stays non-perceptible (LAS within its queue).
+  in its first γ rounds stable (γ rates of 0, spread 0 < δ) with A_i = 0, though acceptance starting at 0 rarely
+  stays there (Fig. 3: it settles after about 150 tokens); that was 7 of laps_fig7's 43 default-point estimates, and
+  the guard lowers Fig. 7's mean estimation error (tests/systems/test_laps_sd.py fails without it). A request that
+  never accepts a token stays non-perceptible (LAS within its queue).
 - A request's estimate is made once, when it becomes perceptible, and is the ``estimate_s`` column of the requests
   table (Fig. 7 compares it with the service the request got, ``service_s``); ``stable_rounds`` and
   ``stable_tokens`` say when that was (its speculative rounds and generated tokens).

@@ -1,69 +1,67 @@
 """Nightjar: a contextual bandit over the speculative length per batch size, and elastic draft memory.
 
 Li et al., "Nightjar: Dynamic Adaptive Speculative Decoding for Large Language Models Serving" (nightjar.txt).
-Implemented: §4.2 Algorithm 1 (ADA-BINGREEDY with independent block/bin/round state per batch size B), Eq. 3's
-cost-aware exploitation with the switching cost c_prefill(L_max, B) from an offline table profiled as §4.2 says
-(T_SD − T_base of a prefill), incremental goodput means; §5 elastic memory (KV expansion when speculation is off and
-free blocks stay below τ_low for T_persist steps, contraction and an asynchronous draft reload when the queue is
-empty and N_free > S_draft + τ_low); the ablations of Fig. 12 (LinUCB and linear Thompson sampling with the batch size
-as context, ADA-BINGREEDY without context).
+Implemented:
+- §4.2 Algorithm 1: ADA-BINGREEDY with independent block/bin/round state per batch size B; Eq. 3's cost-aware
+  exploitation with switching cost c_prefill(L_max, B) from an offline table (T_SD − T_base of a prefill, as §4.2
+  profiles it); incremental goodput means.
+- §5 elastic memory: expand the KV pool when speculation is off and free blocks stay below τ_low for T_persist
+  steps; contract and reload the draft asynchronously when the queue is empty and N_free > S_draft + τ_low.
+- Fig. 12's ablations: LinUCB and linear Thompson sampling with the batch size as context; ADA-BINGREEDY without
+  context.
 
 Each iteration:
   1. vLLM's prefill-prioritized batch scheduler (vLLM 0.8.2's V0 spec-decode path, FCFS, recompute preemption),
-     reserving the previous step's γ as lookahead KV slots; a prefill step runs the draft alongside (its KV in sync)
-     while speculation is on, not while it is off.
-  2. Decode step with batch size B: the arm selector of B picks γ ∈ {0..Γ_max} — a new bin explores with probability
-     1/√b_B (γ uniform), otherwise Eq. 3 picks argmin 1/g̃_{B,γ} + I(γ_{t−1} = 0 ∧ γ > 0)·c_prefill(L_max, B)/γ,
-     L_max the largest lag of the batch's draft caches. Every decoding request speculates γ tokens.
-  3. observe: reward = the step's realized goodput (tokens emitted / step seconds), g̃_{B,γ} updated incrementally,
-     τ_B/b_B/j_B advanced (a bin ends after √H_B rounds, a block after √H_B bins, then H_B ← 2^(j_B−1)).
+     reserving the previous step's γ as lookahead KV slots; while speculation is on, a prefill step runs the draft
+     alongside (its KV in sync).
+  2. Decode step with batch size B: B's arm selector picks γ ∈ {0..Γ_max}. A new bin explores with probability
+     1/√b_B (γ uniform); otherwise Eq. 3: argmin 1/g̃_{B,γ} + I(γ_{t−1} = 0 ∧ γ > 0)·c_prefill(L_max, B)/γ, L_max the
+     largest lag of the batch's draft caches. Every decoding request speculates γ tokens.
+  3. observe: reward = the step's goodput (tokens emitted / step seconds); update g̃_{B,γ} incrementally and advance
+     τ_B/b_B/j_B (a bin ends after √H_B rounds, a block after √H_B bins, then H_B ← 2^(j_B−1)).
   4. (``offload``) elastic memory as a :class:`~repro.sim.plan.MemoryAction` on the next plan.
 
 Deviations:
-- Engine: vLLM 0.8.2 ran a draft model through its V0 spec-decode worker (V1 drafted with n-grams only), whose MQA
-  scorer is off under CUDA graphs, so verification is batch expansion: ``engine=vllm_v0`` for Nightjar and every
-  baseline (conf/engine/vllm_v0.yaml).
-- Γ_max = 5 (Fig. 2's largest γ; not stated as Nightjar's Γ_max). B_max = max_num_seqs (256, vLLM's default).
-- γ_{t−1} of Eq. 3 is the γ of the previous decode step of the server (any batch size): the draft caches lag
-  because the server stopped speculating, whatever the batch size then. c_prefill is in seconds and 1/g̃ in
-  seconds per token, as the paper writes them (the units differ; the paper adds them anyway).
-- Eq. 3 with no observation of an arm (g̃ = 0) gives 1/0 = ∞: an unplayed arm is never exploited (exploration
-  plays it). If every arm is unplayed, γ = 0.
-- c_prefill table: input lengths 2^i up to 4,096 and batch sizes 2^i up to B_max (§4.2's "geometrically
-  increasing batch sizes"), T_SD − T_base = the draft's prefill of B × L tokens on the cost model; looked up at the
-  smallest grid point ≥ (L_max, B). The engine charges the draft's actual catch-up when speculation resumes.
-- γ is capped at the largest value whose KV slots fit (the OOM guard of any vLLM scheduler); the capped γ is the
-  arm played and rewarded. While the draft is offloaded or still loading, steps run γ = 0 outside the bandit (no
-  choice is made, nothing is learned).
+- Engine: ``engine=vllm_v0`` for Nightjar and every baseline (conf/engine/vllm_v0.yaml). vLLM 0.8.2 ran a draft model
+  through its V0 spec-decode worker (V1 drafted n-grams only), whose MQA scorer is off under CUDA graphs, so
+  verification is batch expansion.
+- Γ_max = 5 (Fig. 2's largest γ; not stated as Nightjar's). B_max = max_num_seqs (256, vLLM's default).
+- γ_{t−1} of Eq. 3 is the server's previous decode step's γ, whatever its batch size (the draft caches lag because
+  the server stopped speculating). c_prefill is in seconds and 1/g̃ in seconds per token, added as the paper does.
+- An unplayed arm (g̃ = 0, 1/0 = ∞) is never exploited, only explored; if every arm is unplayed, γ = 0.
+- c_prefill table: input lengths 2^i up to 4,096, batch sizes 2^i up to B_max (§4.2's "geometrically increasing
+  batch sizes"); T_SD − T_base = the draft's prefill of B × L tokens on the cost model, looked up at the smallest grid
+  point ≥ (L_max, B). The engine charges the draft's actual catch-up when speculation resumes.
+- γ is capped at the largest value whose KV slots fit (any vLLM scheduler's OOM guard); the capped γ is the arm
+  played and rewarded. While the draft is offloaded or loading, steps run γ = 0 outside the bandit (nothing learned).
 - Elastic memory (§5.1): τ_low is a fraction of the KV pool (Fig. 14's "10 % free cache threshold"); T_persist = 5
-  steps (not stated). Expansion needs the last decode step's γ = 0. S_draft is the blocks the draft's residency
-  costs (capacity without it − with it: its weights and, under vLLM v0's layout, its KV share). The paper's S_draft
-  (§5, Table 2) is the draft's weights alone; we add the KV share because under vLLM v0's layout (every block holds
-  the draft's KV beside the target's) reloading the draft takes both back, so a contraction started on the weights
-  alone could not return the blocks it needs without preempting. Costs: the offload
-  is free (a host copy is kept, §5.4); expansion and the reload's dispatch are the engine profile's Table 6 values;
-  contraction migrates the used blocks of the reclaimed region; the reload's transfer overlaps the steps after it.
-- ``selector: adabingreedy_pow2`` (ours, not the paper's): one ADA-BINGREEDY state per power-of-two bucket of batch
-  sizes (1, 2, 3-4, 5-8, ...), for users testing whether coarser contexts learn faster; the default is the paper's
-  state per batch size.
-- ``selector: authors`` (``nightjar_authors``): the selector of the public fork that is very likely the authors'
-  code (lihuahua123/vllm_speculative, ``vllm/core/spec_scheduler.py``, class ``ADABinGreedy``; commits by "lirui",
-  figure files named like the paper's, c_prefill computed as §4.2 says), as a review read it; we have not run it.
-  Its departures from Algorithm 1, each kept here: 12 context bins of two batch sizes each (``min((B − 1) // 2,
-  11)``: every batch of 23 or more is one context); exploration never plays γ = 0 (its prior weight is 0 in every
-  bin: exploration draws γ uniformly from 1..Γ_max); a hard rule above the bandit: with more than 20 requests in the
-  batch and more than 2 requests a second arriving, speculation is off and nothing is explored or learned; the
-  reward is the per-request goodput (the step's goodput over its batch size); exploitation is Eq. 3 on
-  Bayesian-smoothed means with prior strength 1. Chosen where the review does not say: the arrival rate is the
-  requests that arrived in the last ``rate_window_s`` = 10 s; the smoothing's prior mean is the context's mean reward
-  so far times the arm's prior weight (so γ = 0, never explored, is never exploited either: only the hard rule turns
-  speculation off); the switching term of Eq. 3 is kept. The harness warmed the selector with two full passes, saved
-  and reloaded, before the measured run: ``warmup_passes: 2`` runs two unmeasured passes over the same workload
-  first, with the selector kept (:attr:`repro.sim.policy.Policy.warmup_passes`). It ran ``--enforce-eager`` and one of
-  its scripts sets Γ_max = 3; ``nightjar_authors`` keeps this file's engine (``vllm_v0``) and Γ_max = 5, like
-  ``nightjar``, so the two differ only in the selector.
-- LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on features (1, B / B_max), rewards scaled by
-  the largest reward seen; α = 1 (LinUCB), v = 0.25 (LinTS). No switching term (they are the plain bandits).
+  steps (not stated). Expansion needs the last decode step's γ = 0.
+- S_draft is the blocks the draft's residency costs (capacity without it − with it: its weights and, under vLLM v0's
+  layout, its KV share). The paper's (§5, Table 2) is the weights alone; under v0 every block holds the draft's KV
+  beside the target's, so a contraction sized on the weights could not return the blocks it needs without preempting.
+- Memory costs: the offload is free (a host copy is kept, §5.4); expansion and the reload's dispatch are the engine
+  profile's Table 6 values; contraction migrates the used blocks of the reclaimed region; the reload's transfer
+  overlaps the steps after it.
+- ``selector: adabingreedy_pow2`` (ours): one ADA-BINGREEDY state per power-of-two bucket of batch sizes (1, 2, 3-4,
+  5-8, ...), to test whether coarser contexts learn faster; the default is the paper's state per batch size.
+- ``selector: authors`` (``nightjar_authors``): the selector of the public fork very likely the authors'
+  (lihuahua123/vllm_speculative, ``vllm/core/spec_scheduler.py``, ``ADABinGreedy``; commits by "lirui", figure files
+  named like the paper's, c_prefill as §4.2 says), as a review read it; not run by us. Its departures from
+  Algorithm 1, all kept:
+    - 12 context bins of two batch sizes each (``min((B − 1) // 2, 11)``: every batch of 23 or more is one context);
+    - exploration draws γ uniformly from 1..Γ_max (γ = 0 has prior weight 0 in every bin);
+    - a hard rule above the bandit: more than 20 requests in the batch and more than 2 arriving per second turn
+      speculation off, and nothing is explored or learned;
+    - reward = per-request goodput (the step's goodput over its batch size);
+    - exploitation is Eq. 3 on Bayesian-smoothed means, prior strength 1.
+  Our choices where the review is silent: the arrival rate counts the last ``rate_window_s`` = 10 s; the prior mean is
+  the context's mean reward so far times the arm's prior weight (so γ = 0 is never exploited either: only the hard
+  rule turns speculation off); Eq. 3's switching term is kept. Its harness warmed the selector with two full passes:
+  ``warmup_passes: 2`` runs two unmeasured passes over the same workload first, selector kept
+  (:attr:`repro.sim.policy.Policy.warmup_passes`). It ran ``--enforce-eager`` and one script sets Γ_max = 3;
+  ``nightjar_authors`` keeps ``vllm_v0`` and Γ_max = 5, so it differs from ``nightjar`` only in the selector.
+- LinUCB / LinTS (Fig. 12 ablations): disjoint linear models per arm on (1, B / B_max), rewards scaled by the largest
+  seen; α = 1 (LinUCB), v = 0.25 (LinTS); no switching term.
 """
 
 from __future__ import annotations
@@ -181,9 +179,11 @@ class AdaBinGreedy:
 
 
 class LinearBandit:
-    """Disjoint linear bandits (Li et al. 2010): per arm, ridge regression of the reward on x = (1, B/B_max); LinUCB
-    plays argmax θ·x + α·√(xᵀA⁻¹x), linear Thompson sampling (Agrawal and Goyal 2013) argmax of θ̃·x with
-    θ̃ ~ N(θ, v²A⁻¹). Rewards are scaled by the largest reward seen so far (α and v are then scale-free)."""
+    """Disjoint linear bandits (Li et al. 2010): per arm, ridge regression of the reward on x = (1, B/B_max).
+
+    LinUCB plays argmax θ·x + α·√(xᵀA⁻¹x); linear Thompson sampling (Agrawal and Goyal 2013) plays argmax θ̃·x,
+    θ̃ ~ N(θ, v²A⁻¹). Rewards are scaled by the largest seen so far, so α and v are scale-free.
+    """
 
     def __init__(self, num_arms: int, max_batch: int, *, thompson: bool, alpha: float = 1.0, v: float = 0.25) -> None:
         self.num_arms, self.max_batch, self.thompson = num_arms, max_batch, thompson
@@ -227,9 +227,11 @@ def authors_bin(batch: int) -> int:
 
 @dataclass
 class AuthorsBin(BinGreedy):
-    """One context of the authors' selector: Algorithm 1's block/bin/round schedule, exploration over γ ≥ 1 only (γ =
-    0 has prior weight 0), exploitation on Bayesian-smoothed means (prior strength 1, shrunk towards the context's
-    mean reward, times the arm's prior weight) in Eq. 3."""
+    """One context of the authors' selector: Algorithm 1's block/bin/round schedule.
+
+    Explores γ ≥ 1 only (γ = 0 has prior weight 0). Exploits (Eq. 3) Bayesian-smoothed means: prior strength 1,
+    shrunk towards the context's mean reward, times the arm's prior weight.
+    """
 
     sums: np.ndarray = field(init=False)
 
@@ -255,10 +257,11 @@ class AuthorsBin(BinGreedy):
 
 
 class AuthorsSelector:
-    """The arm selector of the authors' code (``ADABinGreedy`` of lihuahua123/vllm_speculative,
-    ``vllm/core/spec_scheduler.py``, as the review read it): :class:`AuthorsBin` per context bin (:func:`authors_bin`),
-    and a hard rule beside the bandit: above ``off_batch`` requests with more than ``off_rate`` arriving per second,
-    speculation is off (γ = 0) and nothing is explored or learned."""
+    """The authors' arm selector: an :class:`AuthorsBin` per context bin (:func:`authors_bin`) plus an off rule.
+
+    Read from ``ADABinGreedy`` in lihuahua123/vllm_speculative, ``vllm/core/spec_scheduler.py``. Off rule: above
+    ``off_batch`` requests with more than ``off_rate`` arrivals per second, γ = 0 and nothing is explored or learned.
+    """
 
     def __init__(self, num_arms: int, off_batch: int = 20, off_rate: float = 2.0) -> None:
         self.num_arms, self.off_batch, self.off_rate = num_arms, off_batch, off_rate
@@ -349,9 +352,12 @@ def profile_c_prefill(cost: CostModel, max_len: int, max_batch: int) -> PrefillC
 
 @dataclass
 class ElasticMemory:
-    """§5.1's triggers: expand the KV pool (offload the draft) when speculation is off and fewer than ``tau_low``
-    blocks have been free for ``persist`` consecutive steps; contract it (reload the draft) when nothing waits and
-    more than S_draft + τ_low blocks are free. Thresholds in blocks."""
+    """§5.1's elastic-memory triggers (thresholds in KV blocks).
+
+    - Expand the KV pool (offload the draft): speculation off and fewer than ``tau_low`` blocks free for ``persist``
+      consecutive steps.
+    - Contract it (reload the draft): nothing waits and more than S_draft + τ_low blocks are free.
+    """
 
     tau_low: int
     s_draft: int

@@ -83,10 +83,12 @@ def depth_width(n_active: int, d_max: int, w_max: int, budget: int) -> tuple[int
 
 
 def slo_targets(view: View, rids: np.ndarray, t_spec_s: float, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. (2)–(3): A(r) = (l + t_spec)/t_TPOT − o, with l = now − first_token_at (latency since the first decoding
-    step, which starts when the first token is out) and o = tokens decoded since then (num_generated − 1). Returns
-    ``(A, target)`` where target = A_cap(r) − 1 = min(A, d + 1) − 1 is what the speculated nodes must add to the
-    root's certain token (Algorithm 2 line 6: n_acc starts at 1.0); a request without a TPOT SLO (inf) has A = −o.
+    """Eq. (2)–(3): ``(A, target)`` with A(r) = (l + t_spec)/t_TPOT − o and target = min(A, d + 1) − 1.
+
+    - l = now − first_token_at; o = num_generated − 1 (tokens decoded since the first).
+    - target = A_cap(r) − 1: what the speculated nodes must add to the root's certain token (Algorithm 2 line 6,
+      n_acc starts at 1.0).
+    - A request without a TPOT SLO (inf) has A = −o.
     """
     first = view.first_token_at[rids]
     lat = np.where(np.isnan(first), 0.0, view.now - first)
@@ -98,9 +100,11 @@ def slo_targets(view: View, rids: np.ndarray, t_spec_s: float, depth: int) -> tu
 
 def select_slo_customized(ranked: Ranked, target: np.ndarray, key: np.ndarray, *, order: Order, n_max: int,
                           budget: int) -> np.ndarray:
-    """Algorithm 2 lines 9–17 (SLO-customized selection): visiting requests by ``key`` (A(r)) in ``order``, add each
-    request's most probable nodes until Σ f(v) ≥ ``target`` (its A_cap − 1), at most ``n_max`` nodes per request,
-    while ``budget`` nodes remain. Returns the nodes taken per request (a prefix length of its ranked row)."""
+    """Algorithm 2 lines 9–17 (SLO-customized selection); returns the nodes taken per request (a ranked-row prefix).
+
+    Visits requests by ``key`` (A(r)) in ``order``, adding each one's most probable nodes until Σ f(v) ≥ ``target``
+    (A_cap − 1), at most ``n_max`` per request, while ``budget`` nodes remain.
+    """
     n = ranked.n
     if n == 0 or budget <= 0 or n_max <= 0:
         return np.zeros(n, dtype=np.int64)
@@ -156,9 +160,11 @@ def tree_specs(ranked: Ranked, counts: np.ndarray) -> dict[int, TreeSpec]:
 
 def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: int,
                     watermark: float) -> tuple[StepPlan | None, np.ndarray]:
-    """vLLM-style prefill-prioritized batching (systems.lib.prefill_prioritized without its KV check): a
-    prefill-only step if waiting requests fit whole, else the decode-ready running requests (KV is checked later,
-    against the selected trees, by :func:`tree_plan`). The draft model prefills with the target (draft_sync)."""
+    """vLLM-style prefill-prioritized batching: :func:`systems.lib.prefill_prioritized` without its KV check.
+
+    A prefill-only step if waiting requests fit whole (the draft prefills too, draft_sync), else the decode-ready
+    running requests; :func:`tree_plan` checks KV later, against the selected trees.
+    """
     adm = fcfs_admit(view, token_budget=max_num_batched_tokens, max_new_seqs=max_num_seqs - view.running.size,
                      free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
     if adm.rids.size:
@@ -169,9 +175,10 @@ def admit_or_decode(view: View, *, max_num_seqs: int, max_num_batched_tokens: in
 
 @dataclass(frozen=True, slots=True)
 class TreeBatching:
-    """Batch scheduling and speculation knobs shared by the budget-aware tree systems (AdaServe and its
-    ablations): the beam limits D_max, W_max, the budget B (None = Table 1's for the hardware) and vLLM-style
-    admission limits."""
+    """Batching and speculation knobs shared by AdaServe and its ablations.
+
+    The beam limits D_max and W_max, the budget B (None: Table 1's for the hardware) and vLLM-style admission limits.
+    """
 
     d_max: int = 8
     w_max: int = 16
@@ -187,9 +194,11 @@ class TreeBatching:
             raise ValueError("budget must be >= 1 (or null for the hardware's)")
 
     def batch(self, view: View) -> tuple[StepPlan | None, np.ndarray, int]:
-        """``(plan, decode, B)``. ``plan`` is the step to run when there is nothing to speculate with (a prefill
-        step, no decoding request, or a batch that alone fills the budget, n ≥ B); otherwise it is ``None`` and
-        ``decode`` holds the decoding requests, ``B`` the budget."""
+        """Schedule the batch: ``(plan, decode, B)``.
+
+        ``plan`` is the step to run when there is nothing to speculate with (a prefill step, no decoding request, or
+        n ≥ B); otherwise it is ``None``, ``decode`` holds the decoding requests and ``B`` is the budget.
+        """
         prefill, decode = admit_or_decode(view, max_num_seqs=self.max_num_seqs,
                                           max_num_batched_tokens=self.max_num_batched_tokens,
                                           watermark=self.watermark)
@@ -227,10 +236,12 @@ def tree_plan(view: View, decode: np.ndarray, trees: dict[int, TreeSpec]) -> Ste
 
 def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth: int, width: int,
                     verify_tokens: int) -> float:
-    """The cost model's latency of a tree decode step (what AdaServe profiles offline), charged as the engine
-    charges it: the speculation round's host overhead, d draft passes of the beam search (the roots, then n·w
-    tokens per pass) and one target pass over ``verify_tokens`` tree tokens, for ``num_seqs`` requests holding
-    ``context_tokens`` tokens of context in all (the last token of each still to compute), on the run's engine."""
+    """The cost model's latency of a tree decode step, as the engine charges it (AdaServe's offline profile).
+
+    Host overhead of the speculation round, d beam-search draft passes (the roots, then n·w tokens each) and one target
+    pass over ``verify_tokens`` tree tokens. ``context_tokens`` is the total over ``num_seqs`` requests, each one's
+    last token still to compute.
+    """
     n = num_seqs
     if n == 0:
         return 0.0
@@ -242,8 +253,10 @@ def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth
 
 
 def speculate(view: View, decode: np.ndarray, *, d_max: int, w_max: int, budget: int) -> tuple[Ranked, int, int]:
-    """AdaServe §4.3 Step 1 with §5.2's schedule: candidate trees of depth d and beam width w (Eq. 8–9 from the
-    number of active requests) for every decoding request, ranked for selection. Returns ``(ranked, d, w)``."""
+    """AdaServe §4.3 Step 1 with §5.2's schedule: every decoding request's candidate tree, ranked; ``(ranked, d, w)``.
+
+    Depth d and beam width w follow Eq. 8–9 from the number of active requests.
+    """
     drafter = view.drafter
     if drafter is None:
         raise ValueError("tree speculation needs a drafter (configure a draft model)")

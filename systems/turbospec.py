@@ -1,12 +1,13 @@
 """TurboSpec: closed-loop speculation control that maximizes serving goodput.
 
 Liu et al., "TurboSpec: Closed-loop Speculation Control System for Optimizing LLM Serving Goodput" (earlier title:
-"Optimizing Speculative Decoding for Serving Large Language Models Using Goodput"), arXiv:2406.14066.
-Implemented: §4.1 goodput (Eq. 1) and its estimate — batch latency (Eq. 2) from the offline profiler's linear
-model (Eq. 3), generated length from a moving-average acceptance rate (Eq. 4); §4.2 Listing 1 (one generation
-step, with prefill disabling above a learned batch-size threshold and its periodic reset) and Listing 2
-(ArgMaxGoodput with the out-of-memory guard); §4.1.1 prompt lookup's fixed proposal length with the verification
-length chosen by goodput; §5.2 offline profiler and online adaptor.
+"Optimizing Speculative Decoding for Serving Large Language Models Using Goodput"), arXiv:2406.14066. Implemented:
+- §4.1 goodput (Eq. 1) and its estimate: batch latency (Eq. 2) from the offline profiler's linear model (Eq. 3),
+  generated length from a moving-average acceptance rate (Eq. 4);
+- §4.2 Listing 1 (one generation step, with prefill disabling above a learned batch-size threshold and its periodic
+  reset) and Listing 2 (ArgMaxGoodput with the out-of-memory guard);
+- §4.1.1 prompt lookup: fixed proposal length, verification length chosen by goodput;
+- §5.2 offline profiler and online adaptor.
 
 Each iteration (Listing 1):
   line 2     batch = vLLM's prefill-prioritized scheduler (FCFS, recompute preemption);
@@ -19,52 +20,45 @@ Each iteration (Listing 1):
              update the moving-average acceptance rate (``observe``).
 
 Deviations:
-- The engine is vLLM v0 (``conf/engine/vllm_v0.yaml``, the paper's base): batch-expansion scoring, KV memory with a
-  draft model split as v0 splits it (the draft on the driver GPU, draft and target blocks split evenly), no
-  speculation in steps with prefill; the offline profiler times target passes as that engine runs them. The paper
-  is ambiguous here: §5.3 describes a prefill-like (multi-query) verification pass with piecewise CUDA graphs, and
-  Eq. 3 charges each context token's KV once, which fits batch expansion only within 76 % (a multi-query engine
-  within 3-8 %; tests/systems/test_turbospec.py), so on vllm_v0 the controller's latency model is structurally off
-  at long contexts. Chosen: vllm_v0 (docs/calibration.md; Fig. 2's 1.70x step, Figs. 9-10's and the tables' switch-off
-  need it); ``engine=turbospec_mq`` runs the other reading (conf/engine/turbospec_mq.yaml).
-- Eq. 3 is fitted piecewise: one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES). Our cost
-  model's linear layers bend at the roofline knee (docs/design.md, "Cost model"), which a single plane misses by up to
-  25 % between batch 1 and 2k tokens; per bucket the fit stays within a few percent. ``LatencyFit`` with one
-  bucket is the paper's single plane.
-- Acceptance rate: a chain shows only its accepted prefix and its first rejection, so a step's rate is
-  accepted / tested tokens, tested = accepted + 1 per chain that stopped before its end (the maximum-likelihood
-  per-token α of Eq. 4; accepted / proposed would under-estimate α for k > 1 and feed back into shorter k). The
-  moving average is token-weighted over the most recent speculating steps that hold ``window`` tested tokens
-  (so its precision does not depend on the batch size); the paper says "weighted average" without the weights.
-  Until ``window`` tokens are seen, ``init_acceptance`` fills the rest of the window (a few unlucky chains of
-  the first request cannot switch speculation off). One global α for the batch (the listing's
-  UpdateGlobalAcceptance), one k per step for every speculating request.
-- Listing 2 loops k = 1..MAX_LEN with best_k = 0 only on OOM; we evaluate k = 0 (no speculation: no proposer,
-  no per-round cost) as a candidate too, which is how line 11 of Listing 1 can ever see 0.
-- Listing 1 line 4 reads ``True if method == 'PLD' else False``; we read it the other way round (the proposer
-  prefill exists for model-based proposers; prompt lookup has no proposer state, so PLD never skips it).
-  ``len(batch)`` of a prefill step is read as the batch the prompts join (running + admitted requests), the
-  quantity ``disable_batch_size`` was learned from. The threshold is learned only when some request could
+- Engine: vLLM v0 (``conf/engine/vllm_v0.yaml``, the paper's base): batch-expansion scoring, a draft model's KV split
+  as v0 splits it (the draft on the driver GPU, blocks split evenly), no speculation in steps with prefill; the
+  profiler times target passes as that engine runs them. The paper is ambiguous: §5.3 describes a multi-query
+  verification pass with piecewise CUDA graphs, and Eq. 3 charges each context token's KV once, which fits batch
+  expansion only within 76 % (multi-query: 3-8 %; tests/systems/test_turbospec.py), so on vllm_v0 the controller's
+  latency model is off at long contexts. vllm_v0 is chosen because Fig. 2's 1.70x step and the switch-off of
+  Figs. 9-10 and the tables need it (docs/calibration.md); ``engine=turbospec_mq`` runs the other reading.
+- Eq. 3 is fitted piecewise, one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES): our linear layers
+  bend at the roofline knee (docs/design.md, "Cost model"), which one plane misses by up to 25 % between batch 1
+  and 2k tokens; per bucket the fit is within a few percent. ``LatencyFit`` with one bucket is the paper's plane.
+- Acceptance rate: accepted / tested tokens, tested = accepted + 1 per chain that stopped before its end (Eq. 4's
+  maximum-likelihood per-token α; accepted / proposed under-estimates α for k > 1 and feeds back into shorter k).
+  Token-weighted over the most recent speculating steps holding ``window`` tested tokens, so its precision does not
+  depend on batch size (the paper's "weighted average" gives no weights). ``init_acceptance`` fills the window until
+  then, so a few unlucky first chains cannot switch speculation off. One global α (UpdateGlobalAcceptance), one k
+  per step for every speculating request.
+- Listing 2 loops k = 1..MAX_LEN (best_k = 0 only on OOM); we also evaluate k = 0 (no proposer, no per-round cost),
+  which is how Listing 1 line 11 can ever see 0.
+- Listing 1 line 4 reads ``True if method == 'PLD' else False``; we read it inverted: PLD has no proposer state, so
+  it never skips the proposer prefill. ``len(batch)`` of a prefill step is the batch the prompts join (running +
+  admitted), what ``disable_batch_size`` was learned from. The threshold is learned only when some request could
   speculate.
-- Lookahead slots: vLLM reserves ``num_speculative_tokens`` KV slots per decode when it schedules a batch; with a
-  varying k we reserve the previous step's k (0 after a plain step). Reserving none let the KV cache fill up under
-  offline load, so the OOM guard forced k = 0, which in turn set ``disable_batch_size`` and stopped most later
-  requests from ever speculating (L40S offline throughput 1.30x against 2.18x for static k); reserving MAX_LEN
-  costs 12-14 % throughput at acceptance 0.5-0.7 on the L40S.
-- Proposer KV during non-speculating decode steps: not synced (``draft_sync`` only on proposer prefills); a
-  request whose draft cache lags catches up (a draft prefill the engine charges) when it next speculates.
+- Lookahead slots: vLLM reserves ``num_speculative_tokens`` per decode; with a varying k we reserve the previous
+  step's k (0 after a plain step). Reserving none filled the KV cache under offline load, so the OOM guard forced
+  k = 0, set ``disable_batch_size`` and stopped most later requests speculating (L40S offline 1.30x vs 2.18x for
+  static k); reserving MAX_LEN costs 12-14 % throughput at acceptance 0.5-0.7 on the L40S.
+- Proposer KV is not synced in non-speculating decode steps (``draft_sync`` only on proposer prefills); a lagging
+  request catches up (a draft prefill the engine charges) when it next speculates.
 - PLD: the engine finds the prompt match inside the step, so the policy cannot see which requests matched before
-  choosing the verification length (Fig. 4). ``plan.k`` carries the verification length v ≤ FIXED_PROPOSED_LEN
-  for every request (the oracle proposes min(v, match)); goodput uses the observed match rate m (Eq. 4 becomes
-  1 + m·(l(α, v) − 1) per request) and the observed fraction of requested verification slots the engine scores.
-  v = 0 skips the lookup (the paper always pays it).
-- Probing (ours): after ``probe_steps`` consecutive decode steps without speculation, one step speculates with
-  the best k ≥ 1, so the moving average sees the current acceptance (and, for PLD, match rate). Without it an
-  estimate that once fell below break-even would freeze: no speculation, no observation. The paper's PLD always
-  runs the lookup (proposal length fixed), so it keeps observing; model proposers rely on the periodic reset,
-  which re-enables proposer prefills but cannot refresh α by itself. ``probe_steps: 0`` turns probing off.
-- MAX_LEN, FIXED_PROPOSED_LEN, RESETSTEPS, the window and the initial α are not given in the paper; defaults in
-  conf/system/turbospec.yaml say where each comes from.
+  choosing the verification length (Fig. 4). ``plan.k`` carries v ≤ FIXED_PROPOSED_LEN for every request (the
+  oracle proposes min(v, match)); goodput uses the observed match rate m (Eq. 4 becomes 1 + m·(l(α, v) − 1) per
+  request) and the observed fraction of requested slots the engine scores. v = 0 skips the lookup (the paper always
+  pays it).
+- Probing (ours): after ``probe_steps`` consecutive decode steps without speculation, one step speculates with the
+  best k ≥ 1 so the moving average sees the current acceptance (and PLD's match rate); otherwise an estimate below
+  break-even would freeze. The paper's PLD always looks up, so it keeps observing; model proposers have only the
+  periodic reset, which re-enables proposer prefills but cannot refresh α. ``probe_steps: 0`` turns probing off.
+- MAX_LEN, FIXED_PROPOSED_LEN, RESETSTEPS, the window and the initial α are not in the paper; conf/system/turbospec.yaml
+  says where each default comes from.
 """
 
 from __future__ import annotations
@@ -128,10 +122,11 @@ def fit_linear(n_context: np.ndarray, n_batched: np.ndarray, latency_s: np.ndarr
 
 
 def profile_forward(cost: CostModel, which: Which, max_len: int, max_batch: int) -> LatencyFit:
-    """Sample decode/verify passes of ``which`` over a grid of batch sizes, per-request contexts and proposal
-    lengths (N_batched = batch·(k+1) for the target, = batch for a proposer pass), as the offline profiler times
-    the engine (a target pass is charged as the engine runs it: :func:`repro.cost.step.decode_pass_s`, batch
-    expansion and host-side speculation costs included), and fit Eq. (3)."""
+    """Fit Eq. (3) to ``which``'s passes sampled over batch sizes, contexts and proposal lengths (offline profile).
+
+    N_batched = batch·(k+1) for the target, batch for a proposer pass. A target pass is charged as the engine runs it
+    (:func:`repro.cost.step.decode_pass_s`: batch expansion and host-side speculation costs included).
+    """
     ks = range(max_len + 1) if which == "target" else (0,)
     batches = np.unique(np.geomspace(1, max_batch, 48).round().astype(int)).tolist()
     rows = []
@@ -201,8 +196,10 @@ def expected_generated(alpha: float, k: np.ndarray, batch: int, num_spec: int, m
 
 def kv_blocks_needed(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.ndarray, block_size: int,
                      max_len: int) -> np.ndarray:
-    """Extra KV blocks a decode step needs for each k = 0..max_len (1 + k slots per speculating request, 1 per
-    other), given each request's computed tokens and allocated blocks."""
+    """Extra KV blocks a decode step needs for each k = 0..max_len.
+
+    1 + k slots per speculating request, 1 per other, given each request's computed tokens and allocated blocks.
+    """
     k = np.arange(max_len + 1)[:, None]
     slots = num_computed[None, :] + 1 + k * spec[None, :].astype(np.int64)
     need = (slots + block_size - 1) // block_size - kv_blocks[None, :]
@@ -213,8 +210,11 @@ def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyMod
                    free_blocks: int | None = None, blocks_needed: np.ndarray | None = None, *,
                    num_spec: int | None = None, match_rate: float = 1.0, verify_frac: float = 1.0,
                    min_k: int = 0) -> int:
-    """Listing 2: the k in min_k..max_len maximizing goodput = expected generated tokens / predicted step time
-    (Eq. 1, 2, 4), skipping k whose KV slots do not fit (``blocks_needed[k] > free_blocks``); 0 if none fits."""
+    """Listing 2: the k in min_k..max_len maximizing goodput (Eq. 1, 2, 4); 0 if none fits.
+
+    Goodput = expected generated tokens / predicted step time. A k whose KV slots do not fit
+    (``blocks_needed[k] > free_blocks``) is skipped.
+    """
     ns = batch if num_spec is None else num_spec
     ks = np.arange(max_len + 1)
     goodput = expected_generated(alpha, ks, batch, ns, match_rate) / fit.step_s(ks, batch, ns, context, verify_frac)
@@ -226,10 +226,12 @@ def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyMod
 
 
 class AcceptanceTracker:
-    """Moving average over the most recent speculating steps holding ``window`` tested tokens: acceptance
-    α = accepted / tested tokens, match rate m (requests that got a proposal / requests asked to propose) and the
-    fraction of requested verification slots the engine scored. Until ``window`` tokens (requests, for m) have
-    been seen, the prior (``init_acceptance``; m = 1) fills the rest of the window."""
+    """Moving averages of acceptance α, match rate m and scored-slot fraction over the last ``window`` tested tokens.
+
+    α = accepted / tested tokens; m = requests that got a proposal / requests asked to propose; the third is the
+    fraction of requested verification slots the engine scored. Until ``window`` tokens (requests, for m) are seen,
+    the prior (``init_acceptance``; m = 1) fills the window.
+    """
 
     def __init__(self, window: int, init_acceptance: float) -> None:
         if window < 1 or not 0.0 <= init_acceptance < 1.0:
@@ -344,8 +346,10 @@ class TurboSpec(Policy):
 
     def _goodput_k(self, view: View, decode: np.ndarray, spec: np.ndarray, preempt: np.ndarray,
                    min_k: int = 0) -> int:
-        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals; for PLD the proposal
-        is FIXED_PROPOSED_LEN and ArgMaxGoodput picks the verification length (≤ the proposal)."""
+        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals.
+
+        For PLD the proposal is FIXED_PROPOSED_LEN and ArgMaxGoodput picks the verification length (≤ the proposal).
+        """
         if decode.size == 0 or not spec.any():
             return 0
         max_len = min(self.max_len, self.pld_proposed_len) if self.proposer == "pld" else self.max_len

@@ -1,12 +1,11 @@
 """Loaders for the real dataset and trace files (docs/data.md) and the hub-only sets.
 
-Every loader returns :class:`LengthRecords`: per-record prompt and reference-output token counts in the target
-model family's tokenizer (or the counts the file ships with, named in ``tokenizer``), ``-1`` where a file
-has no
-reference output (the sampler then draws the output from the ShareGPT output-length marginal, see
-``workloads.sampling``). Loaders are cached per (dataset, data root, tokenizer) for the process, so token
-counting
-happens once. Missing files raise :class:`DataMissingError` naming the file to provide.
+- Every loader returns :class:`LengthRecords`: per-record prompt and reference-output token counts in the target
+  model family's tokenizer (or the counts the file ships with, named in ``tokenizer``).
+- ``-1`` marks a record without reference output; the sampler then draws one from the ShareGPT output-length
+  marginal (``workloads.sampling``).
+- Loaders are cached per (dataset, data root, tokenizer) for the process: tokens are counted once.
+- A missing file raises :class:`DataMissingError` naming the file to provide.
 
 Prompt/output construction per dataset (``name``: prompt → output):
 
@@ -22,9 +21,8 @@ Prompt/output construction per dataset (``name``: prompt → output):
   math_reasoning, rag): first turn → ``reference`` when present; ``cnn_dailymail`` = the summarization part
   (``variant="full"``: hub CNN/DailyMail ``test.jsonl`` article → highlights); ``gsm8k``: question → answer.
 - ``mtbench``: first turn → none. ``mbpp``: text + test asserts → code. ``spider``: question → SQL query.
-  ``chatbot_arena``: first turn → none (``variant="full"``: hub conversations, first user → first
-  assistant turn).
-  ``awesome_prompts``: prompt → none.
+  ``chatbot_arena``: first turn → none (``variant="full"``: hub conversations, first user → first assistant
+  turn). ``awesome_prompts``: prompt → none.
 - traces ``azure2023_conv``, ``azure2023_code``, ``mooncake``, ``adaserve_<file stem>``, hub ``burstgpt``,
   ``azure2024_conv``/``azure2024_code``: the lengths the trace records (its own tokenizer), plus timestamps.
 - hub-only text sets: ``openorca``, ``chatbot_instruction_prompts``, ``minithinky``, ``hle``.

@@ -23,8 +23,11 @@ class DataMissingError(ReproError):
 
 
 class PlanError(AssertionError):
-    """A policy returned a plan that breaks the engine's invariants (a bug in the policy). Not a :class:`ReproError`:
-    it surfaces with its traceback. Here, below every module that raises it (:mod:`repro.sim.plan` re-exports it)."""
+    """A policy returned a plan that breaks the engine's invariants (a bug in the policy).
+
+    Not a :class:`ReproError`: it surfaces with its traceback. Here, below every module that raises it
+    (:mod:`repro.sim.plan` re-exports it).
+    """
 
 
 def suggest(word: str, known: Iterable[str]) -> str:

@@ -58,11 +58,15 @@ def keyed_rng(base: np.random.SeedSequence, *key: int) -> np.random.Generator:
 
 
 class Seeder:
-    """``generator(tail)`` equals ``Generator(PCG64(SeedSequence(base.entropy, spawn_key=(*base.spawn_key, *prefix,
-    *tail), pool_size=base.pool_size)))``'s state for tails of non-negative ints below 2³²; the states of every
-    request for one tail shape ``(rid, *rest)`` are computed together on first use (``num_requests`` of them).
+    """Fast per-request generators: ``generator(tail)`` is in the state of the spawned child ``(*prefix, *tail)``.
 
-    The generator returned is shared: it is valid until the next call."""
+    That is ``Generator(PCG64(SeedSequence(base.entropy, spawn_key=(*base.spawn_key, *prefix, *tail),
+    pool_size=base.pool_size)))``, for tails of non-negative ints below 2³².
+
+    - The states of all ``num_requests`` requests for one tail shape ``(rid, *rest)`` are computed together on
+      first use.
+    - The generator returned is shared: valid until the next call.
+    """
 
     def __init__(self, base: np.random.SeedSequence, prefix: tuple[int, ...], num_requests: int) -> None:
         entropy, spawn = _words(base.entropy), _words((*base.spawn_key, *prefix))

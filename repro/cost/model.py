@@ -130,8 +130,10 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
 
 
 def _kv_bytes_s(c: _Coeffs, v: Any) -> Any:
-    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring); a float, or elementwise
-    an array (the same operations in the same order either way)."""
+    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring).
+
+    A float, or elementwise an array (the same operations in the same order either way).
+    """
     return v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half))
 
 
@@ -283,9 +285,11 @@ class CostModel:
     def forward_s_many(self, num_tokens: int, num_seqs: int, kv_read_tokens: np.ndarray,
                        query_pairs: np.ndarray | float = 0.0, lm_head_tokens: int = -1, decode_only: bool = False,
                        which: Which = "target") -> np.ndarray:
-        """:meth:`forward_s` of passes that differ only in the KV they read and their query pairs (no prefill pairs):
-        one value per element of ``kv_read_tokens``, each equal to ``forward_s``'s bit for bit (the same floating
-        point operations in the same order, elementwise), for the engine's runs of repeated steps."""
+        """:meth:`forward_s` of passes differing only in KV read and query pairs, one per ``kv_read_tokens`` entry.
+
+        No prefill pairs. Each value equals ``forward_s``'s bit for bit (same operations, same order, elementwise);
+        for the engine's runs of repeated steps.
+        """
         kv = np.asarray(kv_read_tokens, dtype=np.float64)
         if self._profiles and which in self._profiles:
             qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
@@ -298,9 +302,11 @@ class CostModel:
     def forward_s_blocks(self, shapes: Sequence[tuple[int, int, int, bool]], lengths: Sequence[int],
                          kv_read_tokens: np.ndarray, query_pairs: np.ndarray | float = 0.0,
                          which: Which = "target") -> np.ndarray:
-        """:meth:`forward_s_many` of consecutive blocks of passes along the last axis of ``kv_read_tokens``: block i,
-        ``lengths[i]`` long, has the shape ``shapes[i]`` = (num_tokens, num_seqs, lm_head_tokens, decode_only). Each
-        value equals ``forward_s_many``'s of its block, bit for bit (the same operations, elementwise)."""
+        """:meth:`forward_s_many` of consecutive blocks of passes along the last axis of ``kv_read_tokens``.
+
+        Block i is ``lengths[i]`` passes of shape ``shapes[i]`` = (num_tokens, num_seqs, lm_head_tokens, decode_only).
+        Each value equals ``forward_s_many``'s for its block, bit for bit.
+        """
         if len(shapes) == 1:
             tok, seqs, head, graphs = shapes[0]
             return self.forward_s_many(tok, seqs, kv_read_tokens, query_pairs, head, graphs, which)
@@ -317,9 +323,11 @@ class CostModel:
 
     @staticmethod
     def _attention(c: Any, kv: np.ndarray, query_pairs: np.ndarray | float, v_half_positive: bool) -> np.ndarray:
-        """The attention seconds of passes reading ``kv`` tokens of KV with ``query_pairs`` (no prefill pairs), as
-        ``_parts`` computes them, elementwise: ``c`` holds the model's constants (or, for rows of passes on several
-        models, a column of each; ``v_half_positive``: every one's V_half is)."""
+        """Attention seconds of passes reading ``kv`` KV tokens with ``query_pairs``, elementwise, as ``_parts``.
+
+        No prefill pairs. ``c`` holds the model's constants (for rows on several models, a column each);
+        ``v_half_positive``: every model's V_half is positive.
+        """
         if v_half_positive:
             read = _kv_bytes_s(c, kv * c.kv_bytes)
         else:  # with V_half > 0 a read of 0 tokens prices at exactly 0.0 as kv_read_s has it
@@ -331,11 +339,12 @@ class CostModel:
     def forward_s_rows(self, rows: Sequence[tuple[Which, Sequence[tuple[int, int, int, bool]]]],
                        lengths: Sequence[int], kv_read_tokens: np.ndarray,
                        query_pairs: np.ndarray) -> np.ndarray | None:
-        """:meth:`forward_s_blocks` of several rows of passes at once, row ``r`` of ``kv_read_tokens`` and
-        ``query_pairs`` (rows × passes) on the model ``rows[r][0]`` with its blocks' shapes ``rows[r][1]`` (each
-        block ``lengths[i]`` passes long): every value equals that of ``forward_s_many`` for its block, bit for bit
-        (the same operations, elementwise, with each row's constants). ``None`` where a row's model is read from a
-        measured profile: price those rows one by one."""
+        """:meth:`forward_s_blocks` of several rows of passes at once; ``None`` if a row's model is a measured profile.
+
+        Row ``r`` of ``kv_read_tokens`` and ``query_pairs`` (rows × passes) runs on model ``rows[r][0]`` with block
+        shapes ``rows[r][1]``, block i ``lengths[i]`` passes long. Each value equals ``forward_s_many``'s for its
+        block, bit for bit. On ``None``, price the rows one by one.
+        """
         whichs = tuple(w for w, _ in rows)
         consts = self._row_consts.get(whichs)
         if consts is None:
@@ -436,9 +445,11 @@ class CostModel:
         return max(0, int(free // per_block))
 
     def swap_s(self, num_tokens: int, draft_tokens: int = 0) -> float:
-        """Move the KV of ``num_tokens`` tokens of context between GPU and host, one direction, the target's shards
-        over the tp links in parallel; ``draft_tokens`` of a co-located draft's KV move with it (under the vLLM v0
-        layout over the driver GPU's link, which then bounds the transfer)."""
+        """Seconds to move the KV of ``num_tokens`` tokens between GPU and host, one direction.
+
+        The target's shards move over the tp links in parallel. ``draft_tokens`` of a co-located draft's KV move too,
+        under the vLLM v0 layout over the driver GPU's link, which then bounds the transfer.
+        """
         link = self.hardware.host_link_gbs * 1e9
         target = num_tokens * self.model.kv_bytes_per_token / self.tp
         draft = draft_tokens * self.draft.kv_bytes_per_token if (draft_tokens and self._draft_colocated
@@ -455,9 +466,11 @@ class CostModel:
         return self.draft.weight_bytes / (self.draft_tp * hw.host_link_gbs * 1e9)
 
     def kv_migrate_s(self, blocks: int, block_size: int = 16) -> float:
-        """Copy ``blocks`` KV blocks of the target to other slots on the GPU (Nightjar §5.3's contraction: a
-        vectorized kernel reads and writes each block once), every GPU its own shard in parallel, at the
-        hardware's weight-streaming efficiency, plus one kernel launch."""
+        """Seconds to copy ``blocks`` target KV blocks to other GPU slots (Nightjar §5.3's contraction).
+
+        A vectorized kernel reads and writes each block once, each GPU its shard in parallel, at the hardware's
+        weight-streaming efficiency, plus one kernel launch.
+        """
         if blocks <= 0:
             return 0.0
         hw = self.hardware

@@ -48,12 +48,14 @@ def _bracket(axis: tuple[float, ...], x: float) -> tuple[int, float]:
 
 def extend_contexts(rows: dict[tuple[float, ...], dict[float, float]], contexts: tuple[float, ...],
                     seqs: Callable[[tuple[float, ...]], float]) -> dict[tuple[float, ...], float]:
-    """The cells a row lacks past its last measured context (a profiler skips the large-context corner that does not
-    fit in the GPU's memory), each extended linearly along context: from the row's own two largest contexts, or, for
-    a row with fewer than two, with the slope per sequence and cached token of the nearest row (by ``seqs``) that has
-    them. Decode attention reads every cached token once, so at a fixed batch a pass grows linearly with context.
-    Returns ``{(*row, context): seconds}``; a row missing a context below one it has, or no row to take a slope from,
-    is a ValueError naming it."""
+    """Extrapolate the cells a row lacks past its last measured context; returns ``{(*row, context): seconds}``.
+
+    - A profiler skips the large-context corner that does not fit in GPU memory; decode attention reads each cached
+      token once, so at a fixed batch a pass is linear in context.
+    - Slope: the row's own two largest contexts, else the slope per sequence and cached token of the nearest row (by
+      ``seqs``) that has two.
+    - ValueError naming the row: a gap below a measured context, or no row to take a slope from.
+    """
     slopes: dict[tuple[float, ...], float] = {}
     for row, cells in rows.items():
         have = sorted(cells)

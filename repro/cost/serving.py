@@ -76,15 +76,19 @@ class EngineProfile:
 
     @property
     def verifies_trees(self) -> bool:
-        """Whether the engine verifies a token tree that branches: only one multi-token query per sequence can carry
-        a tree's attention mask (``multi_query``); batch expansion scores a proposal as single-token sequences, one
-        per position of one chain (vLLM v0's ``BatchExpansionTop1Scorer``)."""
+        """Whether the engine verifies branching token trees (only with ``multi_query``).
+
+        A tree's attention mask needs one multi-token query per sequence; batch expansion scores a proposal as
+        single-token sequences, one per position of one chain (vLLM v0's ``BatchExpansionTop1Scorer``).
+        """
         return self.scorer == "multi_query"
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> EngineProfile:
-        """Build from the ``engine`` config block (its run settings, :data:`RUN_KEYS`, are skipped); an unknown
-        key raises ``TypeError`` naming it."""
+        """Build from the ``engine`` config block (its run settings, :data:`RUN_KEYS`, are skipped).
+
+        An unknown key raises ``TypeError`` naming it.
+        """
         data = {k: v for k, v in _to_dict(cfg).items() if k not in RUN_KEYS}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

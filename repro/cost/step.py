@@ -50,10 +50,12 @@ class DecodeBatch:
 
 def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_query: np.ndarray | None = None
                   ) -> tuple[float, float, float, float, float]:
-    """(sequences, KV tokens read, query-key pairs, host seconds, largest query) of the decode/verify part of a pass:
-    request i scores 1 + k[i] tokens on ctx[i] cached ones. Under batch expansion a request with k > 0 becomes k + 1
-    single-query sequences, the j-th reading ctx + j tokens; ``multi_query`` marks requests scored with one
-    multi-token query whatever the scorer (token trees)."""
+    """(sequences, KV tokens read, query-key pairs, host seconds, largest query) of a pass's decode/verify part.
+
+    Request i scores 1 + k[i] tokens on ctx[i] cached ones. Under batch expansion a request with k > 0 becomes k + 1
+    single-query sequences, the j-th reading ctx + j tokens. ``multi_query`` marks requests scored with one
+    multi-token query whatever the scorer (token trees).
+    """
     q = k + 1
     n = float(k.size)
     spec = k > 0
@@ -80,11 +82,14 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
 
 
 def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> tuple[ForwardShape, float]:
-    """The target's forward pass of a step, and the host seconds of speculation around it, under ``profile``:
-    every prefill chunk (its causal pairs, reading its cached prefix) and 1 + speculation per decoding request
-    (:func:`_decode_terms`); the LM head scores verified tokens and the last token of completed prefills. The pass
-    replays CUDA graphs when it has no prefill, every query is a single token (or the profile graphs verification)
-    and its tokens fit the captured sizes."""
+    """The target's forward pass of a step under ``profile``, and the host seconds of speculation around it.
+
+    - Every prefill chunk (causal pairs, reading its cached prefix) and 1 + speculation per decoding request
+      (:func:`_decode_terms`).
+    - The LM head scores verified tokens and the last token of completed prefills.
+    - CUDA graphs replay when there is no prefill, every query is one token (or the profile graphs verification) and
+      the tokens fit the captured sizes.
+    """
     dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
     tree = None  # requests scored as one multi-token query: trees that branch (a width-1 tree is a chain)
     if dec.trees:
@@ -107,20 +112,23 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
 
 
 def verify_run_s(cost: CostModel, k: int, ctx: np.ndarray) -> tuple[np.ndarray, float]:
-    """The verification seconds (:func:`verify_pass`'s target pass plus its host seconds) of a run of decode-only
-    steps over the same requests, each speculating a chain of ``k`` (0: none) with no trees: row i of ``ctx`` (steps
-    × requests) holds step i's contexts. Each value equals what the engine charges that step on its own, bit for bit:
-    the same terms, summed in the same order (a row sum is numpy's sum of that row), priced by
-    :meth:`~repro.cost.model.CostModel.forward_s_many`. Also returns the fixed costs inside each step's verification
-    (the pass's ``overhead_s`` plus the host seconds, as a step trace records them), the same for every step."""
+    """Verification seconds of each step of a decode-only run, and the fixed costs inside each (the same for all).
+
+    - The same requests every step, each speculating a chain of ``k`` (0: none), no trees; row i of ``ctx``
+      (steps × requests) holds step i's contexts.
+    - Each value equals the engine's charge for that step alone (:func:`verify_pass`'s pass plus host seconds), bit
+      for bit, priced by :meth:`~repro.cost.model.CostModel.forward_s_many`.
+    - Fixed costs: the pass's ``overhead_s`` plus host seconds, as a step trace records them.
+    """
     verify, overhead = verify_runs_s(cost, k, [ctx])
     return verify, overhead[0]
 
 
 def verify_runs_s(cost: CostModel, k: int, blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, list[float]]:
-    """:func:`verify_run_s` of consecutive stretches of steps, each over its own requests (``blocks``: each
-    stretch's contexts, steps × requests): the stretches' values one after the other, and each stretch's fixed
-    costs."""
+    """:func:`verify_run_s` of consecutive stretches: the values concatenated, and each stretch's fixed costs.
+
+    ``blocks`` holds each stretch's contexts (steps × requests); each stretch has its own requests.
+    """
     shapes, hosts, overheads, kv_read, qpairs, lengths = verify_terms(cost, k, blocks)
     return cost.forward_s_blocks(shapes, lengths, kv_read, qpairs) + per_step(hosts, lengths), overheads
 
@@ -173,9 +181,11 @@ def verify_terms(cost: CostModel, k: int, blocks: Sequence[np.ndarray]
 
 
 def decode_pass_s(cost: CostModel, batch: int, context: float, k: float = 0.0, *, tree: bool = False) -> float:
-    """Seconds of one target pass over ``batch`` requests with ``context`` cached tokens each, every one scoring
-    1 + ``k`` tokens (``k`` = 0: plain decode; ``tree``: a token tree of k nodes, always one multi-token query),
-    charged exactly as :func:`verify_pass` charges the engine's steps, host costs of speculation included."""
+    """Seconds of one target pass over ``batch`` requests, each scoring 1 + ``k`` tokens on ``context`` cached ones.
+
+    ``k`` = 0 is plain decode; ``tree``: a k-node token tree, always one multi-token query. Charged exactly as
+    :func:`verify_pass` charges the engine's steps, host costs of speculation included.
+    """
     if batch <= 0:
         return 0.0
     kk = np.full(batch, float(k))

@@ -52,9 +52,11 @@ _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
 
 
 def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[str] = ()) -> str:
-    """A Hydra composition error on one line; for a key no config has, say so and suggest the nearest key (Hydra's
-    own hint, ``+key=value``, would add the typo as a new key that nothing reads); for a grid key the experiment
-    (named in ``overrides``) does not sweep, :func:`unswept_grid_key`."""
+    """A Hydra composition error on one line.
+
+    For a key no config has, suggest the nearest key (Hydra's own hint, ``+key=value``, would add the typo as a key
+    nothing reads). For a grid key the experiment (named in ``overrides``) does not sweep, :func:`unswept_grid_key`.
+    """
     m = _NOT_IN_STRUCT.search(str(exc))
     if m:
         key = m.group(1)
@@ -119,8 +121,10 @@ def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
 
 
 def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
-    """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`; config mistakes →
-    ConfigError."""
+    """Compose conf/config.yaml with ``overrides`` inside :func:`hydra_context`.
+
+    Config mistakes → ConfigError.
+    """
     return _compose_with_choices(overrides, where)[0]
 
 
@@ -139,13 +143,15 @@ def _compose_with_choices(overrides: Sequence[str], where: str = "") -> tuple[Di
 
 
 class Composer:
-    """Composes many points' configs, each equal to :func:`compose_config` of the same overrides without the
-    ``exp`` block (a point never reads it: the experiment is the runner's, and no config interpolates it), in a
-    fraction of the time: Hydra composes each distinct combination of config-group choices (``system=...``,
-    ``model@draft=...``, ``+exp=...``) once; a point's other overrides are applied to a copy of that composition
-    exactly as Hydra applies them (after composition, in struct mode: ``ConfigLoaderImpl._apply_overrides_to_config``).
-    An override Hydra treats specially (``hydra.*``, a sweep, one on ``exp``) falls back to a full composition. Use
-    inside :func:`hydra_context`."""
+    """Compose many points' configs fast; each equals :func:`compose_config` of its overrides, less the ``exp`` block.
+
+    - Use inside :func:`hydra_context`.
+    - Hydra composes each distinct combination of group choices (``system=...``, ``model@draft=...``, ``+exp=...``)
+      once; a point's other overrides are applied to a copy as Hydra applies them (after composition, in struct
+      mode: ``ConfigLoaderImpl._apply_overrides_to_config``).
+    - ``exp`` is dropped: a point never reads it and no config interpolates it.
+    - An override Hydra treats specially (``hydra.*``, a sweep, one on ``exp``) falls back to a full composition.
+    """
 
     def __init__(self, conf_dir: Path = CONF_DIR) -> None:
         from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -196,9 +202,11 @@ class Composer:
         return cfg
 
     def _same_as_cached(self, groups: Sequence[Any]) -> tuple[bytes, bytes, dict[str, str]] | None:
-        """A cached composition that ``groups`` (parsed group overrides) compose to as well: one of a subsequence of
-        them whose every missing override selects the option that composition has already chosen for its group
-        (``system=vllm`` where vLLM is the default), so the defaults tree, and the config, are the same."""
+        """A cached composition that ``groups`` (parsed group overrides) also compose to, or None.
+
+        That of a subsequence of ``groups`` whose every missing override picks the option the composition already
+        chose for its group (``system=vllm`` where vLLM is the default): same defaults tree, same config.
+        """
         from hydra.core.override_parser.types import OverrideType
 
         lines = [str(o.input_line) for o in groups]
@@ -250,8 +258,10 @@ def exp_name(overrides: Sequence[str]) -> str | None:
 
 
 def own_grid_keys(conf_dir: Path, name: str | None) -> list[str]:
-    """The keys experiment ``name``'s file sweeps (in ``exp.grid``, its cases' grids and its quick block's); none
-    for the default experiment."""
+    """The keys experiment ``name``'s file sweeps (in ``exp.grid``, its cases' grids and its quick block's).
+
+    Empty for the default experiment.
+    """
     path = conf_dir / "exp" / f"{name}.yaml"
     node = OmegaConf.load(path) if name and path.is_file() else None
     exp = node.get("exp") if isinstance(node, DictConfig) else None

@@ -61,8 +61,10 @@ class SystemEntry:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """An ``exp.cases`` entry with the systems it runs (its own, else the experiment's); ``label`` None is the one
-    unlabelled case of an experiment without cases."""
+    """An ``exp.cases`` entry with the systems it runs (its own, else the experiment's).
+
+    ``label`` None is the one unlabelled case of an experiment without cases.
+    """
 
     label: str | None
     overrides: Mapping[str, Any]
@@ -76,8 +78,10 @@ class Case:
 
 @dataclass(frozen=True)
 class ExpSpec:
-    """An experiment's ``exp`` block, typed (see the module docstring); ``source`` is the mapping it was read from
-    (manifest.json records it as it was)."""
+    """An experiment's ``exp`` block, typed (see the module docstring).
+
+    ``source`` is the mapping it was read from (manifest.json records it as it was).
+    """
 
     name: str = ""
     title: str = ""
@@ -179,9 +183,12 @@ def _also_for(raw: Any) -> dict[str, tuple[str, ...]]:
 
 
 def apply_quick(exp: Mapping[str, Any], quick: bool, keep: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``exp`` mapping after ``quick`` (its ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the
-    experiment's) and the config overrides ``exp.quick`` adds to every point (e.g. ``num_requests: 100``). The
-    paths in ``keep`` (``grid.rps``, ``systems``: what the command line set under ``exp``) keep ``exp``'s values."""
+    """``(exp, point_overrides)`` after ``quick``: the experiment with quick values, and overrides for every point.
+
+    ``exp.quick`` entries named in :data:`QUICK_EXP_KEYS` replace the experiment's; its other entries are config
+    overrides for every point (e.g. ``num_requests: 100``). Paths in ``keep`` (what the command line set under
+    ``exp``: ``grid.rps``, ``systems``) keep ``exp``'s values.
+    """
     out = dict(exp)
     extra: dict[str, Any] = {}
     if quick:

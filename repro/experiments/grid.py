@@ -43,8 +43,10 @@ class Point:
 
 
 def expand_points(spec: ExpSpec, groups: Mapping[str, str], extra: Mapping[str, Any] | None = None) -> list[Point]:
-    """Points of an experiment: seeds × systems × cases × grid (see the module docstring); ``extra`` overrides
-    come first in every point."""
+    """Points of an experiment: seeds × systems × cases × grid (see the module docstring).
+
+    ``extra`` overrides come first in every point.
+    """
     base = [override(k, v, groups) for k, v in (extra or {}).items()]
     cases = spec.case_list()
     points: list[Point] = []

@@ -186,8 +186,10 @@ def _system_lists(e: dict[str, Any], cases: list[dict[str, Any]]) -> list[tuple[
 
 def _narrow_systems(e: dict[str, Any], cases: list[dict[str, Any]], name: str, default_exp: bool,
                     lines: list[str]) -> None:
-    """``system=NAME``: every systems list keeps its entries for config or label ``NAME``; when no list has one,
-    ``NAME`` alone replaces them all."""
+    """``system=NAME``: every systems list keeps its entries for config or label ``NAME``.
+
+    When no list has one, ``NAME`` alone replaces them all.
+    """
     before = ExpSpec.parse(e).system_labels()
     lists = _system_lists(e, cases)
     kept = [[r for r, en in zip(raw, system_entries(raw), strict=True) if name in (en.name, en.label)]

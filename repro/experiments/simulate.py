@@ -57,9 +57,11 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
 
 
 def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output_len: int = 128) -> float:
-    """AdaServe §6.1 "baseline latency": the mean per-iteration latency of incremental decoding (no speculation)
-    with ``batch`` requests of ``input_len`` prompt tokens generating ``output_len`` tokens each, from the cost
-    model of the same hardware and model (12.5 ms for Llama-2-7B on an A100 in the paper)."""
+    """AdaServe §6.1's "baseline latency": mean per-iteration seconds of incremental decoding, from the cost model.
+
+    ``batch`` requests of ``input_len`` prompt tokens generating ``output_len`` tokens each, no speculation. The paper
+    reports 12.5 ms for Llama-2-7B on an A100.
+    """
     steps = [decode_pass_s(cost, batch, input_len + i) for i in range(1, output_len)]
     return float(np.mean(steps))
 
@@ -136,8 +138,10 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
 
 
 def max_model_len(cfg: DictConfig, model: Any) -> int:
-    """The server's ``--max-model-len``: ``engine.max_model_len``, else the target's context length; above that
-    context it is refused (vLLM refuses it too)."""
+    """The server's ``--max-model-len``: ``engine.max_model_len``, else the target's context length.
+
+    Above that context it is refused (vLLM refuses it too).
+    """
     value = cfg.engine.get("max_model_len")
     if value is None:
         return int(model.max_context)
@@ -149,8 +153,10 @@ def max_model_len(cfg: DictConfig, model: Any) -> int:
 
 def request_table(cfg: DictConfig, cost: CostModel, baseline_s: float, seed: np.random.SeedSequence,
                   max_len: int | None = None) -> Any:
-    """The point's requests (:func:`workloads.build_workload` for its target model); the workload's own complaints
-    become a :class:`ConfigError`, a missing data file stays a DataMissingError."""
+    """The point's requests (:func:`workloads.build_workload` for its target model).
+
+    The workload's own complaints become a :class:`ConfigError`, a missing data file stays a DataMissingError.
+    """
     from workloads import build_workload
 
     try:
@@ -167,8 +173,10 @@ def backend_kind(cfg: DictConfig) -> str:
 
 
 def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
-    """``backend=hf``: the real models that execute the run's steps (:mod:`repro.backends.hf`); ``None`` for the
-    simulator."""
+    """``backend=hf``: the real models that execute the run's steps (:mod:`repro.backends.hf`).
+
+    ``None`` for the simulator.
+    """
     kind = backend_kind(cfg)
     if kind == "sim":
         return None
@@ -323,19 +331,20 @@ def steps_frame(out: SimOutput) -> pd.DataFrame:
 
 
 def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> dict[str, float]:
-    """GoodSpeed's yardstick, which the simulator alone can compute: each client's true per-token acceptance (the
-    mean level a_r, on its server's oracle stream, of the requests it got tokens for), the optimal long-term
-    goodput x* of problem (1) for the policy's ``round_budget`` C (:func:`repro.metrics.fairness.optimal_goodput`), and
-    the run's own
-    utility U(x̄) with x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` is added to it
-    as a column (the line the utility converges to).
+    """GoodSpeed's yardstick, which only a simulator can compute: the optimum x* and the run's utility against it.
 
-    Also: ``utility_even`` = U at the even split's long-term goodput at the same acceptances
-    (:func:`repro.metrics.fairness.even_goodput`) and ``even_gap`` = U(x*) − that, the most that adapting the allocation
-    can gain; ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients (accepted + the
-    bonus, a request's first token included: x_i(t) of Eq. 4 summed) per second of simulated wall time (receiving +
-    verifying + sending), and ``utility_per_s`` = Σ_i log g_i with g_i = client i's tokens per second (= U(x̄) + N ·
-    log(T / wall): Fig. 4's utility of per-second instead of per-round goodputs)."""
+    - Per client: true per-token acceptance (mean level a_r, on its server's oracle stream, of the requests it got
+      tokens for) and x* of problem (1) for the policy's ``round_budget`` C
+      (:func:`repro.metrics.fairness.optimal_goodput`).
+    - The run's utility U(x̄), x̄_i = client i's tokens per round (step). With a steps table, ``utility_opt`` (the
+      line the utility converges to) is added to it as a column.
+    - ``utility_even``: U of the even split at the same acceptances (:func:`repro.metrics.fairness.even_goodput`);
+      ``even_gap`` = U(x*) − that, the most adapting the allocation can gain.
+    - ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall: tokens given to clients (Eq. 4's x_i(t) summed: accepted +
+      bonus, first tokens included) per second of simulated wall time (receiving + verifying + sending).
+    - ``utility_per_s`` = Σ_i log g_i, g_i = client i's tokens per second (= U(x̄) + N · log(T / wall); Fig. 4's
+      utility of per-second goodputs).
+    """
     from repro.metrics.fairness import even_goodput, optimal_goodput, utility
 
     assert built.deployment is not None

@@ -37,8 +37,10 @@ class Stop(KeyboardInterrupt):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by a signal with ``saved`` of its ``total`` points in ``path`` (None: none); ``wrote``: whether
-    this run wrote there (not when it stopped before its first point finished)."""
+    """A run stopped by a signal with ``saved`` of its ``total`` points in ``path`` (None: none).
+
+    ``wrote``: whether this run wrote there (not when it stopped before its first point finished).
+    """
 
     def __init__(self, signum: int, saved: int, total: int, path: Path | None, wrote: bool) -> None:
         super().__init__(f"{saved} of {total} points saved")
@@ -73,9 +75,10 @@ def raise_on_sigterm() -> None:
 
 @contextlib.contextmanager
 def signals_held(deliver: bool = True) -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while the block runs (a points.csv append, a stopping run's tidying up), then deliver
-    the first one held to the handler it would have met (``deliver=False``: drop it). Main thread only (elsewhere
-    signals do not arrive and this does nothing)."""
+    """Hold Ctrl-C and SIGTERM while the block runs, then deliver the first one held (``deliver=False``: drop it).
+
+    For a points.csv append or a stopping run's tidying up. Main thread only; elsewhere it does nothing.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return

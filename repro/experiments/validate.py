@@ -32,8 +32,10 @@ GiB = 2**30
 
 @dataclass(frozen=True, slots=True)
 class Knob:
-    """Type and range of a top-level knob: ``kind`` int | float | bool | str; ``low`` exclusive (``low_incl``
-    inclusive) and ``high`` inclusive bounds; ``nullable``: null allowed."""
+    """Type and range of a top-level knob: ``kind`` int | float | bool | str.
+
+    ``low`` exclusive (``low_incl`` inclusive) and ``high`` inclusive bounds; ``nullable``: null allowed.
+    """
 
     kind: str
     low: float | None = None
@@ -117,9 +119,10 @@ def _show(value: Any) -> str:
 
 
 def infer_knob(key: str, values: Sequence[Any]) -> Knob | None:
-    """A knob for an experiment's own key from the values the experiment gives it (its default and its grid):
-    integers stay integers, positive numbers stay positive, booleans booleans; None when they are not scalars of
-    one kind."""
+    """A knob for an experiment's own key, inferred from its default and grid values; None unless scalars of one kind.
+
+    Integers stay integers, positive numbers positive, booleans booleans.
+    """
     if key in FRACTIONS:
         return FRACTIONS[key]
     vals = [v for v in values if v is not None]
@@ -156,9 +159,11 @@ def grid_values(exp: ExpSpec) -> dict[str, list[Any]]:
 
 
 def check_values(cfg: DictConfig, exp: ExpSpec | None = None, first: Sequence[str] = ()) -> None:
-    """Type and range of the top-level knobs (:data:`KNOBS`) and of the experiment's own scalar keys; the keys in
-    ``first`` (what the user typed) are checked first, so an error names the key typed rather than one that
-    interpolates it."""
+    """Check type and range of the top-level knobs (:data:`KNOBS`) and the experiment's own scalar keys.
+
+    Keys in ``first`` (what the user typed) are checked first, so an error names the typed key, not one that
+    interpolates it.
+    """
     swept = grid_values(exp) if exp is not None else {}
     keys = [*KNOBS, *(str(k) for k in cfg)]
     for key in dict.fromkeys([*(k for k in first if k in keys), *keys]):
@@ -180,9 +185,10 @@ def check_keys(added: Iterable[str], known: Iterable[str]) -> None:
 
 
 def check_workload(cfg: DictConfig, where: str = "") -> None:
-    """The point's request table builds (its data files exist, its workload's own checks pass); an error names
-    ``where``. The data loaders cache what they read, so the workers that run the points read it again only when
-    they do not share this process's memory (not forked from it)."""
+    """Check that the point's request table builds (data files exist, workload checks pass); errors name ``where``.
+
+    The data loaders cache what they read: workers forked from this process do not read it again.
+    """
     import numpy as np
 
     from repro.core.errors import DataMissingError
@@ -294,8 +300,10 @@ def check_system_counts(node: Any, where: str = "") -> None:
 
 
 def check_tp(model: Any, tp: int, key: str, where: str = "") -> None:
-    """vLLM's rule: tp divides the attention heads; it divides the KV heads, or is a multiple of them (vLLM then
-    replicates each KV head on tp / kv_heads GPUs)."""
+    """vLLM's rule: tp divides the attention heads.
+
+    tp divides the KV heads, or is a multiple of them (vLLM then replicates each KV head on tp / kv_heads GPUs).
+    """
     heads, kv = int(model.num_heads), int(model.num_kv_heads)
     if heads % tp:
         raise ConfigError(f"{where}{key}={tp}: does not divide {model.name}'s {heads} attention heads")

@@ -76,9 +76,11 @@ def with_derived(df: None, specs: Sequence[Derived] = ..., keys: Sequence[str] =
 def with_derived(
     df: pd.DataFrame | None, specs: Sequence[Derived] = (), keys: Sequence[str] = ()
 ) -> pd.DataFrame | None:
-    """``df`` plus its derived columns (see the module docstring): the row-by-row ones its columns allow, then the
-    ``specs`` in order, rows matched on ``keys`` (the seed and grid columns; the specs match ``system`` themselves).
-    None stays None (a table that was not saved)."""
+    """``df`` plus its derived columns (module docstring); None stays None (a table that was not saved).
+
+    First the row-by-row columns its columns allow, then ``specs`` in order, rows matched on ``keys`` (seed and grid
+    columns; the specs match ``system`` themselves).
+    """
     if df is None:
         return None
     check(specs, keys)

@@ -1,12 +1,12 @@
-"""Proportional fairness over speculative goodput (GoodSpeed §III): the expected tokens of a chain, the utility, the
-exact per-round allocation of a verification budget (GoodSpeed-sched, Eq. 5) and the optimal long-term goodput x* of
-problem (1) over the achievable region.
+"""Proportional fairness over speculative goodput (GoodSpeed §III).
+
+A chain's expected tokens, the utility, the exact per-round allocation of a verification budget (GoodSpeed-sched,
+Eq. 5) and the optimal long-term goodput x* of problem (1).
 
 The achievable region 𝒳 (Eq. 2) is the convex hull of μ(k) over the allocations k ∈ 𝒦 = {k ∈ Z+^N : Σ k_i ≤ C},
 μ_i(k) = (1 − α_i^(k_i + 1)) / (1 − α_i) tokens per round. x* = argmax_{x ∈ 𝒳} Σ_i log x_i is found by Frank-Wolfe:
-the linear maximization over 𝒳 at gradient g = 1/x is max_k Σ_i g_i μ_i(k), which is exactly GoodSpeed-sched with
-weights g (:func:`allocate`), and an exact line search on the log utility picks each step. Every μ_i(k) ≥ 1 (the
-bonus token), so U is finite everywhere on 𝒳.
+the linear maximization over 𝒳 at gradient g = 1/x is GoodSpeed-sched with weights g (:func:`allocate`), and an
+exact line search on the log utility picks each step. Every μ_i(k) ≥ 1 (the bonus token), so U is finite on 𝒳.
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ def utility(x: np.ndarray) -> float:
 
 
 def even_goodput(alpha: np.ndarray, capacity: int) -> np.ndarray:
-    """The long-term goodput of the even split (GoodSpeed's Fixed-S spending the whole budget): ⌊C/N⌋ drafts a
-    client and the C mod N left over one each in turn, so each client drafts ⌊C/N⌋ + 1 in a fraction (C mod N) / N
-    of the rounds: x_i = (1 − f) · x̂_i(⌊C/N⌋) + f · x̂_i(⌊C/N⌋ + 1), f = (C mod N) / N (a point of the achievable
-    region; U(x*) − U(this) is all that adapting the allocation to the acceptances can gain)."""
+    """Long-term goodput of the even split (GoodSpeed's Fixed-S spending the whole budget C).
+
+    Each client drafts ⌊C/N⌋, the C mod N left over go one each in turn: x_i = (1 − f) · x̂_i(⌊C/N⌋) +
+    f · x̂_i(⌊C/N⌋ + 1), f = (C mod N) / N. U(x*) − U(this) is all that adapting the allocation can gain.
+    """
     a = np.asarray(alpha, dtype=np.float64)
     if a.size == 0:
         return a
@@ -61,9 +62,11 @@ def even_goodput(alpha: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def optimal_goodput(alpha: np.ndarray, capacity: int, iters: int = 500, tol: float = 1e-10) -> np.ndarray:
-    """x* of problem (1): the long-term goodput vector (tokens per round) maximizing Σ log x_i over the achievable
-    region of per-token acceptances ``alpha`` and budget ``capacity`` (module docstring: Frank-Wolfe with exact line
-    search, stopped when the duality gap falls below ``tol``)."""
+    """x* of problem (1): the goodput vector (tokens per round) maximizing Σ log x_i over the achievable region.
+
+    The region of per-token acceptances ``alpha`` and budget ``capacity``. Frank-Wolfe with exact line search (module
+    docstring), stopped when the duality gap falls below ``tol``.
+    """
     a = np.asarray(alpha, dtype=np.float64)
     n = a.size
     x = expected_tokens(a, allocate(np.ones(n), a, capacity))

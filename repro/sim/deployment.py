@@ -37,8 +37,10 @@ DRAFT_SERVER_KEYS = ("hardware", "model", "rtt_ms", "tp", "bandwidth_mbps")
 
 @dataclass(frozen=True, slots=True)
 class DraftServerSpec:
-    """A remote draft server: ``model`` (a draft model) on ``tp`` GPUs of ``hardware``, ``rtt_s`` away; its
-    acceptance is drawn from the token-oracle stream ``stream`` (default: the run's draft model's)."""
+    """A remote draft server: ``model`` (a draft model) on ``tp`` GPUs of ``hardware``, ``rtt_s`` away.
+
+    Its acceptance is drawn from the token-oracle stream ``stream`` (default: the run's draft model's).
+    """
 
     hardware: HardwareSpec
     model: ModelSpec
@@ -50,8 +52,10 @@ class DraftServerSpec:
 
 @dataclass(frozen=True, eq=False)
 class Deployment:
-    """The system, its replicas and the hardware and models they run on (module docstring). Build it with
-    :meth:`of` (or :meth:`from_cfg`), which asks the policy for its replicas."""
+    """The system, its replicas and the hardware and models they run on (module docstring).
+
+    Build it with :meth:`of` (or :meth:`from_cfg`), which asks the policy for its replicas.
+    """
 
     policy: Policy
     replicas: tuple[ReplicaSpec, ...]
@@ -103,10 +107,12 @@ class Deployment:
 
 
 def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
-    """``cost=profile``: the target's measured profile table (``cost.table``, a CSV in the format of
-    :mod:`repro.cost.profile`: absolute, or relative to the working directory or the repository), or with ``key =
-    "draft_table"`` the draft model's (optional: None when unset); ``cost=analytic`` (the default): None. A missing
-    file or a malformed table is a one-line ConfigError naming it."""
+    """The measured profile table under ``cost=profile`` (``cost.<key>``); None under ``cost=analytic`` (default).
+
+    ``key="table"``: the target's; ``key="draft_table"``: the draft's (optional, None when unset). A CSV in
+    :mod:`repro.cost.profile`'s format; the path is absolute or relative to the working directory or the repository.
+    A missing file or malformed table is a one-line ConfigError naming it.
+    """
     from repro.cost.profile import ProfileCostModel
 
     node = cfg.get("cost") or {}
@@ -134,10 +140,12 @@ def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
 
 
 def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
-    """A profile table's provenance sidecar (``<csv>.json``, written by ``python -m repro.profile``) must describe
-    the run: the same model (the target for ``cost.table``, the draft for ``cost.draft_table``), tp, and, for a GPU
-    profile, the run's ``hardware``; a mismatch is a one-line ConfigError. A table without a sidecar is taken as
-    given."""
+    """Check that a profile table's provenance sidecar (``<csv>.json``) describes the run.
+
+    The sidecar (written by ``python -m repro.profile``) must name the same model (target for ``cost.table``, draft
+    for ``cost.draft_table``), tp and, for a GPU profile, ``hardware``; a mismatch is a one-line ConfigError. A table
+    without a sidecar is taken as given.
+    """
     side = path.with_suffix(path.suffix + ".json")
     if not side.is_file():
         return
@@ -171,10 +179,12 @@ def engine_profile(cfg: Any) -> EngineProfile:
 
 
 def draft_server_specs(cfg: Any) -> tuple[DraftServerSpec, ...]:
-    """``engine.draft_servers`` of a composed config: each entry's ``hardware`` (a conf/hardware name), ``model``
-    (a conf/model name; default: the run's draft), ``rtt_ms`` (default 0), ``tp`` (default 1) and
-    ``bandwidth_mbps`` (its link, megabits per second each way; default unlimited). A server whose model is not the
-    run's draft draws its acceptance from the oracle stream of its own model (``stream`` = the model's name)."""
+    """The remote draft servers of a composed config's ``engine.draft_servers``.
+
+    Per entry: ``hardware`` (conf/hardware name), ``model`` (conf/model name; default the run's draft), ``rtt_ms``
+    (default 0), ``tp`` (default 1), ``bandwidth_mbps`` (each way; default unlimited). A server whose model is not the
+    run's draft draws acceptance from its own model's oracle stream (``stream`` = the model's name).
+    """
     from repro.cost.spec import load_hardware, load_model
 
     out = []

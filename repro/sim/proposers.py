@@ -1,12 +1,14 @@
-"""Proposers: what drafts the tokens a step speculates, as objects that the engine, the step costing and the token
-oracle ask instead of comparing names.
+"""Proposers: what drafts a step's speculated tokens; the engine, step costing and oracle ask them, not names.
 
-A proposer says how its drafting is costed: the cost model its passes run on and the coefficient set they use
-(``which``: the draft model's or the EAGLE head's), or, for prompt lookup, host time only; for a remote draft server
-also the round trip to it. It names the token-oracle stream its acceptance is drawn from (``stream``), says whether
-it needs its weights resident in the replica's GPU memory (``resident``), whether it keeps a KV cache of its own that
-must catch up on the tokens it missed (``keeps_kv``) and whether it proposes before verification (``proposes_first``:
-what prompt lookup proposes is decided before the target's pass, so only matched tokens are verified and need KV).
+A proposer says:
+- how its drafting is costed: the cost model its passes run on and their coefficient set (``which``: the draft
+  model's or the EAGLE head's); prompt lookup costs host time only; a remote draft server adds the round trip;
+- ``stream``: the token-oracle stream its acceptance is drawn from;
+- ``resident``: whether its weights must be resident in the replica's GPU memory;
+- ``keeps_kv``: whether it keeps its own KV cache, which must catch up on the tokens it missed;
+- ``proposes_first``: whether its proposal is fixed before the target's pass (prompt lookup: only matched tokens
+  are verified and need KV).
+
 Four kinds:
 
 - :class:`DraftModel`: a small model co-located with the target (its ``cost.draft`` coefficients), with its own KV
@@ -48,9 +50,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Proposer:
-    """Base of the proposer kinds. ``cost`` is the cost model its drafting is priced on, ``name`` what plans call it,
-    ``stream`` the token-oracle stream its acceptance is drawn from; the class attributes describe the kind (module
-    docstring)."""
+    """Base of the proposer kinds; the class attributes describe the kind (module docstring).
+
+    ``cost`` prices its drafting, ``name`` is what plans call it, ``stream`` is the oracle stream of its acceptance.
+    """
 
     cost: CostModel
     name: str
@@ -105,8 +108,11 @@ class PromptLookup(Proposer):
 
 @dataclass(frozen=True, eq=False)
 class RemoteDraftServer(Proposer):
-    """A draft model on its own GPU(s), ``rtt_s`` away (GoodSpeed). ``cost`` is the server's cost model: its
-    ``draft`` coefficients run on ``cost.draft_hardware`` with ``cost.draft_tp`` GPUs."""
+    """A draft model on its own GPU(s), ``rtt_s`` away (GoodSpeed).
+
+    ``cost`` is the server's cost model: its ``draft`` coefficients run on ``cost.draft_hardware`` with
+    ``cost.draft_tp`` GPUs.
+    """
 
     name: str = "remote"
     stream: str = DRAFT

@@ -27,11 +27,13 @@ _NO_MASK = np.zeros(0, dtype=bool)
 
 def decode_runs_s(cost: CostModel, prop: Proposer, k: int, blocks: Sequence[np.ndarray],
                   csum: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Drafting and verification seconds of consecutive stretches of steps in which every request drafts a chain of
-    ``k`` > 0 with the co-located model-based proposer ``prop`` (:meth:`StepCoster.draft_runs_s`; ``csum``: each
-    step's total context) and the target verifies them (:func:`verify_runs_s`), and each stretch's fixed costs of
-    verification. Where both models are analytic, both come from one evaluation of the pass formula
-    (:meth:`~repro.cost.model.CostModel.forward_s_rows`); the values are those of the two functions, bit for bit."""
+    """Drafting and verification seconds, and fixed verification costs, of stretches of chain-``k`` decode steps.
+
+    Every request drafts ``k`` > 0 with the co-located model-based ``prop`` (:func:`draft_runs_s`; ``csum``: each
+    step's total context) and the target verifies (:func:`repro.cost.step.verify_runs_s`). The values equal those two
+    functions' bit for bit; with both models analytic they come from one
+    :meth:`~repro.cost.model.CostModel.forward_s_rows` call.
+    """
     shapes, hosts, overheads, kv_read, qpairs, lengths = verify_terms(cost, k, blocks)
     sizes = [b.shape[1] for b in blocks]
     which = prop.which
@@ -84,9 +86,11 @@ class StepCoster:
 
     def draft_s(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                 spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray, *, draft_resident: bool) -> float:
-        """Seconds of drafting before the target's pass with proposer ``prop``: its host time, then (a model-based
-        proposer) its passes for the requests in ``spec``, locally or on the remote draft servers ``plan`` places
-        them on (the slowest server, its passes and then the uplink of its drafts: ``uplink_s``)."""
+        """Seconds of drafting with ``prop`` before the target's pass.
+
+        Host time, then (model-based) its passes for the requests in ``spec``: locally, or on the remote draft servers
+        ``plan`` places them on (the slowest server's passes plus the uplink of its drafts, ``uplink_s``).
+        """
         host_s = prop.host_s(int(np.count_nonzero(spec)))
         if prop.which is None:  # runs on the host (prompt lookup), for every request asked, matched or not
             return host_s
@@ -109,10 +113,11 @@ class StepCoster:
 
     def prompts_s(self, prop: Proposer, plan: StepPlan, pids: np.ndarray, tokens: np.ndarray, *,
                   draft_resident: bool) -> tuple[float, float]:
-        """(drafting, verification) seconds of a prefill-only ``plan`` over whole prompts with nothing cached
-        (``tokens`` each; requests ``pids`` never computed anything): :meth:`draft_s` and :func:`verify_pass`'s
-        target pass plus its host seconds, the same terms in the same order (the draft's one pass over the prompts
-        where ``plan.draft_sync``), without building the batches."""
+        """(drafting, verification) seconds of a prefill-only ``plan`` over whole, uncached prompts.
+
+        ``tokens`` per request of ``pids``. The same terms, in the same order, as :meth:`draft_s` (one draft pass over
+        the prompts where ``plan.draft_sync``) and :func:`verify_pass` plus host seconds, without building batches.
+        """
         pairs = float((tokens * (0 + (tokens + 1) / 2.0)).sum())  # the prompts' causal pairs (nothing cached: 0 + ...)
         num_tokens, num_seqs = int(tokens.sum()), int(pids.size)
         if not plan.draft_sync:
@@ -129,17 +134,20 @@ class StepCoster:
         return draft_s, verify_s
 
     def draft_run_s(self, prop: Proposer, n: int, k: int, csum: np.ndarray) -> np.ndarray:
-        """:meth:`draft_s` for a run of steps in which the same ``n`` requests all draft a chain of ``k`` > 0 with the
-        co-located model-based proposer ``prop``, whose cache (if it keeps one) holds every computed token (no
-        catch-up) and with nothing else in the step; ``csum`` holds each step's total context. Each value equals
-        ``draft_s`` of that step bit for bit (the same passes, accumulated in the same order)."""
+        """:meth:`draft_s` of each step of a run where the same ``n`` requests draft chains of ``k`` > 0.
+
+        ``prop`` is co-located and model-based, its cache (if any) holds every computed token (no catch-up), and the
+        steps hold nothing else; ``csum`` is each step's total context. Each value equals ``draft_s`` bit for bit.
+        """
         return draft_runs_s(prop, k, [n], csum, [csum.size])
 
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                     spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
-        """Draft steps of ``prop`` (on its cost model) for the speculating requests: step 1 processes each request's
-        catch-up tokens (its last token, plus whatever the proposer's own KV cache misses), steps 2..D one token per
-        chain or ``w`` per beam."""
+        """Seconds of ``prop``'s draft steps (on its cost model) for the speculating requests.
+
+        Step 1 processes each request's catch-up tokens (its last token plus what the proposer's KV cache misses);
+        steps 2..D one token per chain or ``w`` per beam.
+        """
         s = self.s
         cost, which, keeps_kv = prop.cost, prop.which, prop.keeps_kv
         if which is None:

@@ -58,10 +58,13 @@ RECORD_COLUMNS = tuple(f.name for f in fields(StepRecord))
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    """One executed step as an observer sees it: its replica, the plan, the policy's observation, the prefill and
-    decode batches the engine charged (the decode batch's ``k`` is what was verified: prompt lookup's matched
-    tokens, a tree's node count), the matched tokens per decoding request, the fixed costs inside ``verify_s``, the
-    wall-clock seconds the policy took to plan it and the replica's read-only request state after it."""
+    """One executed step as an observer sees it.
+
+    Holds the replica, plan, the policy's observation, the prefill and decode batches the engine charged, matched
+    tokens per decoding request, the fixed costs inside ``verify_s``, the policy's wall-clock planning seconds and the
+    replica's read-only request state after the step. The decode batch's ``k`` is what was verified (prompt lookup's
+    matched tokens, a tree's node count).
+    """
 
     replica: int
     plan: StepPlan
@@ -77,12 +80,13 @@ class StepEvent:
 
 @dataclass(frozen=True, slots=True)
 class StepRun:
-    """A stretch of repeated decode steps the engine fast-forwarded (:meth:`repro.sim.engine.Replica.run_ahead`), as an
-    observer that takes runs (one with an ``on_run`` method) sees it: per step (arrays, one entry a step) its start
-    and end, drafting and verification seconds and the batch's tokens emitted, proposed, accepted and matched; and
-    what every step of the run shares: the replica, the plan, the decoding requests, the tokens through the target,
-    the fixed costs inside verification, the chain length and the wall-clock seconds the policy took to plan the
-    first step (the others repeat it)."""
+    """Repeated decode steps the engine fast-forwarded (:meth:`repro.sim.engine.Replica.run_ahead`), for ``on_run``.
+
+    - Per step (arrays, one entry a step): start, end, drafting and verification seconds, and the batch's tokens
+      emitted, proposed, accepted and matched.
+    - Shared by every step: replica, plan, decoding requests, tokens through the target, fixed costs inside
+      verification, chain length, and the policy's planning seconds for the first step (the others repeat it).
+    """
 
     replica: int
     plan: StepPlan
@@ -102,9 +106,11 @@ class StepRun:
 
 
 class StepObserver(Protocol):
-    """Anything the engine calls after each step (``Engine(observers=...)``). An observer that also has
-    ``on_run(run: StepRun)`` takes fast-forwarded runs of steps at once; with any observer that has not, the engine
-    runs every step one by one."""
+    """Anything the engine calls after each step (``Engine(observers=...)``).
+
+    An observer with ``on_run(run: StepRun)`` takes fast-forwarded runs at once; if any observer lacks it, the engine
+    runs every step one by one.
+    """
 
     def on_step(self, event: StepEvent) -> None: ...
 
@@ -146,9 +152,11 @@ class StepTracer:
         self._telemetry.setdefault(run.replica, []).extend(_telemetry(run.plan) for _ in run.start_at)
 
     def _regret_columns(self, replica: int, rewards: np.ndarray, rec: StepRecord) -> dict[str, float]:
-        """A decode step's counterfactual columns: each chain length's goodput (``arm_reward_<γ>``), the best one
-        and its γ, the realized goodput (tokens emitted / step seconds) and the cumulative regret of Eq. 2,
-        Σ (best − realized) over the replica's decode steps so far."""
+        """A decode step's counterfactual columns.
+
+        Each chain length's goodput (``arm_reward_<γ>``), the best and its γ, the realized goodput (tokens emitted /
+        step seconds) and Eq. 2's cumulative regret Σ (best − realized) over the replica's decode steps so far.
+        """
         best = int(np.nanargmax(rewards))
         realized = (rec.num_emitted / rec.latency_s) if rec.latency_s > 0 else 0.0
         total = self._regret.get(replica, 0.0) + float(rewards[best]) - realized
@@ -168,8 +176,10 @@ class StepTracer:
 
 
 def _telemetry(plan: StepPlan) -> dict[str, float] | None:
-    """A copy of the plan's telemetry for one step record (``None`` without any); its names may not be columns the
-    record has."""
+    """A copy of the plan's telemetry for one step record (``None`` without any).
+
+    Its names may not be columns the record has.
+    """
     tel = plan.telemetry
     if not tel:
         return None
@@ -195,10 +205,12 @@ def steps_frame(records: list[StepRecord], telemetry: list[Mapping[str, float] |
 
 
 def fixed_arm_regret(frame: pd.DataFrame) -> np.ndarray:
-    """Cumulative regret against the best *fixed* chain length of each batch size in hindsight (the comparator of
-    contextual-bandit regret bounds: per context, the arm with the largest total reward over the run), over the
-    decode steps that carry counterfactual rewards (``arm_reward_<γ>``), per replica; NaN elsewhere. Beside the
-    per-step best of Eq. 2 (``cum_regret``), which no policy can follow (each step's luck included)."""
+    """Cumulative regret, per replica, against the best fixed chain length of each batch size in hindsight.
+
+    The comparator of contextual-bandit regret bounds (per context, the arm with the largest total reward). Counted
+    over decode steps with counterfactual rewards (``arm_reward_<γ>``); NaN elsewhere. Unlike Eq. 2's per-step best
+    (``cum_regret``), a policy can follow it.
+    """
     arms = sorted((c for c in frame.columns if c.startswith("arm_reward_")), key=lambda c: int(c.rsplit("_", 1)[1]))
     out = np.full(len(frame), np.nan)
     scored = frame["best_reward"].notna().to_numpy()
@@ -222,11 +234,12 @@ ROUND_COLUMNS = ("rid", "replica", "end_at", "k", "accepted", "num_generated", "
 
 
 class RoundTracer:
-    """The round trace: after each step, one row per request that decoded in it: its id and replica, the step's end,
-    the tokens it proposed (``k``) and accepted there, and its running totals after the step as the engine holds them:
-    tokens generated (``num_generated``, its first token included), draft tokens proposed and accepted
-    (``num_proposed``, ``num_accepted``; their ratio is the acceptance rate of everything it decoded so far,
-    ``accept_rate`` in the table)."""
+    """The round trace: one row per request that decoded in a step.
+
+    Columns: request id, replica, the step's end, tokens proposed (``k``) and accepted in the step, and the running
+    totals after it: ``num_generated`` (first token included), ``num_proposed``, ``num_accepted`` and their ratio
+    ``accept_rate``.
+    """
 
     def __init__(self) -> None:
         self._chunks: list[np.ndarray] = []
