@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from repro.core.errors import ConfigError
-from repro.experiments import figures
+from repro.experiments import figures, panels
 from repro.experiments.expspec import ExpSpec
 
 
@@ -36,7 +36,7 @@ def test_timeline_several_series_on_two_axes(tmp_path: Path) -> None:
     assert fig.axes[-1].get_ylabel() == "tokens / rate"
     left = fig.axes[0].get_lines()[0]
     assert len(left.get_xdata()) == 5  # 0-10 s in 2 s bins (panel a)
-    assert figures.save(fig, tmp_path, "t")[0].is_file()
+    assert panels.save(fig, tmp_path, "t")[0].is_file()
 
 
 def test_timeline_one_series_per_system() -> None:
@@ -108,18 +108,18 @@ def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() 
 
     df = pd.DataFrame({"system": ["adaserve_recoverable_first", "adaserve", "static_sd_k3"] * 2,
                        "rps": [1.0] * 3 + [2.0] * 3, "y": [0.9, 0.9, 0.5, 0.8, 0.8, 0.4]})
-    shown = figures.shown_systems(df["system"], CONF_DIR)
+    shown = panels.shown_systems(df["system"], CONF_DIR)
     assert shown.names == {"adaserve": "AdaServe", "adaserve_recoverable_first": "AdaServe (recoverable first)",
                            "static_sd_k3": "SD (γ = 3)"}
     assert shown.variants == {"adaserve_recoverable_first"}
-    with figures.showing(shown):
+    with panels.showing(shown):
         fig = figures.line(df, x="rps", y="y")
         lines = [ln for ln in fig.axes[0].get_lines() if len(ln.get_xdata()) == 2]
         assert [ln.get_linestyle() for ln in lines] == ["--", "-", "-"]  # the variant first, dashed
         assert [t.get_text() for t in fig.legends[0].get_texts()] == [
             "AdaServe (recoverable first)", "AdaServe", "SD (γ = 3)"]
         bars = figures.bar(df, x="system", y="y", hue=None)
-        figures._relabel_ticks(bars)
+        panels.relabel_ticks(bars)
         assert "SD (γ = 3)" in [t.get_text() for t in bars.axes[0].get_xticklabels()]
     plain = figures.line(df, x="rps", y="y")  # outside showing(): config names, nothing dashed
     assert {ln.get_linestyle() for ln in plain.axes[0].get_lines() if len(ln.get_xdata()) == 2} == {"-"}

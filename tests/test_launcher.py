@@ -15,7 +15,7 @@ import pytest
 
 from repro.core.errors import ReproError
 from repro.experiments.compose import compose_config, hydra_context
-from repro.experiments.runner import Outcome, _execute_ray
+from repro.experiments.launch import Outcome, execute_ray
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def test_a_failed_point_is_reported_and_the_others_finish() -> None:
         bad = compose_config(["system=adaserve", "num_requests=5", "oracle.width=2"])  # w_max 16 > the drafter's 2
     done: list[Outcome] = []
     with pytest.raises(ReproError, match=r"1 point\(s\) failed on Ray.*the bad one: .*w_max=16"):
-        _execute_ray([0, 1], [good, bad], [False, False], 2, done.append, {"kind": "ray"},
+        execute_ray([0, 1], [good, bad], [False, False], 2, done.append, {"kind": "ray"},
                      lambda i: "the bad one" if i else "the good one")
     assert [o.index for o in done] == [0] and done[0].metrics["completed"] == 5
 

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import DictConfig
 
 from repro.core.errors import ConfigError
-from repro.experiments import claims, runner, simulate
+from repro.experiments import claims, launch, runner, simulate
 from repro.experiments.compose import compose_config, hydra_context
 from repro.experiments.expspec import ExpSpec
 from repro.experiments.results import CONF_DIR, default_out_dir
@@ -462,9 +462,9 @@ def test_a_typo_in_the_exp_block_is_named(conf_dir: Path, tmp_path: Path, fake: 
 
 def test_save_columns_keeps_rid_and_the_named_columns() -> None:
     req = pd.DataFrame({"rid": [0, 1], "arrival_s": [0.0, 1.0], "finish_at": [2.0, 3.0], "service_s": [1.0, 1.5]})
-    assert list(runner.saved_columns(req, None).columns) == list(req.columns)
-    assert list(runner.saved_columns(req, ["finish_at", "arrival_s"]).columns) == ["rid", "arrival_s", "finish_at"]
+    assert list(launch.saved_columns(req, None).columns) == list(req.columns)
+    assert list(launch.saved_columns(req, ["finish_at", "arrival_s"]).columns) == ["rid", "arrival_s", "finish_at"]
     with pytest.raises(ConfigError, match=r"save_columns: no requests-table column\(s\) \['finsh_at'\]"):
-        runner.saved_columns(req, ["finsh_at"])
+        launch.saved_columns(req, ["finsh_at"])
     with pytest.raises(ConfigError, match="expected a list"):
-        runner.saved_columns(req, "finish_at")
+        launch.saved_columns(req, "finish_at")

@@ -47,15 +47,14 @@ Deviations (from a serving engine):
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repro.backends.models import require_torch
+from repro.backends.ragged import Item, Runner, chain_mask, tree_mask
 from repro.sim.backend import Executed
 from repro.sim.plan import CandidateTree, PlanError
 
@@ -68,85 +67,9 @@ if TYPE_CHECKING:
     from repro.sim.state import RequestState
 
 PLD_NGRAMS = (3, 2, 1)  # prompt lookup: the n-gram sizes tried, longest first
-
-
-@dataclass
-class _Item:
-    """One sequence of a ragged pass: its cache, new tokens, their positions and which new tokens each one sees."""
-
-    cache: Any  # [layers, 2, kv_heads, L, head_dim] or None
-    tokens: list[int]
-    positions: list[int]
-    mask: Any  # [q, q] bool: row i attends to new token j
-
-
-def _chain_mask(torch: Any, q: int, device: Any) -> Any:
-    return torch.tril(torch.ones(q, q, dtype=torch.bool, device=device))
-
-
-def _tree_mask(torch: Any, parent: Sequence[int], device: Any) -> Any:
-    """Ancestor mask of a root (index 0) followed by nodes whose ``parent`` (-1 = the root) indexes the nodes."""
-    q = len(parent) + 1
-    m = torch.zeros(q, q, dtype=torch.bool, device=device)
-    m[0, 0] = True
-    for i, p in enumerate(parent, start=1):
-        m[i] = m[p + 1 if p >= 0 else 0]
-        m[i, i] = True
-    return m
-
-
-class Runner:
-    """Ragged batched passes of one causal LM over per-sequence KV caches (module docstring)."""
-
-    def __init__(self, model: Any) -> None:
-        self.torch, _ = require_torch()
-        self.model = model
-        cfg = model.config
-        self.cfg = cfg
-        self.layers = int(cfg.num_hidden_layers)
-        self.vocab = int(cfg.vocab_size)
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-
-    def forward(self, items: Sequence[_Item]) -> tuple[list[Any], list[Any]]:
-        """Per item: logits of its new tokens [q, vocab] and their KV [layers, 2, kv_heads, q, head_dim]."""
-        from transformers import DynamicCache
-
-        torch = self.torch
-        dev, dt = self.device, self.dtype
-        b = len(items)
-        lens = [0 if it.cache is None else int(it.cache.shape[3]) for it in items]
-        qs = [len(it.tokens) for it in items]
-        lm, qm = max(lens), max(qs)
-        ids = torch.zeros(b, qm, dtype=torch.long)
-        pos = torch.zeros(b, qm, dtype=torch.long)
-        allow = torch.zeros(b, qm, lm + qm, dtype=torch.bool, device=dev)
-        for i, (it, n, q) in enumerate(zip(items, lens, qs, strict=True)):
-            ids[i, :q] = torch.tensor(it.tokens, dtype=torch.long)
-            pos[i, :q] = torch.tensor(it.positions, dtype=torch.long)
-            allow[i, :q, :n] = True
-            allow[i, :q, lm:lm + q] = it.mask
-            pad = torch.arange(q, qm, device=dev)
-            allow[i, pad, lm + pad] = True  # padding rows see themselves only (no empty softmax)
-        mask = torch.zeros(b, 1, qm, lm + qm, dtype=dt, device=dev)
-        mask.masked_fill_(~allow[:, None], torch.finfo(dt).min)
-        cache = DynamicCache(config=self.cfg)
-        if lm:
-            shape = next(it.cache for it in items if it.cache is not None).shape
-            past = torch.zeros(b, self.layers, 2, shape[2], lm, shape[4], dtype=dt, device=dev)
-            for i, (it, n) in enumerate(zip(items, lens, strict=True)):
-                if n:
-                    past[i, :, :, :, :n] = it.cache
-            for layer in range(self.layers):
-                cache.update(past[:, layer, 0], past[:, layer, 1], layer)
-        out = self.model(input_ids=ids.to(dev), position_ids=pos.to(dev), attention_mask=mask, use_cache=True,
-                         **{self._cache_kw: cache})
-        layers: Any = cache.layers
-        keys = torch.stack([torch.stack([layers[j].keys[:, :, lm:], layers[j].values[:, :, lm:]], dim=1)
-                            for j in range(self.layers)], dim=1)  # [b, layers, 2, kv_heads, qm, head_dim]
-        return [out.logits[i, :q].float() for i, q in enumerate(qs)], [keys[i, :, :, :, :q] for i, q in enumerate(qs)]
+#: A decoding request's drafts: (tokens, parent of each (-1: the root), q of each (None: a point mass), the draft's
+#: logits at each chain position (for the record)).
+_Spec = tuple[list[int], list[int], list[Any], list[Any]]
 
 
 class HfBackend:
@@ -257,7 +180,7 @@ class HfBackend:
                 cache = cache[:, :, :, : n - 1] if n > 1 else None
                 have = n - 1
             new = toks[have:n]
-            items.append(_Item(cache, new, list(range(have, n)), _chain_mask(torch, len(new), self.draft.device)))
+            items.append(Item(cache, new, list(range(have, n)), chain_mask(torch, len(new), self.draft.device)))
             need.append((rid, have))
         logits, kv = self.draft.forward(items)
         for (rid, have), it, lg, k in zip(need, items, logits, kv, strict=True):
@@ -290,8 +213,8 @@ class HfBackend:
             qs[i].append(q)
         for step in range(1, max(ks)):
             live = [i for i, k in enumerate(ks) if k > step]
-            items = [_Item(self.dkv[rids[i]], [chains[i][-1]], [ctx[i] + step - 1],
-                           _chain_mask(torch, 1, self.draft.device)) for i in live]
+            items = [Item(self.dkv[rids[i]], [chains[i][-1]], [ctx[i] + step - 1],
+                           chain_mask(torch, 1, self.draft.device)) for i in live]
             logits, kv = self.draft.forward(items)
             for i, lg, k in zip(live, logits, kv, strict=True):
                 self.dkv[rids[i]] = torch.cat([self.dkv[rids[i]], k], dim=3)
@@ -334,13 +257,7 @@ class HfBackend:
             return self._run_step(s, plan, prop, pre, dec)
 
     def _run_step(self, s: RequestState, plan: StepPlan, prop: Proposer, pre: PrefillBatch,
-                 dec: DecodeBatch) -> Executed:
-        torch = self.torch
-        n = dec.ids.size
-        proposed = np.zeros(n, dtype=np.int64)
-        accepted = np.zeros(n, dtype=np.int64)
-        matched = np.zeros(n, dtype=np.int64)
-        accept_prob = np.zeros(n)
+                  dec: DecodeBatch) -> Executed:
         for rid in [*pre.ids.tolist(), *dec.ids.tolist()]:  # the target's cache never runs ahead of the engine
             c = int(s.num_computed[rid])
             if rid in self.tkv and self.tkv[rid].shape[3] > c:
@@ -351,9 +268,30 @@ class HfBackend:
         t0 = self._sync()
         draft_s = self.pending_draft_s
         self.pending_draft_s = 0.0
-        # ---- drafting: chains (draft model or prompt lookup); trees were drafted by the policy's drafter
-        trees = dec.trees or {}
-        spec: dict[int, tuple[list[int], list[int], list[Any], list[Any]]] = {}  # i -> (tokens, parents, qs, lgs)
+        trees = dec.trees or {}  # drafted by the policy's drafter while it scheduled the step
+        spec = self._draft_step(s, plan, prop, pre, dec, trees)
+        t1 = self._sync()
+        if spec or plan.draft_sync:
+            draft_s += t1 - t0
+        items = self._target_items(s, pre, dec, trees, spec)
+        logits, kv = self.target.forward(items) if items else ([], [])
+        t2 = self._sync()
+        npre = pre.ids.size
+        for j, rid in enumerate(pre.ids.tolist()):
+            cache = self.tkv.get(rid)
+            self.tkv[rid] = kv[j] if cache is None else self.torch.cat([cache, kv[j]], dim=3)
+            if pre.completes[j]:
+                self.tokens(rid).append(self._sample(logits[j][-1]))
+        proposed, accepted, matched, accept_prob = self._accept(s, dec, spec, logits[npre:], kv[npre:])
+        return Executed(draft_s=draft_s, verify_s=t2 - t1, proposed=proposed, accepted=accepted, matched=matched,
+                        accept_prob=accept_prob, num_tokens=sum(len(it.tokens) for it in items))
+
+    def _draft_step(self, s: RequestState, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
+                    trees: Mapping[int, Any]) -> dict[int, _Spec]:
+        """Draft the chains of the decoding requests without a tree (draft model or prompt lookup), by index in
+        ``dec``; with ``plan.draft_sync`` the draft's caches then catch up with the target's."""
+        n = dec.ids.size
+        spec: dict[int, _Spec] = {}
         chain_i = [i for i in range(n) if dec.k[i] > 0 and int(dec.ids[i]) not in trees]
         if chain_i:
             rids = [int(dec.ids[i]) for i in chain_i]
@@ -374,16 +312,19 @@ class HfBackend:
             plain = [int(dec.ids[i]) for i in range(n) if i not in spec and int(dec.ids[i]) not in trees]
             if sync or plain:
                 self.catch_up(sync + plain, ends + [len(self.tokens(r)) for r in plain])
-        t1 = self._sync()
-        if spec or plan.draft_sync:
-            draft_s += t1 - t0
-        # ---- one target pass over every scheduled token
-        items: list[_Item] = []
+        return spec
+
+    def _target_items(self, s: RequestState, pre: PrefillBatch, dec: DecodeBatch, trees: Mapping[int, Any],
+                      spec: dict[int, _Spec]) -> list[Item]:
+        """The step's one target pass: each prefill chunk, then each decoding request's last token followed by its
+        chain or tree (a tree's entry is added to ``spec``)."""
+        torch = self.torch
+        items: list[Item] = []
         dev = self.target.device
         for rid, chunk in zip(pre.ids.tolist(), pre.tokens.tolist(), strict=True):
             c = int(s.num_computed[rid])
             toks = self.tokens(rid)[c:c + chunk]
-            items.append(_Item(self.tkv.get(rid), toks, list(range(c, c + chunk)), _chain_mask(torch, chunk, dev)))
+            items.append(Item(self.tkv.get(rid), toks, list(range(c, c + chunk)), chain_mask(torch, chunk, dev)))
         for i, rid in enumerate(dec.ids.tolist()):
             toks = self.tokens(rid)
             ctx = len(toks) - 1
@@ -400,19 +341,22 @@ class HfBackend:
             depth = [0]
             for p in parents:
                 depth.append(depth[p + 1] + 1 if p >= 0 else 1)
-            items.append(_Item(self.tkv.get(rid), [toks[-1], *new], [ctx + d for d in depth],
-                               _tree_mask(torch, parents, dev)))
-        logits, kv = self.target.forward(items) if items else ([], [])
-        t2 = self._sync()
-        # ---- outcome
-        npre = pre.ids.size
-        for j, rid in enumerate(pre.ids.tolist()):
-            cache = self.tkv.get(rid)
-            self.tkv[rid] = kv[j] if cache is None else torch.cat([cache, kv[j]], dim=3)
-            if pre.completes[j]:
-                self.tokens(rid).append(self._sample(logits[j][-1]))
+            items.append(Item(self.tkv.get(rid), [toks[-1], *new], [ctx + d for d in depth],
+                              tree_mask(torch, parents, dev)))
+        return items
+
+    def _accept(self, s: RequestState, dec: DecodeBatch, spec: Mapping[int, _Spec], logits: Sequence[Any],
+                kv: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Verify each decoding request's drafts against the target's ``logits``, keep the accepted path's KV and
+        emit its tokens; returns (proposed, accepted, matched, accept_prob) per request."""
+        torch = self.torch
+        n = dec.ids.size
+        proposed = np.zeros(n, dtype=np.int64)
+        accepted = np.zeros(n, dtype=np.int64)
+        matched = np.zeros(n, dtype=np.int64)
+        accept_prob = np.zeros(n)
         for i, rid in enumerate(dec.ids.tolist()):
-            lg, k_new = logits[npre + i], kv[npre + i]
+            lg, k_new = logits[i], kv[i]
             new, parents, qs, dlg = spec.get(i, ([], [], [], []))
             keep, out = self._verify(lg, new, parents, qs)
             acc = len(out) - 1
@@ -428,23 +372,27 @@ class HfBackend:
             cache = self.tkv.get(rid)
             kept = k_new.index_select(3, idx)
             self.tkv[rid] = kept if cache is None else torch.cat([cache, kept], dim=3)
-            toks = self.tokens(rid)
-            remaining = int(s.output_len[rid] - s.num_generated[rid])
-            emit = min(len(out), remaining)
-            ctx = len(toks) - 1
-            if self.record and dlg:  # the draft's distributions on the true context (positions of the kept path)
-                for j in range(1, min(acc, len(dlg) - 1) + 1):
-                    self._record(rid, dlg[j][None], ctx + 1 + j)
-            toks.extend(out[:emit])
-            if emit < len(out):
-                self.beyond[rid] = out[emit:]
-            if self.tkv[rid].shape[3] > ctx + emit:  # a capped last step keeps only what was emitted
-                self.tkv[rid] = self.tkv[rid][:, :, :, : ctx + emit]
-            limit = ctx + 1 + min(acc, emit)  # the draft keeps true, emitted tokens only (d_1..d_j with j <= both)
-            if rid in self.dkv and self.dkv[rid].shape[3] > limit:
-                self.dkv[rid] = self.dkv[rid][:, :, :, :limit]
-        return Executed(draft_s=draft_s, verify_s=t2 - t1, proposed=proposed, accepted=accepted, matched=matched,
-                        accept_prob=accept_prob, num_tokens=sum(len(it.tokens) for it in items))
+            self._emit(s, rid, out, acc, dlg)
+        return proposed, accepted, matched, accept_prob
+
+    def _emit(self, s: RequestState, rid: int, out: list[int], acc: int, dlg: list[Any]) -> None:
+        """Append a verified request's tokens (as many as its output has left) and cut both caches back to what was
+        emitted; tokens past the end are kept for the record."""
+        toks = self.tokens(rid)
+        remaining = int(s.output_len[rid] - s.num_generated[rid])
+        emit = min(len(out), remaining)
+        ctx = len(toks) - 1
+        if self.record and dlg:  # the draft's distributions on the true context (positions of the kept path)
+            for j in range(1, min(acc, len(dlg) - 1) + 1):
+                self._record(rid, dlg[j][None], ctx + 1 + j)
+        toks.extend(out[:emit])
+        if emit < len(out):
+            self.beyond[rid] = out[emit:]
+        if self.tkv[rid].shape[3] > ctx + emit:  # a capped last step keeps only what was emitted
+            self.tkv[rid] = self.tkv[rid][:, :, :, : ctx + emit]
+        limit = ctx + 1 + min(acc, emit)  # the draft keeps true, emitted tokens only (d_1..d_j with j <= both)
+        if rid in self.dkv and self.dkv[rid].shape[3] > limit:
+            self.dkv[rid] = self.dkv[rid][:, :, :, :limit]
 
     def _sample(self, logits: Any) -> int:
         if self.temperature > 0:
@@ -562,8 +510,8 @@ class RealDrafter:
             items, last = [], []
             for r, c, tr in zip(rids, ctx, trees, strict=True):
                 par = tr["parent"]
-                items.append(_Item(b.dkv[r], list(tr["tok"]), [c + d - 1 for d in tr["depth"]],
-                                   _tree_mask(torch, par, b.draft.device)[1:, 1:]))
+                items.append(Item(b.dkv[r], list(tr["tok"]), [c + d - 1 for d in tr["depth"]],
+                                   tree_mask(torch, par, b.draft.device)[1:, 1:]))
                 last.append([j for j, d in enumerate(tr["depth"]) if d == i - 1])
             logits, _ = b.draft.forward(items)
             for tr, lg, prev in zip(trees, logits, last, strict=True):

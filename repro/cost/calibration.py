@@ -140,28 +140,42 @@ def _host_s(cm: CostModel, batch: int, k: int) -> float:
     return e.expand_seq_s * expanded + e.spec_seq_s * batch + e.spec_token_s * batch * k
 
 
+def _anchor(
+    table: str,
+    x_name: str,
+    x: float,
+    measured: float,
+    modelled: float,
+    note: str,
+    checked: bool = True,
+    tol: float = ANCHOR_TOL,
+    ratio: bool = False,
+    band: tuple[float, float] | None = None,
+) -> _Row:
+    """A whole-step anchor row; an unchecked row states its error band, a checked row has none (else ValueError)."""
+    if checked == (band is not None):
+        raise ValueError(f"{table}: an unchecked row states its error band, a checked row has none")
+    return _Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked, ratio, band)
+
+
 def _anchor_rows() -> list[_Row]:
-    rows: list[_Row] = []
+    """Every whole-step anchor of the seed papers and vLLM, in docs/calibration.md's order."""
+    return [
+        _adaserve_row(),
+        *_turbospec_fig2_rows(),
+        *_turbospec_proposer_rows(),
+        *_turbospec_breakdown_rows(),
+        *_nightjar_rows(),
+        _laps_row(),
+        *_pr5691_rows(),
+        *_verify_cost_rows(),
+    ]
 
-    def add(
-        table: str,
-        x_name: str,
-        x: float,
-        measured: float,
-        modelled: float,
-        note: str,
-        checked: bool = True,
-        tol: float = ANCHOR_TOL,
-        ratio: bool = False,
-        band: tuple[float, float] | None = None,
-    ) -> None:
-        if checked == (band is not None):
-            raise ValueError(f"{table}: an unchecked row states its error band, a checked row has none")
-        rows.append(_Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked, ratio, band))
 
-    # AdaServe §6.1: incremental decoding, batch 8, input 32, output 128, Llama-2-7b-chat, A100.
+def _adaserve_row() -> _Row:
+    """AdaServe §6.1: incremental decoding, batch 8, input 32, output 128, Llama-2-7b-chat, A100."""
     a100 = _cm("a100-80g", "llama2-7b", draft="llama-160m", engine="flexflow")
-    add(
+    return _anchor(
         "AdaServe baseline latency (A100, Llama-2-7B)",
         "batch",
         8,
@@ -170,10 +184,12 @@ def _anchor_rows() -> list[_Row]:
         "decode step at the mean context 32 + 128/2 = 96 tokens, CUDA graphs",
     )
 
-    # TurboSpec §3 Figure 2: vLLM, Llama-2-7B + Llama-160M on H100, batch 50.
+
+def _turbospec_fig2_rows() -> list[_Row]:
+    """TurboSpec §3 Figure 2: vLLM, Llama-2-7B + Llama-160M on H100, batch 50."""
     h100 = _cm("h100-80g", "llama2-7b", draft="llama-160m")
     ctx = 32
-    add(
+    rows = [_anchor(
         "TurboSpec Fig. 2 no-speculation step (H100)",
         "batch",
         50,
@@ -181,18 +197,18 @@ def _anchor_rows() -> list[_Row]:
         1e3 * _decode_s(h100, 50, ctx),
         f"context not stated: {ctx} tokens assumed (short synthetic prompts: a 7.4 ms step at batch 50 "
         "leaves room for little KV)",
-    )
+    )]
     d, v = _spec_step_s(h100, 50, ctx, 2)
-    add(
+    rows.append(_anchor(
         "TurboSpec Fig. 2 k=2 speculative step (H100)",
         "batch",
         50,
         12.6,
         1e3 * (d + v),
         f"2 Llama-160M draft passes + verify of 150 tokens, context {ctx}",
-    )
+    ))
     plain = _decode_s(h100, 50, ctx)
-    add(
+    rows.append(_anchor(
         "TurboSpec Fig. 2 k=2 step / plain step (H100)",
         "batch",
         50,
@@ -201,43 +217,52 @@ def _anchor_rows() -> list[_Row]:
         "ratio of the two rows above; error on the excess (ratio − 1): vLLM v0's batch expansion (150 single-query "
         "sequences) and its host-side speculation work",
         ratio=True,
-    )
+    ))
+    return rows
 
-    # TurboSpec §7.1: EAGLE proposing 3 tokens vs one LLaMA-3-8B forward on H100; PLD ≈ 5 %.
+
+def _turbospec_proposer_rows() -> list[_Row]:
+    """TurboSpec §7.1: EAGLE proposing 3 tokens vs one LLaMA-3-8B forward on H100; PLD ≈ 5 %."""
     e8 = _cm("h100-80g", "llama3-8b")
     b, c = 32, 512
     fwd = _decode_s(e8, b, c)
     eagle = e8.spec_round_s() + sum(_decode_s(e8, b, c + i, which="eagle") for i in range(3))
-    add(
-        "TurboSpec §7.1 EAGLE 3 tokens / forward (H100, Llama-3-8B)",
-        "batch",
-        b,
-        17.7,
-        100 * eagle / fwd,
-        f"percent; batch {b}, context {c} (ShareGPT-like), forward = one plain decode pass of the target. Not "
-        "reproducible with EAGLE's shared 128K-vocabulary LM head (525M parameters, twice the EAGLE layer): each "
-        "EAGLE pass streams ≈ 1/10 of the target's bytes, so 3 passes cost 28-32 % at small batch; 17.7 % needs "
-        "batch ≥ 64 with ≥ 2K context (or a pruned draft vocabulary)",
-        checked=False,
-        band=BANDS["eagle"],
-    )
-    add(
-        "TurboSpec §7.1 PLD / forward (H100, Llama-3-8B)",
-        "batch",
-        b,
-        5.0,
-        100 * e8.pld_s(b) / fwd,
-        f"percent; batch {b}, context {c}; PLD = host-CPU n-gram search, forward = one plain decode pass",
-    )
+    return [
+        _anchor(
+            "TurboSpec §7.1 EAGLE 3 tokens / forward (H100, Llama-3-8B)",
+            "batch",
+            b,
+            17.7,
+            100 * eagle / fwd,
+            f"percent; batch {b}, context {c} (ShareGPT-like), forward = one plain decode pass of the target. Not "
+            "reproducible with EAGLE's shared 128K-vocabulary LM head (525M parameters, twice the EAGLE layer): each "
+            "EAGLE pass streams ≈ 1/10 of the target's bytes, so 3 passes cost 28-32 % at small batch; 17.7 % needs "
+            "batch ≥ 64 with ≥ 2K context (or a pruned draft vocabulary)",
+            checked=False,
+            band=BANDS["eagle"],
+        ),
+        _anchor(
+            "TurboSpec §7.1 PLD / forward (H100, Llama-3-8B)",
+            "batch",
+            b,
+            5.0,
+            100 * e8.pld_s(b) / fwd,
+            f"percent; batch {b}, context {c}; PLD = host-CPU n-gram search, forward = one plain decode pass",
+        ),
+    ]
 
-    # TurboSpec §8.2: draft share of step time, Vicuna-160M (llama-160m architecture) for Llama-2-7B on H100,
-    # "consistent across all batch sizes (1 to 32)": checked at batch 8 and 32.
+
+def _turbospec_breakdown_rows() -> list[_Row]:
+    """TurboSpec §8.2: draft share of step time, Vicuna-160M (llama-160m architecture) for Llama-2-7B on H100,
+    "consistent across all batch sizes (1 to 32)": checked at batch 8 and 32; and the framework overhead's share."""
+    h100 = _cm("h100-80g", "llama2-7b", draft="llama-160m")
     c = 512
+    rows = []
     for b in (8, 32):
         for k, share in ((1, 15.0), (7, 35.0)):
             d, v = _spec_step_s(h100, b, c, k)
             big = b == 32
-            add(
+            rows.append(_anchor(
                 "TurboSpec §8.2 draft share of step (H100)",
                 f"k (batch {b})",
                 k,
@@ -250,9 +275,9 @@ def _anchor_rows() -> list[_Row]:
                    "verification is prefill-like, §5.3)" if big else ""),
                 checked=not big,
                 band=BANDS[f"share_32_{k}"] if big else None,
-            )
+            ))
             host = _host_s(h100, b, k)
-            add(
+            rows.append(_anchor(
                 "TurboSpec §8.2 framework overhead share of step (H100)",
                 f"k (batch {b})",
                 k,
@@ -266,10 +291,15 @@ def _anchor_rows() -> list[_Row]:
                 tol=0.5,
                 checked=b != 8,
                 band=BANDS[f"overhead_8_{k}"] if b == 8 else None,
-            )
+            ))
+    return rows
 
-    # Nightjar Table 3: c_prefill = draft prefill of batch × input tokens, 0.5B draft on RTX 4090.
+
+def _nightjar_rows() -> list[_Row]:
+    """Nightjar Table 3 (c_prefill = draft prefill of batch × input tokens, 0.5B draft on RTX 4090) and Table 1
+    (KV cache per 1K tokens of context)."""
     nj = _cm("rtx4090", "qwen2.5-7b", draft="qwen2.5-0.5b")
+    rows = []
     for (inp, batch), (ms, band) in {
         (128, 32): (17.87, (0.40, 0.70)),
         (128, 64): (28.53, (0.70, 1.05)),
@@ -280,24 +310,21 @@ def _anchor_rows() -> list[_Row]:
     }.items():
         n = inp * batch
         modelled = 1e3 * nj.forward_s(n, batch, 0.0, batch * inp * (inp + 1) / 2, batch, False, which="draft")
-        add(
+        rows.append(_anchor(
             f"Nightjar Table 3 c_prefill (RTX 4090, input {inp})",
             "batch",
             batch,
             ms,
             modelled,
             "not reproducible: 4096 tokens in 17.87 ms needs ≥ 100 % of the 165 TFLOP/s peak, and equal "
-            "token "
-            "counts give 28.5 vs 20.7 ms and 22.3 vs 24.3 ms; the measured difference T_SD − T_base is not a "
+            "token counts give 28.5 vs 20.7 ms and 22.3 vs 24.3 ms; the measured difference T_SD − T_base is not a "
             "plain draft prefill",
             checked=False,
             band=band,
-        )
-
-    # Nightjar Table 1: KV cache per 1K tokens of context.
+        ))
     for model, mib in (("vicuna-13b", 800.0), ("qwen2.5-7b", 56.0)):
         kv = load_model(model).kv_bytes_per_token * 1024 / MiB
-        add(
+        rows.append(_anchor(
             f"Nightjar Table 1 KV MiB per 1K tokens ({model})",
             "tokens",
             1024,
@@ -305,31 +332,37 @@ def _anchor_rows() -> list[_Row]:
             kv,
             "exact architecture sum",
             tol=0.01,
-        )
+        ))
+    return rows
 
-    # LAPS-SD §3 Figure 2: switching a 500-output-token request costs 14.21 % of its inference time (L20).
-    rows.append(_laps_row())
 
-    # vLLM PR #5691 (docs/calibration.md): scoring time of Llama-7B on one A100, CUDA graphs, k = 5 proposals per
-    # sequence, with the multi-query scorer and with batch expansion. Context not stated: 256 tokens, as below.
+def _pr5691_rows() -> list[_Row]:
+    """vLLM PR #5691 (docs/calibration.md): scoring time of Llama-7B on one A100, CUDA graphs, k = 5 proposals per
+    sequence, with the multi-query scorer and with batch expansion. Context not stated: 256 tokens, as below."""
     mq = _cm("a100-80g", "llama2-7b", scorer="multi_query")
     be = _cm("a100-80g", "llama2-7b")
+    rows = []
     for batch, mqa, bex in ((4, 13.7, 15.4), (8, 14.8, 17.7), (16, 18.4, 23.9), (32, 25.5, 36.4), (64, 35.1, 54.5),
                             (128, 70.9, 96.2)):
-        add("vLLM #5691 MQA scorer, k=5 (A100, Llama-7B)", "batch", batch, mqa,
-            1e3 * _decode_s(mq, batch, PR5691_CONTEXT, new=6),
-            f"vLLM v0 with the multi-query scorer: one eager verify pass of 6 tokens per sequence reading its KV "
-            f"once, context {PR5691_CONTEXT} (not stated)")
-        add("vLLM #5691 batch-expansion scorer, k=5 (A100, Llama-7B)", "batch", batch, bex,
-            1e3 * _decode_s(be, batch, PR5691_CONTEXT, new=6),
-            f"vLLM v0's batch expansion: 6 single-query sequences per sequence, each reading its context "
-            f"({PR5691_CONTEXT}, not stated), CUDA graphs up to 256 of them, the expansion's host work")
+        rows.append(_anchor("vLLM #5691 MQA scorer, k=5 (A100, Llama-7B)", "batch", batch, mqa,
+                            1e3 * _decode_s(mq, batch, PR5691_CONTEXT, new=6),
+                            f"vLLM v0 with the multi-query scorer: one eager verify pass of 6 tokens per sequence "
+                            f"reading its KV once, context {PR5691_CONTEXT} (not stated)"))
+        rows.append(_anchor("vLLM #5691 batch-expansion scorer, k=5 (A100, Llama-7B)", "batch", batch, bex,
+                            1e3 * _decode_s(be, batch, PR5691_CONTEXT, new=6),
+                            f"vLLM v0's batch expansion: 6 single-query sequences per sequence, each reading its "
+                            f"context ({PR5691_CONTEXT}, not stated), CUDA graphs up to 256 of them, the expansion's "
+                            "host work"))
+    return rows
 
-    # docs/calibration.md: the consequences for verification cost (whole pass, context 256, same launch mode).
+
+def _verify_cost_rows() -> list[_Row]:
+    """docs/calibration.md: the consequences for verification cost (whole pass, context 256, same launch mode)."""
+    rows = []
     for hw, name in (("a100-80g", "A100"), ("h100-80g", "H100")):
         cm = _cm(hw, "llama2-7b", engine="vllm_v1")  # Vidur's kernel profiles: no engine's scorer
         base8 = _decode_s(cm, 8, 256)
-        add(
+        rows.append(_anchor(
             f"verify 8 seqs x (1+4) / decode 8 seqs ({name})",
             "tokens",
             40,
@@ -341,12 +374,12 @@ def _anchor_rows() -> list[_Row]:
             checked=False,
             ratio=True,
             band=(-0.50, -0.20) if name == "A100" else (-0.65, -0.35),
-        )
+        ))
         base32 = _decode_s(cm, 32, 256)
         ratio = _decode_s(cm, 32, 256, new=5) / base32
         claim = 1.9 if name == "A100" else 1.3
         lin = _linear_ms(cm, 160) / _linear_ms(cm, 32)
-        add(
+        rows.append(_anchor(
             f"verify 32 seqs x (1+4) / decode 32 seqs ({name})",
             "tokens",
             160,
@@ -362,7 +395,7 @@ def _anchor_rows() -> list[_Row]:
             checked=False,
             ratio=True,
             band=(-0.75, -0.50) if name == "A100" else (-0.60, -0.30),
-        )
+        ))
     return rows
 
 
@@ -373,11 +406,9 @@ def _share(batch: int, context: int, k: int) -> float:
 
 
 def _laps_row() -> _Row:
-    """LAPS-SD Fig. 2: KV swap-out + swap-in per speculative step vs the request's inference time (L20,
-    batch 1).
+    """LAPS-SD Fig. 2: KV swap-out + swap-in per speculative step vs the request's inference time (L20, batch 1).
 
-    LAPS-SD §5.1: LLaMA-7B target (Llama-2-7B architecture), LLaMA-68M draft, one L20, batch size 1. The
-    figure
+    LAPS-SD §5.1: LLaMA-7B target (Llama-2-7B architecture), LLaMA-68M draft, one L20, batch size 1. The figure
     states neither the prompt length, k, the acceptance rate nor how often the request is switched; we take a
     128-token prompt, k = 4 at acceptance 0.7 (2.77 tokens per step) and one switch (out + in) per step.
     """

@@ -37,7 +37,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.core.errors import ReproError
-from repro.experiments import runner
+from repro.experiments import launch, runner
 from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
 from repro.experiments.grid import expand_points, group_overrides
@@ -300,7 +300,7 @@ def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
     """``repro all``: every experiment into its reference folder, one progress bar over all points."""
     total = sum(count_points(n, quick) for n in names)
     bar = tqdm(total=total, desc="catalogue", unit="pt", disable=None)
-    lines = runner.ProgressLines("catalogue", total, enabled=bool(bar.disable), every_s=30.0)
+    lines = launch.ProgressLines("catalogue", total, enabled=bool(bar.disable), every_s=30.0)
 
     def tick() -> None:
         bar.update()

@@ -1,41 +1,49 @@
 """Figures as pure functions of tidy tables (points.csv, requests.parquet, steps.parquet).
 
 Every function takes a DataFrame and column names and returns a matplotlib Figure in one shared paper-like style
-(white grid, small fonts, markers, one legend above the panels). Rows that differ only by seed are averaged, with
-the standard deviation over seeds as error bars when there are several. :func:`draw_figures` draws an experiment's
-``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and ``<name>.pdf``; the per-request and per-step
-tables first get the columns that follow from stored ones (``latency_s``, ``accept_rate``, ...,
-:mod:`repro.metrics.derived`).
+(white grid, small fonts, markers, one legend above the panels: :mod:`repro.experiments.panels`). Rows that differ
+only by seed are averaged, with the standard deviation over seeds as error bars when there are several.
+:func:`draw_figures` draws an experiment's ``exp.figures`` specs and saves each as ``<name>.png`` (150 dpi) and
+``<name>.pdf``; the per-request and per-step tables first get the columns that follow from stored ones
+(``latency_s``, ``accept_rate``, ..., :mod:`repro.metrics.derived`).
 
 Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
 column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
 ``style``, ``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order``, ``labels``, ``where``
 (``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label``, ``bin_s`` and ``rate`` are
-optional. A
-line or bar figure reads points.csv unless ``data`` names another table (``requests``, ``steps`` or ``rounds``:
-per request, per step, per request per step); ``bins`` (a list of edges) then groups the rows by the bin their ``x``
-falls in, each bin drawn at its centre with the mean ``y`` of its rows (e.g. LAPS-SD Fig. 7's estimation error by
-output length). Line figures also take ``markers`` (false: plain lines), ``palette`` (a seaborn palette name) and
-``sharey`` (false: a y axis per panel).
+optional. A line or bar figure reads points.csv unless ``data`` names another table (``requests``, ``steps`` or
+``rounds``: per request, per step, per request per step); ``bins`` (a list of edges) then groups the rows by the bin
+their ``x`` falls in, each bin drawn at its centre with the mean ``y`` of its rows (e.g. LAPS-SD Fig. 7's estimation
+error by output length). Line figures also take ``markers`` (false: plain lines), ``palette`` (a seaborn palette
+name) and ``sharey`` (false: a y axis per panel).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import itertools
-import textwrap
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from repro.core.errors import ConfigError
+from repro.experiments.panels import (
+    PANEL_H,
+    PANEL_W,
+    current_shown,
+    decorate,
+    facets,
+    grid_order,
+    plt,
+    relabel_ticks,
+    save,
+    shared_legend,
+    sns,
+    stamp,
+    use_style,
+)
 from repro.metrics.derived import with_derived
 
 if TYPE_CHECKING:
@@ -43,27 +51,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-class _Lazy:
-    """A module imported on first use: a run that draws no figure never pays for matplotlib and seaborn (about half
-    a second of a single point's process)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._module: ModuleType | None = None
-
-    def __getattr__(self, attr: str) -> Any:
-        if self._module is None:
-            import matplotlib
-
-            matplotlib.use("Agg")  # before pyplot: files only, never a window
-            self._module = importlib.import_module(self._name)
-        return getattr(self._module, attr)
-
-
-plt: Any = _Lazy("matplotlib.pyplot")
-sns: Any = _Lazy("seaborn")
-
-PANEL_W, PANEL_H = 3.2, 2.4  # inches per panel (a paper column is ~3.3 in)
 SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
@@ -75,98 +62,11 @@ TABLES = ("points", "requests", "steps", "rounds")
 _CHOOSE_TABLE = ("line", "bar")
 
 
-def use_style() -> None:
-    """The one shared style: seaborn whitegrid, paper context, small fonts, no legend frame."""
-    sns.set_theme(
-        style="whitegrid",
-        context="paper",
-        font_scale=0.9,
-        rc={"figure.dpi": 150, "savefig.dpi": 150, "legend.frameon": False, "axes.titlesize": 8},
-    )
-
-
 def _several_seeds(df: pd.DataFrame, keys: Sequence[str]) -> bool:
     """True when some combination of ``keys`` appears with more than one seed (error bars make sense)."""
     if SEED_COL not in df.columns or df.empty:
         return False
     return bool(df.groupby([k for k in keys if k in df.columns], dropna=False)[SEED_COL].nunique().max() > 1)
-
-
-def _order(df: pd.DataFrame, col: str | None) -> list[Any]:
-    """Distinct values of ``col`` in order of first appearance (grid order)."""
-    return [] if col is None else list(pd.unique(df[col]))
-
-
-def _facets(
-    df: pd.DataFrame,
-    col: str | None,
-    row: str | None,
-    draw: Callable[[Axes, pd.DataFrame], None],
-    sharey: bool = True,
-) -> Figure:
-    """A grid of panels, one per (row, col) value, each drawn by ``draw(ax, subset)``; one legend on top."""
-    cols, rows = _order(df, col) or [None], _order(df, row) or [None]
-    fig, axes = plt.subplots(
-        len(rows), len(cols), figsize=(PANEL_W * len(cols), PANEL_H * len(rows)), squeeze=False,
-        sharey=sharey,
-    )  # fmt: skip
-    for i, rv in enumerate(rows):
-        for j, cv in enumerate(cols):
-            sub = df
-            if row is not None:
-                sub = sub[sub[row] == rv]
-            if col is not None:
-                sub = sub[sub[col] == cv]
-            ax = axes[i][j]
-            draw(ax, sub)
-            ax.set_title(", ".join(f"{k} = {v}" for k, v in ((row, rv), (col, cv)) if k is not None))
-    _shared_legend(fig, axes.ravel().tolist())
-    return fig
-
-
-def _shared_legend(fig: Figure, axes: list[Axes]) -> None:
-    """Replace per-panel legends by one legend above the figure."""
-    handles, labels = [], []
-    for ax in axes:
-        h, labs = ax.get_legend_handles_labels()
-        legend = ax.get_legend()
-        if not h and legend is not None:  # seaborn's ecdfplot/histplot legends hold unlabelled proxy artists
-            h = [a for a in legend.legend_handles if a is not None]
-            labs = [t.get_text() for t in legend.get_texts()][: len(h)]
-        for hh, ll in zip(h, labs, strict=True):
-            ll = _SHOWN.names.get(ll, ll)
-            if ll not in labels:
-                handles.append(hh)
-                labels.append(ll)
-        if legend is not None:
-            legend.remove()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 5))
-    fig.tight_layout()
-
-
-def _decorate(fig: Figure, title: str | None, xlabel: str | None, ylabel: str | None, **opts: Any) -> Figure:
-    """Axis labels, log scales, y limits and the figure title."""
-    for ax in fig.axes:
-        if xlabel is not None:
-            ax.set_xlabel(xlabel)
-        if ylabel is not None:
-            ax.set_ylabel(ylabel)
-        if opts.get("logx"):
-            ax.set_xscale("log")
-            from matplotlib.ticker import NullFormatter
-
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
-        if opts.get("logy"):
-            ax.set_yscale("log")
-        if opts.get("ylim") is not None:
-            ax.set_ylim(*opts["ylim"])
-    if title and len(fig.axes) == 1 and not fig.axes[0].get_title():
-        fig.axes[0].set_title(title)  # one panel: the title sits between the legend and the plot
-    elif title:
-        rows = max(len(leg.get_texts()) for leg in fig.legends) // 5 + 1 if fig.legends else 0
-        fig.suptitle(title, y=1.0 + 0.25 * rows / fig.get_figheight(), va="bottom")  # above the legend
-    return fig
 
 
 def line(
@@ -194,10 +94,10 @@ def line(
     axis."""
     several = errorbars and _several_seeds(df, [x, hue or x, col or x, row or x, style or x])
     errorbar = "sd" if several else None
-    order = list(hue_order) if hue_order else (_order(df, hue) or None)
+    order = list(hue_order) if hue_order else (grid_order(df, hue) or None)
     colors = sns.color_palette(palette, n_colors=len(order)) if palette and order else None
     dashes: bool | dict[Any, Any] = style is not None
-    variants = [v for v in order or () if v in _SHOWN.variants] if style is None else []
+    variants = [v for v in order or () if v in current_shown().variants] if style is None else []
     if variants and order:  # the suite's own variants dashed and drawn first: the paper's lines stay on top
         order = [*variants, *(v for v in order if v not in variants)]
         dashes = {v: (3, 2) if v in variants else "" for v in order}
@@ -209,7 +109,7 @@ def line(
             markers=markers, dashes=dashes, errorbar=errorbar, err_style="bars", palette=colors, ax=ax,
         )  # fmt: skip
 
-    return _decorate(_facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
+    return decorate(facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
 
 
 def bar(
@@ -227,14 +127,14 @@ def bar(
 ) -> Figure:
     """Grouped bars: mean ``y`` per ``x`` (each panel its own x values) and ``hue`` (error bars: std over seeds)."""
     errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x]) else None
-    order = list(hue_order) if hue_order else (_order(df, hue) or None)
+    order = list(hue_order) if hue_order else (grid_order(df, hue) or None)
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.barplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, order=_order(sub, x), errorbar=errorbar, ax=ax
+            data=sub, x=x, y=y, hue=hue, hue_order=order, order=grid_order(sub, x), errorbar=errorbar, ax=ax
         )
 
-    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+    return decorate(facets(df, col, row, draw), title, xlabel, ylabel, **opts)
 
 
 def cdf(
@@ -250,12 +150,12 @@ def cdf(
     **opts: Any,
 ) -> Figure:
     """Empirical CDF of a per-request ``value`` (e.g. TPOT) per ``hue``."""
-    order = list(hue_order) if hue_order else (_order(df_requests, hue) or None)
+    order = list(hue_order) if hue_order else (grid_order(df_requests, hue) or None)
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.ecdfplot(data=sub, x=value, hue=hue, hue_order=order, ax=ax)
 
-    return _decorate(_facets(df_requests, col, row, draw), title, xlabel, ylabel, **opts)
+    return decorate(facets(df_requests, col, row, draw), title, xlabel, ylabel, **opts)
 
 
 def timeline(
@@ -289,7 +189,7 @@ def timeline(
     names = dict(zip([*ys, *y2s], labels, strict=True)) if labels else {}
     multi = len(ys) + len(y2s) > 1
     hue = hue if hue in steps_df.columns and not multi else None
-    order = list(hue_order) if hue_order else (_order(steps_df, hue) or None)
+    order = list(hue_order) if hue_order else (grid_order(steps_df, hue) or None)
     twins: list[Axes] = []
 
     def binned(sub: pd.DataFrame) -> pd.DataFrame:
@@ -318,8 +218,8 @@ def timeline(
                 right.plot(data[x], data[c], drawstyle="steps-post", color=color, linestyle="--")
                 ax.plot([], [], color=color, linestyle="--", label=names.get(c, c))  # legend entry on the left
 
-    fig = _decorate(_facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
-    for right in twins:  # _decorate gave the right axes the left label and scales
+    fig = decorate(facets(steps_df, col, row, draw, sharey=False), title, xlabel, ylabel, **opts)
+    for right in twins:  # decorate gave the right axes the left label and scales
         right.set_ylabel(y2label or "")
         right.set_yscale("linear")
     if twins:
@@ -353,7 +253,7 @@ def stacked_bar(
             bottom = bottom + means[p]
         ax.set_xlabel(x)
 
-    return _decorate(_facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+    return decorate(facets(df, col, row, draw), title, xlabel, ylabel, **opts)
 
 
 #: figure kind → (function, which table it reads, the name its y/value argument has).
@@ -364,18 +264,6 @@ KINDS: dict[str, tuple[Callable[..., Figure], str, str]] = {
     "cdf": (cdf, "requests", "value"),
     "timeline": (timeline, "steps", "y"),
 }
-
-
-def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    """Save ``fig`` as PNG (150 dpi) and PDF (no timestamps, so reruns give the same file); close it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(
-        paths[1], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None, "Producer": None}
-    )
-    plt.close(fig)
-    return paths
 
 
 def filter_rows(df: pd.DataFrame, where: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -503,91 +391,11 @@ def draw_figures(
         if fig is None:
             skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
-        _relabel_ticks(fig)
+        relabel_ticks(fig)
         if banner:
             stamp(fig, banner)
         paths += save(fig, out_dir, str(spec["name"]))
     return paths, skipped
-
-
-@dataclass
-class Shown:
-    """How systems are shown in figures: display names by label, and the labels drawn as the suite's variants."""
-
-    names: dict[str, str] = field(default_factory=dict)
-    variants: set[str] = field(default_factory=set)
-
-
-_SHOWN = Shown()
-
-
-@contextlib.contextmanager
-def showing(shown: Shown) -> Iterator[None]:
-    """Draw the figures of this block with ``shown``'s names in legends and tick labels, variants dashed."""
-    global _SHOWN
-    before, _SHOWN = _SHOWN, shown
-    try:
-        yield
-    finally:
-        _SHOWN = before
-
-
-def shown_systems(labels: Iterable[Any], conf_dir: Path) -> Shown:
-    """The display name (``display_name``) and variant flag (``variant``) of each label that names a
-    ``conf/system`` config (following its ``defaults`` parent when it sets neither); other labels (an entry's own
-    ``label``) are shown as they are."""
-    shown = Shown()
-    for label in {str(v) for v in labels}:
-        node = _system_yaml(label, conf_dir)
-        if node is None:
-            continue
-        name, variant = node.get("display_name"), node.get("variant")
-        if name:
-            shown.names[label] = str(name)
-        if variant:
-            shown.variants.add(label)
-    return shown
-
-
-def _system_yaml(name: str, conf_dir: Path, depth: int = 0) -> dict[str, Any] | None:
-    path = conf_dir / "system" / f"{name}.yaml"
-    if depth > 5 or not path.is_file():
-        return None
-    try:
-        node = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        return None
-    parents = [d for d in node.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
-    if "display_name" not in node and parents:
-        parent = _system_yaml(parents[0], conf_dir, depth + 1) or {}
-        node = {**{k: parent[k] for k in ("display_name", "variant") if k in parent}, **node}
-    return node
-
-
-def _relabel_ticks(fig: Figure) -> None:
-    """System labels on an axis (a bar chart with ``x: system``) shown by their display names."""
-    if not _SHOWN.names:
-        return
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            texts = axis.get_ticklabels()
-            if any(t.get_text() in _SHOWN.names for t in texts):
-                axis.set_ticks(axis.get_ticklocs())
-                axis.set_ticklabels([_SHOWN.names.get(t.get_text(), t.get_text()) for t in texts])
-
-
-def stamp(fig: Figure, text: str, width: int = 100) -> None:
-    """Write ``text`` (a run's overrides, a data fallback) above everything else at the top of ``fig``: above the
-    title, the suptitle and the shared legend."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    tops = [box.y1 for box in (ax.get_tightbbox(renderer) for ax in fig.axes) if box is not None]
-    tops += [leg.get_window_extent(renderer).y1 for leg in fig.legends]
-    if fig._suptitle is not None:  # type: ignore[attr-defined]
-        tops.append(fig._suptitle.get_window_extent(renderer).y1)  # type: ignore[attr-defined]
-    y = max(tops) / (fig.dpi * fig.get_figheight())
-    fig.text(0.5, y + 0.02, "\n".join(textwrap.wrap(text, width)), ha="center", va="bottom", fontsize=7,
-             color="darkred")
 
 
 def model_vs_measured(
@@ -604,7 +412,7 @@ def model_vs_measured(
     ax.set_ylabel(ylabel or "")
     if title:
         ax.set_title(title)
-    _shared_legend(fig, [ax])
+    shared_legend(fig, [ax])
     return fig
 
 
@@ -632,7 +440,7 @@ def measured_vs_modelled(
     ax.set_ylabel("modelled (ms)")
     if title:
         ax.set_title(title, fontsize=8)
-    _shared_legend(fig, [ax])
+    shared_legend(fig, [ax])
     return fig
 
 
@@ -657,5 +465,5 @@ def relative_error_bars(
     ax.set_xlabel("modelled / measured − 1 (%)")
     if title:
         ax.set_title(title)
-    _shared_legend(fig, [ax])
+    shared_legend(fig, [ax])
     return fig

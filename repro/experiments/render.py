@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from repro.core.errors import ReproError
-from repro.experiments import claims, datasources, figures
+from repro.experiments import claims, datasources, figures, panels
 from repro.experiments.expspec import ExpSpec
 from repro.experiments.results import CONF_DIR, engines_line
 
@@ -95,7 +95,7 @@ def _run_line(manifest: Mapping[str, Any], points: pd.DataFrame) -> str:
 
 def write_summary(
     out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame, notes: Sequence[str],
-    shown: figures.Shown | None = None,
+    shown: panels.Shown | None = None,
 ) -> Path:
     """summary.md of a sweep: title, description, run line, the systems' names in the figures, a table per figure,
     the paper claims."""
@@ -162,16 +162,16 @@ def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.Da
     linear = points[points["kind"] == "linear"]
     for table, rows in linear.groupby("table", sort=False):
         fig = figures.model_vs_measured(rows, xlabel=str(rows["x_name"].iloc[0]), title=str(table))
-        paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+        paths += panels.save(fig, out_dir, f"calibration_{_slug(str(table))}")
     for table, rows in points[points["kind"] == "profile"].groupby("table", sort=False):
         fig = figures.measured_vs_modelled(rows, title=str(table))
-        paths += figures.save(fig, out_dir, f"calibration_{_slug(str(table))}")
+        paths += panels.save(fig, out_dir, f"calibration_{_slug(str(table))}")
     profiles, points = points[points["kind"] == "profile"], points[points["kind"] != "profile"]
     anchors = points[points["kind"] != "linear"]
     if len(anchors):
         labelled = anchors.assign(table=anchors["table"] + " (" + anchors["x_name"] + "=" + anchors["x"].map(
             lambda v: f"{v:g}") + ")")  # fmt: skip
-        paths += figures.save(
+        paths += panels.save(
             figures.relative_error_bars(labelled, title="anchors"), out_dir, "calibration_anchors"
         )
     within = points["within_tol"].astype(str).str.lower() == "true"
@@ -231,11 +231,11 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     steps = _read_optional(out_dir / "steps.parquet")
     rounds = _read_optional(out_dir / "rounds.parquet")
     banner = datasources.banner(manifest.get("data") or [], manifest.get("command_line") or [])
-    shown = figures.shown_systems(points["system"] if "system" in points.columns else (), CONF_DIR)
+    shown = panels.shown_systems(points["system"] if "system" in points.columns else (), CONF_DIR)
     entries = [e for c in exp.case_list() for e in c.systems]
     shown.names.update({e.label: e.display_name for e in entries if e.display_name})
     shown.variants.update(e.label for e in entries if e.variant)
-    with figures.showing(shown):
+    with panels.showing(shown):
         paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
     return [*paths, write_summary(out_dir, manifest, points, skipped, shown)]
 

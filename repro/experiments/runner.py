@@ -8,11 +8,12 @@ then the point's own; Hydra composes each distinct choice of config groups once,
 :class:`repro.experiments.compose.Composer`), refuses an impossible point before anything runs
 (:func:`repro.experiments.validate.check_point`; each distinct workload is built once where the points run,
 :func:`repro.experiments.validate.check_workload`, so a missing data file is named too), and runs the points through
-:func:`repro.experiments.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend) or in a
-process pool, with a progress bar (a progress line every 10 s when the output is not a terminal). Each point is appended
-to points.csv as it finishes; at the end the file is rewritten in grid order with the experiment's derived columns
-(:mod:`repro.metrics.derived`), manifest.json is written (:mod:`repro.experiments.results` describes the files) and the
-figures and summary.md are drawn (:mod:`repro.experiments.render`).
+:func:`repro.experiments.simulate.run_point`, in-process (``n_jobs=1``, and always for points on a real backend), in a
+process pool, on Ray or through submitit (:mod:`repro.experiments.launch`), with a progress bar (a progress line every
+10 s when the output is not a terminal). Each point is appended to points.csv as it finishes; at the end the file is
+rewritten in grid order with the experiment's derived columns (:mod:`repro.metrics.derived`), manifest.json is written
+(:mod:`repro.experiments.results` describes the files) and the figures and summary.md are drawn
+(:mod:`repro.experiments.render`).
 
 The output folder is not touched before the first point finishes, nor when it holds another run
 (:func:`refuse_to_replace`). ``resume=true`` keeps rows whose ``(system, config_hash, code_version)`` match a point
@@ -25,23 +26,18 @@ points.csv instead (no simulation); the memory kind writes each point's GPU memo
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from repro.core.errors import ConfigError, ReproError
@@ -52,11 +48,11 @@ from repro.experiments.compose import (
     check_grid_keys,
     hydra_context,
     known_top_keys,
-    one_line,
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
 from repro.experiments.grid import expand_points, group_overrides, override
+from repro.experiments.launch import Outcome, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.results import (
     CONF_DIR,
     KEY_COLS,
@@ -74,70 +70,12 @@ from repro.experiments.results import (
     save_tables,
     write_table,
 )
-from repro.experiments.stopping import Interrupted, signals_held, signum_of, stop_workers, worker_init
+from repro.experiments.stopping import Interrupted, signals_held, signum_of
 from repro.experiments.validate import check_keys, check_point, check_values, check_workload
 from repro.metrics.derived import Derived, with_derived
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
 REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
-
-# ------------------------------------------------------------------------------------------ running
-
-
-@dataclass
-class Outcome:
-    """What a worker sends back for one point."""
-
-    index: int
-    metrics: dict[str, float]
-    notes: list[str]
-    wall_s: float
-    requests: pd.DataFrame | None = None
-    steps: pd.DataFrame | None = None
-    provenance: list[dict[str, Any]] = field(default_factory=list)
-    rounds: pd.DataFrame | None = None
-
-
-def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
-    """Simulate one point (in a worker or in-process); config mistakes come back as :class:`ConfigError`."""
-    from repro.experiments import simulate
-
-    t0 = time.perf_counter()
-    try:
-        res = simulate.run_point(cfg)
-    except ReproError:
-        raise
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(one_line(exc)) from None
-    wall = time.perf_counter() - t0
-    return Outcome(
-        index,
-        dict(res.metrics),
-        list(res.notes),
-        wall,
-        saved_columns(res.requests, cfg.get("save_columns")) if keep_tables else None,
-        saved_columns(res.steps, cfg.get("save_step_columns"), "save_step_columns", "start_at")
-        if keep_tables and res.steps is not None else None,
-        list(res.provenance),
-        res.rounds if keep_tables else None,
-    )
-
-
-def saved_columns(table: pd.DataFrame, keep: Any, knob: str = "save_columns", always: str = "rid") -> pd.DataFrame:
-    """The requests table as ``save_columns`` asks (``rid`` always; None: every column), or the steps table as
-    ``save_step_columns`` does (``start_at`` always); a name the table lacks is a :class:`ConfigError` naming it."""
-    if keep is None:
-        return table
-    what = "requests" if always == "rid" else "steps"
-    names = [str(c) for c in keep] if isinstance(keep, Sequence) and not isinstance(keep, str) else None
-    if names is None:
-        raise ConfigError(f"{knob}: expected a list of {what}-table columns or null, got {keep!r}")
-    unknown = [c for c in names if c not in table.columns]
-    if unknown:
-        raise ConfigError(f"{knob}: no {what}-table column(s) {unknown} (columns: "
-                          f"{', '.join(map(str, table.columns))})")
-    return table[[c for c in table.columns if c == always or c in names]]
-
 
 @dataclass
 class RunContext:
@@ -325,6 +263,8 @@ def run_key(ctx: RunContext) -> frozenset[tuple[str, str]]:
     keys it: its kind and the hash of the config its manifest records."""
     config = json.loads(json.dumps({**to_dict(ctx.cfg), "exp": ctx.spec.source}, default=str))
     return frozenset({(ctx.spec.kind, dict_hash(config))})
+
+
 def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConfig]) -> None:
     """Record each system's engine profile; where they differ and the command line chose the systems (not
     ``engine=``), say so on the console before anything runs (:func:`~repro.experiments.results.engines_line`)."""
@@ -383,161 +323,13 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
     try:
         kind = str(launcher.get("kind", "local"))
         if kind == "ray" and not real:
-            _execute_ray(todo, cfgs, keep, ctx.n_jobs, progress, launcher, describe)
+            execute_ray(todo, cfgs, keep, ctx.n_jobs, progress, launcher, describe)
         elif kind == "submitit" and not real:
-            _execute_submitit(todo, cfgs, keep, progress, launcher, describe)
+            execute_submitit(todo, cfgs, keep, progress, launcher, describe)
         else:
-            _execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress, describe)
+            execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress, describe)
     finally:
         bar.close()
-
-
-class ProgressLines:
-    """Progress for a log file or a pipe (where tqdm's bar is off): a line every ``every_s`` seconds of wall time
-    and at the end, ``NAME: 30/90 points, 35 s elapsed, about 70 s left``."""
-
-    def __init__(self, name: str, total: int, done: int = 0, enabled: bool = True, every_s: float = 10.0) -> None:
-        self.name, self.total, self.done, self.enabled, self.every_s = name, total, done, enabled, every_s
-        self.t0 = self.last = time.perf_counter()
-        self.start = done
-
-    def update(self) -> None:
-        self.done += 1
-        now = time.perf_counter()
-        if not self.enabled or (now - self.last < self.every_s and self.done < self.total):
-            return
-        self.last = now
-        elapsed = now - self.t0
-        ran = self.done - self.start
-        rest = self.total - self.done
-        left = f", about {elapsed / ran * rest:.0f} s left" if ran >= max(3, self.total // 20) and rest else ""
-        print(f"{self.name}: {self.done}/{self.total} points, {elapsed:.0f} s elapsed{left}", file=sys.stderr,
-              flush=True)
-
-
-def _execute(
-    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any],
-    describe: Callable[[int], str] = str,
-) -> None:
-    """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
-    ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
-    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.experiments.stopping`)."""
-    if n_jobs <= 1 or len(todo) <= 1:
-        for i in todo:
-            on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
-        return
-    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
-                               initargs=(os.getpid(),))
-    try:
-        futures: dict[Future[Outcome], int] = {pool.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=futures.__getitem__):
-                on_done(_named(futures[fut], describe, fut.result))
-    except BaseException:
-        with signals_held(deliver=False):
-            stop_workers(pool)
-        raise
-    pool.shutdown()
-
-
-def _named(i: int, describe: Callable[[int], str], get: Callable[[], Outcome]) -> Outcome:
-    """``get()``, a :class:`ReproError` it raises prefixed with point ``i``'s name."""
-    try:
-        return get()
-    except ReproError as exc:
-        try:
-            named = type(exc)(f"{describe(i)}: {exc}")
-        except TypeError:  # an error class with a constructor of its own
-            named = ReproError(f"{describe(i)}: {exc}")
-        raise named from None
-
-
-def _execute_ray(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int,
-                 on_done: Callable[[Outcome], Any], launcher: Any, describe: Callable[[int], str]) -> None:
-    """Run points ``todo`` as Ray tasks (``launcher=ray``): on a local Ray of ``n_jobs`` CPUs, or on the cluster at
-    ``launcher.address``. Outcomes come back to this process, which appends them to points.csv as they finish (one
-    writer: the same atomic appends and resume as a local run). A point that fails is reported at once with its
-    overrides while the others go on; the run then fails naming every failed point."""
-    if not todo:
-        return
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("launcher=ray needs Ray: pip install -e '.[ray]'") from None
-    address = launcher.get("address")
-    started = not ray.is_initialized()
-    if started:
-        kw: dict[str, Any] = {"address": str(address)} if address else {"num_cpus": n_jobs}
-        ray.init(**kw, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    task = ray.remote(num_cpus=float(launcher.get("num_cpus") or 1))(run_one)
-    refs = {task.remote(i, cfgs[i], keep[i]): i for i in todo}
-    failed: list[str] = []
-    try:
-        while refs:
-            done, _ = ray.wait(list(refs), num_returns=1)
-            for ref in done:
-                i = refs.pop(ref)
-                try:
-                    out = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    cause = getattr(exc, "cause", None) or exc
-                    failed.append(f"{describe(i)}: {one_line(cause)}")
-                    tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
-                    continue
-                on_done(out)
-    finally:
-        for ref in refs:
-            ray.cancel(ref)
-        if started:
-            ray.shutdown()
-    if failed:
-        raise ReproError(f"{len(failed)} point(s) failed on Ray (the others are in points.csv): " + "; ".join(failed))
-
-
-def _execute_submitit(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], on_done: Callable[[Outcome], Any],
-                      launcher: Any, describe: Callable[[int], str]) -> None:
-    """Run points ``todo`` as submitit jobs (``launcher=submitit``): Slurm jobs, or local processes with
-    ``launcher.cluster=local``. As on Ray, outcomes come back here to be appended, a failed point is reported with its
-    overrides while the others go on, and the run then fails naming every failed point."""
-    if not todo:
-        return
-    try:
-        import submitit
-    except ImportError:
-        raise ConfigError("launcher=submitit needs submitit: pip install -e '.[slurm]'") from None
-    executor = submitit.AutoExecutor(folder=str(launcher.get("folder") or "runs/submitit/%j"),
-                                     cluster=str(launcher.get("cluster") or "slurm"))
-    params = launcher.get("parameters")
-    executor.update_parameters(**(to_dict(params) if params else {}))
-    with executor.batch():
-        jobs = {i: executor.submit(run_one, i, cfgs[i], keep[i]) for i in todo}
-    failed: list[str] = []
-    pending = dict(jobs)
-    try:
-        while pending:
-            for i, job in list(pending.items()):
-                if not job.done():
-                    continue
-                del pending[i]
-                try:
-                    out = job.result()
-                except Exception as exc:  # the job's own exception, or submitit's report of a lost job
-                    failed.append(f"{describe(i)}: {one_line(exc)}")
-                    tqdm.write(f"failed: {failed[-1]}", file=sys.stderr)
-                    continue
-                on_done(out)
-            if pending:
-                time.sleep(0.2)
-    except BaseException:  # Ctrl-C: the jobs still queued or running are cancelled, not left behind
-        with signals_held(deliver=False):
-            for job in pending.values():
-                job.cancel(check=False)
-        raise
-    if failed:
-        raise ReproError(f"{len(failed)} point(s) failed on {launcher.get('cluster')} (the others are in points.csv): "
-                         + "; ".join(failed))
 
 
 def run_calibration(ctx: RunContext) -> tuple[pd.DataFrame, int]:
@@ -642,6 +434,44 @@ def run_experiment(
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
+    ctx = prepare_run(cfg, overrides, conf_dir, out_dir, say)
+    ctx.progress = progress
+    ctx.composer = composer
+    ctx.overwrite = overwrite
+
+    def manifest_of(**extra: Any) -> dict[str, Any]:
+        return {**build_manifest(
+            ctx.spec, to_dict(cfg), quick=ctx.quick, n_jobs=ctx.n_jobs, overrides=ctx.overrides, conf_dir=conf_dir,
+            notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
+            started=started, wall_s=time.perf_counter() - t0, engines=ctx.engines,
+            engine_warning=ctx.engine_warning), **extra}
+
+    try:
+        points, num_run = KINDS[ctx.spec.kind](ctx)
+    except Interrupted as stop:
+        if stop.wrote:  # say what the folder now holds (its summary and figures are not redrawn)
+            with signals_held(deliver=False):
+                stopped = {"signal": signal.Signals(stop.signum).name, "points_saved": stop.saved,
+                           "points_total": stop.total}
+                atomic_write_text(ctx.out_dir / "manifest.json",
+                                  json.dumps(manifest_of(interrupted=stopped), indent=2, default=str) + "\n")
+        raise
+    manifest = manifest_of()
+    atomic_write_text(ctx.out_dir / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
+    warning = datasources.warning(manifest["data"])
+    if warning:
+        say(warning)
+    from repro.experiments import render
+
+    render.render(ctx.out_dir, manifest, points)
+    verdicts = claim_verdicts(ctx.spec, points) if ctx.spec.kind != "calibration" else {}
+    return ExperimentResult(ctx.spec.name, ctx.out_dir, points, manifest, num_run, time.perf_counter() - t0, verdicts)
+
+
+def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_dir: Path | None,
+                say: Callable[[str], None]) -> RunContext:
+    """Check the experiment and the command line (:class:`ConfigError` naming the key), apply quick mode and the
+    command line's narrowing (each narrowing said on ``say``); the run's context, nothing written yet."""
     exp_raw = to_dict(cfg.exp)
     ExpSpec.parse(exp_raw)  # the block as written: a typo is named before anything else
     groups = group_overrides(conf_dir)
@@ -669,35 +499,5 @@ def run_experiment(
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
     ctx.say = say
-    ctx.progress = progress
-    ctx.composer = composer
-    ctx.overwrite = overwrite
     ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
-
-    def manifest_of(**extra: Any) -> dict[str, Any]:
-        return {**build_manifest(
-            spec, to_dict(cfg), quick=quick, n_jobs=n_jobs, overrides=ctx.overrides, conf_dir=conf_dir,
-            notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
-            started=started, wall_s=time.perf_counter() - t0, engines=ctx.engines,
-            engine_warning=ctx.engine_warning), **extra}
-
-    try:
-        points, num_run = KINDS[spec.kind](ctx)
-    except Interrupted as stop:
-        if stop.wrote:  # say what the folder now holds (its summary and figures are not redrawn)
-            with signals_held(deliver=False):
-                stopped = {"signal": signal.Signals(stop.signum).name, "points_saved": stop.saved,
-                           "points_total": stop.total}
-                atomic_write_text(out / "manifest.json",
-                                  json.dumps(manifest_of(interrupted=stopped), indent=2, default=str) + "\n")
-        raise
-    manifest = manifest_of()
-    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")
-    warning = datasources.warning(manifest["data"])
-    if warning:
-        say(warning)
-    from repro.experiments import render
-
-    render.render(out, manifest, points)
-    verdicts = claim_verdicts(spec, points) if spec.kind != "calibration" else {}
-    return ExperimentResult(spec.name, out, points, manifest, num_run, time.perf_counter() - t0, verdicts)
+    return ctx

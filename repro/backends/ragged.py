@@ -1,0 +1,95 @@
+"""Ragged batched passes of one causal LM over per-sequence KV caches (``backend=hf``, :mod:`repro.backends.hf`).
+
+Each sequence of a pass brings its own cache, its new tokens, their positions and which new tokens each one sees
+(:func:`chain_mask` for prefill chunks and chains, :func:`tree_mask` for token trees); the batch is padded to its
+longest cache and its longest run of new tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from repro.backends.models import require_torch
+
+
+@dataclass
+class Item:
+    """One sequence of a ragged pass: its cache, new tokens, their positions and which new tokens each one sees."""
+
+    cache: Any  # [layers, 2, kv_heads, L, head_dim] or None
+    tokens: list[int]
+    positions: list[int]
+    mask: Any  # [q, q] bool: row i attends to new token j
+
+
+def chain_mask(torch: Any, q: int, device: Any) -> Any:
+    """Causal mask of ``q`` new tokens: each sees itself and the ones before it."""
+    return torch.tril(torch.ones(q, q, dtype=torch.bool, device=device))
+
+
+def tree_mask(torch: Any, parent: Sequence[int], device: Any) -> Any:
+    """Ancestor mask of a root (index 0) followed by nodes whose ``parent`` (-1 = the root) indexes the nodes."""
+    q = len(parent) + 1
+    m = torch.zeros(q, q, dtype=torch.bool, device=device)
+    m[0, 0] = True
+    for i, p in enumerate(parent, start=1):
+        m[i] = m[p + 1 if p >= 0 else 0]
+        m[i, i] = True
+    return m
+
+
+class Runner:
+    """Ragged batched passes of one causal LM over per-sequence KV caches (module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        self.torch, _ = require_torch()
+        self.model = model
+        cfg = model.config
+        self.cfg = cfg
+        self.layers = int(cfg.num_hidden_layers)
+        self.vocab = int(cfg.vocab_size)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def forward(self, items: Sequence[Item]) -> tuple[list[Any], list[Any]]:
+        """Per item: logits of its new tokens [q, vocab] and their KV [layers, 2, kv_heads, q, head_dim]."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        dev, dt = self.device, self.dtype
+        b = len(items)
+        lens = [0 if it.cache is None else int(it.cache.shape[3]) for it in items]
+        qs = [len(it.tokens) for it in items]
+        lm, qm = max(lens), max(qs)
+        ids = torch.zeros(b, qm, dtype=torch.long)
+        pos = torch.zeros(b, qm, dtype=torch.long)
+        allow = torch.zeros(b, qm, lm + qm, dtype=torch.bool, device=dev)
+        for i, (it, n, q) in enumerate(zip(items, lens, qs, strict=True)):
+            ids[i, :q] = torch.tensor(it.tokens, dtype=torch.long)
+            pos[i, :q] = torch.tensor(it.positions, dtype=torch.long)
+            allow[i, :q, :n] = True
+            allow[i, :q, lm:lm + q] = it.mask
+            pad = torch.arange(q, qm, device=dev)
+            allow[i, pad, lm + pad] = True  # padding rows see themselves only (no empty softmax)
+        mask = torch.zeros(b, 1, qm, lm + qm, dtype=dt, device=dev)
+        mask.masked_fill_(~allow[:, None], torch.finfo(dt).min)
+        cache = DynamicCache(config=self.cfg)
+        if lm:
+            shape = next(it.cache for it in items if it.cache is not None).shape
+            past = torch.zeros(b, self.layers, 2, shape[2], lm, shape[4], dtype=dt, device=dev)
+            for i, (it, n) in enumerate(zip(items, lens, strict=True)):
+                if n:
+                    past[i, :, :, :, :n] = it.cache
+            for layer in range(self.layers):
+                cache.update(past[:, layer, 0], past[:, layer, 1], layer)
+        out = self.model(input_ids=ids.to(dev), position_ids=pos.to(dev), attention_mask=mask, use_cache=True,
+                         **{self._cache_kw: cache})
+        layers: Any = cache.layers
+        keys = torch.stack([torch.stack([layers[j].keys[:, :, lm:], layers[j].values[:, :, lm:]], dim=1)
+                            for j in range(self.layers)], dim=1)  # [b, layers, 2, kv_heads, qm, head_dim]
+        return [out.logits[i, :q].float() for i, q in enumerate(qs)], [keys[i, :, :, :, :q] for i, q in enumerate(qs)]
