@@ -278,7 +278,9 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
         "num_preemptions": zero, "service_s": nan, "swap_s": np.zeros(n), "replica": zero,
     })
     metrics = summarize(requests, float(res.duration_s), None)
-    metrics.update(vllm_metrics(res))
+    # vLLM's serving metrics replace summarize's of the same name (vLLM counts only the successful requests); its
+    # duration is this row's sim_time_s
+    metrics.update({k: v for k, v in vllm_metrics(res).items() if k != "duration"})
     metrics["failed"] = float((~ok).sum())
     metrics["wall_s"] = time.perf_counter() - t0
     return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
@@ -332,10 +334,11 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
 
     Also: ``utility_even`` = U at the even split's long-term goodput at the same acceptances
     (:func:`repro.metrics.fairness.even_goodput`) and ``even_gap`` = U(x*) − that, the most that adapting the allocation
-    can gain; ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients (accepted + the
-    bonus, a request's first token included: x_i(t) of Eq. 4 summed) per second of simulated wall time (receiving +
-    verifying + sending), and ``utility_per_s`` = Σ_i log g_i with g_i = client i's tokens per second (= U(x̄) + N ·
-    log(T / wall): Fig. 4's utility of per-second instead of per-round goodputs)."""
+    can gain. (GoodSpeed's goodput per second, Σ_i x̄_i(T) · T / wall = the tokens the rounds gave the clients,
+    accepted + the bonus, a request's first token included: x_i(t) of Eq. 4 summed, per second of simulated wall
+    time (receiving + verifying + sending), is the row's ``output_throughput``; Σ_i log of the clients' tokens per
+    second, = U(x̄) + N · log(T / wall): Fig. 4's utility of per-second instead of per-round goodputs, is its
+    ``sum_log_goodput``; both from :func:`repro.metrics.summary.summarize`.)"""
     from repro.metrics.fairness import even_goodput, optimal_goodput, utility
 
     assert built.deployment is not None
@@ -355,9 +358,7 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
     u_opt, u, u_even = utility(optimal_goodput(known, budget)), utility(xbar), utility(even_goodput(known, budget))
     if steps is not None:
         steps["utility_opt"] = u_opt
-    wall = float(out.sim_time_s)
-    per_s = xbar * rounds / wall if wall > 0 else np.full(n, np.nan)
     return {"utility": u, "utility_opt": u_opt, "utility_gap": u_opt - u, "utility_even": u_even,
-            "even_gap": u_opt - u_even, "goodput_tok_per_s": float(per_s.sum()), "utility_per_s": utility(per_s),
-            "mean_true_acceptance": float(np.nanmean(alpha)), "rounds": float(out.num_steps)}
+            "even_gap": u_opt - u_even, "mean_true_acceptance": float(np.nanmean(alpha)),
+            "rounds": float(out.num_steps)}
 
