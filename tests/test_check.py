@@ -48,6 +48,32 @@ def test_missing_and_new_rows_are_changes() -> None:
     assert [(c.system, c.metric, c.new) for c in check.compare(old, new, KEYS)] == [("b", "(row)", "missing")]
 
 
+def test_a_reference_with_the_previous_names_compares_equal(tmp_path: Path) -> None:
+    """A reference written before the metrics got one name each (throughput_tok_s, p50_latency_s, GoodSpeed's
+    goodput_tok_per_s and utility_per_s, a swept num_requests written twice) compares equal to a run with today's
+    names: here the committed quick references themselves, written back in the old names."""
+    old_names = {"output_throughput": "throughput_tok_s", "median_latency_s": "p50_latency_s"}
+    for name, dup in (("smoke", {}), ("goodspeed_fig3", {"goodput_tok_per_s": "output_throughput",
+                                                           "utility_per_s": "sum_log_goodput"}),
+                      ("laps_fig5", {"num_requests": "num_requests"})):
+        path = reference_dir(name, quick=True) / "points.csv"
+        new = pd.read_csv(path, dtype=str, keep_default_na=False)
+        assert not set(check.RENAMED) & set(new.columns)
+        cols = [old_names.get(c, c) for c in new.columns]
+        old = new.set_axis(cols, axis=1)
+        for col, of in dup.items():  # the duplicate columns the old files had, at the end
+            old = pd.concat([old, new[[of]].set_axis([col], axis=1)], axis=1)
+        old.to_csv(tmp_path / "points.csv", index=False)
+        header = (tmp_path / "points.csv").read_text().splitlines()[0].split(",")
+        assert "throughput_tok_s" in header and "p50_latency_s" in header and len(header) == len(new.columns) + len(dup)
+        read = check.read_reference(tmp_path / "points.csv")
+        assert list(read.columns) == list(new.columns) and read.equals(new)
+        keys = ["exp", "system", "seed", *check.read_manifest(path.parent).get("grid_keys", [])]
+        assert check.compare(read, new, keys) == []
+        raw = pd.read_csv(tmp_path / "points.csv", dtype=str, keep_default_na=False)  # read as is: they would differ
+        assert check.compare(raw, new, keys)
+
+
 def test_reference_is_picked_by_data_sources(tmp_path: Path) -> None:
     ref = tmp_path / "smoke"
     (ref / "nodata").mkdir(parents=True)

@@ -10,6 +10,7 @@ import pytest
 
 from repro.metrics.summary import (
     POINT_METRICS,
+    RENAMED,
     attained,
     jain_index,
     per_class,
@@ -91,10 +92,10 @@ def test_summarize_hand_computed() -> None:
     assert m["num_requests"] == 3
     assert m["slo_attainment"] == pytest.approx(1 / 3)
     assert m["goodput_tok_s"] == pytest.approx(11 / 10)  # only the first request's tokens
-    assert m["throughput_tok_s"] == pytest.approx(26 / 10)
+    assert m["output_throughput"] == pytest.approx(26 / 10)
     assert m["request_throughput"] == pytest.approx(2 / 10)
     assert m["mean_latency_s"] == pytest.approx(3.0)
-    assert m["p50_latency_s"] == pytest.approx(3.0)
+    assert m["median_latency_s"] == pytest.approx(3.0)
     assert m["mean_ttft_ms"] == pytest.approx((1000 + 2000 + 500) / 3)
     assert m["mean_tpot_ms"] == pytest.approx(150.0)
     assert m["acceptance_rate"] == pytest.approx(15 / 40)
@@ -272,3 +273,14 @@ def test_switch_overhead_and_estimate_error_by_hand() -> None:
     m = summarize(req, 4.0)
     assert m["median_stable_rounds"] == 10.0 and m["median_stable_tokens"] == 20.0
     assert "median_stable_rounds" not in summarize(req.drop(columns=["stable_rounds", "stable_tokens"]), 4.0)
+
+
+def test_one_name_per_metric() -> None:
+    """Every metric has one name, vLLM's where vLLM has it: no name of the previous release (``RENAMED``, which
+    ``repro check`` still reads) is produced, and every renamed metric is produced under its new name."""
+    df = frame(req(out=10), req(out=30))
+    df["client"] = ["c0", "c1"]
+    m = summarize(df, sim_time_s=10.0)
+    assert not set(RENAMED) & set(m) and not set(RENAMED) & set(POINT_METRICS)
+    assert set(RENAMED.values()) - {"median_itl_ms", "median_e2el_ms"} <= set(m)  # those two: backend=openai's
+    assert m["median_latency_s"] == m["mean_latency_s"] and m["output_throughput"] == 4.0

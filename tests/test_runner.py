@@ -42,9 +42,9 @@ exp:
     seeds: [0]
   figures:
     - {name: attain, kind: line, x: rps, y: slo_attainment, col: draft, title: "SLO attainment"}
-    - {name: tput, kind: bar, x: rps, y: throughput_tok_s}
+    - {name: tput, kind: bar, x: rps, y: output_throughput}
   claims:
-    - {text: "sd_k2 beats vllm", paper: 1.0, kind: ratio_to_best_baseline, metric: throughput_tok_s,
+    - {text: "sd_k2 beats vllm", paper: 1.0, kind: ratio_to_best_baseline, metric: output_throughput,
        system: sd_k2, check: ">="}
 """
 
@@ -407,7 +407,7 @@ exp:
     assert list(pts["panel"]) == ["a", "a", "b", "c"]
     assert [str(v) for v in pts["rps"]] == ["1.0", "2.0", "2.0", "nan"]
     assert pts["config_hash"].iloc[1] == pts["config_hash"].iloc[2] == pts["config_hash"].iloc[3]
-    assert pts["throughput_tok_s"].iloc[1] == pts["throughput_tok_s"].iloc[2]
+    assert pts["output_throughput"].iloc[1] == pts["output_throughput"].iloc[2]
 
 
 def run_yaml(conf_dir: Path, out_dir: Path, name: str, text: str, *extra: str) -> runner.ExperimentResult:

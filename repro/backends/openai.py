@@ -190,12 +190,13 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
     return ReplayResult(frame[COLUMNS], [np.asarray(r.itl, dtype=float) for r in records], duration)
 
 
-def vllm_metrics(result: ReplayResult, percentiles: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
+def vllm_metrics(result: ReplayResult, percentiles: Sequence[float] = (90, 99)) -> dict[str, float]:
     """vLLM's serving-benchmark metrics of a replay, as ``benchmarks/benchmark_serving.py::calculate_metrics`` defines
-    them, over the successful requests: ``completed``, ``total_input``, ``total_output`` (its ``BenchmarkMetrics``
-    names; its JSON says ``total_input_tokens``, ``total_output_tokens``), ``duration`` and the throughputs (per
-    second of ``duration_s``), then for ttft, tpot, itl and e2el ``mean_X_ms``, ``median_X_ms``, ``std_X_ms`` and
-    ``pP_X_ms`` (named as in its JSON). A request's tpot is
+    them, over the successful requests, named as in its JSON (``vllm bench serve``): ``completed``,
+    ``total_input_tokens``, ``total_output_tokens``, ``duration`` and the throughputs (``request_throughput``,
+    ``output_throughput``, ``total_token_throughput``: per second of ``duration_s``), then for ttft, tpot, itl and
+    e2el ``mean_X_ms``, ``median_X_ms``, ``std_X_ms`` and ``pP_X_ms`` for each of ``percentiles`` (by default 90 and
+    99: the median has its own name). A request's tpot is
     ``(latency - ttft) / (output_tokens - 1)``, only for requests with more than one output token; itl pools every
     request's gaps; e2el is the latency. An empty sample gives 0, as vLLM's ``np.mean(x or 0)`` does."""
     df = result.requests
@@ -211,7 +212,7 @@ def vllm_metrics(result: ReplayResult, percentiles: Sequence[float] = (50, 90, 9
     dur = result.duration_s
     completed, total_in, total_out = int(ok.sum()), int(good["prompt_len"].sum()), int(out_tokens.sum())
     metrics: dict[str, float] = {
-        "duration": dur, "completed": completed, "total_input": total_in, "total_output": total_out,
+        "duration": dur, "completed": completed, "total_input_tokens": total_in, "total_output_tokens": total_out,
         "request_throughput": completed / dur if dur > 0 else float("nan"),
         "output_throughput": total_out / dur if dur > 0 else float("nan"),
         "total_token_throughput": (total_in + total_out) / dur if dur > 0 else float("nan"),

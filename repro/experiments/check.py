@@ -7,6 +7,8 @@
     exactly by default or within ``REL`` relative tolerance, except the wall-clock ones (:data:`WALL_CLOCK`). It
     prints one line per experiment and a table of what changed (experiment, system, point, metric, old, new), and
     exits 1 on any difference. ``--update`` writes the new run as the reference instead (a change made on purpose).
+    A reference written with the previous release's metric names is read in today's
+    (:data:`repro.metrics.summary.RENAMED`, :func:`read_reference`).
 ``all [--quick]``
     regenerates every reference (one progress bar over all points) and writes ``results/INDEX.md``
     (``results/quick/INDEX.md``; ``INDEX.nodata.md`` when run without the data folder): per experiment the paper
@@ -22,6 +24,7 @@ package is missing). Quick references keep points.csv, manifest.json and summary
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import shutil
@@ -42,6 +45,7 @@ from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
 from repro.experiments.grid import expand_points, group_overrides
 from repro.experiments.results import CONF_DIR, KEY_COLS, REPO_ROOT, RESULTS_DIR, display_path, reference_dir
+from repro.metrics.summary import RENAMED
 
 #: Columns that measure this machine's wall clock or book-keeping, never compared.
 WALL_CLOCK = frozenset({"wall_s", "mean_iter_schedule_ms", "config_hash", "code_version"})
@@ -135,6 +139,26 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: Sequence[str], tol: floa
     return out
 
 
+def read_reference(path: Path) -> pd.DataFrame:
+    """A reference's points.csv as text, in today's column names: a column named as in the previous release
+    (:data:`repro.metrics.summary.RENAMED`) gets its new name, unless the file has that name already (a duplicate of
+    it, dropped); a column that repeats an earlier one's name (a swept key named like a metric) is dropped."""
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    df = pd.read_csv(path, dtype=str, keep_default_na=False, header=None, skiprows=1, names=range(len(header)))
+    names: list[str] = []
+    keep: list[int] = []
+    for i, col in enumerate(header):
+        name = RENAMED.get(col, col)
+        if name in names or (name != col and name in header):
+            continue
+        names.append(name)
+        keep.append(i)
+    out = df[keep]
+    out.columns = names
+    return out
+
+
 def signature(manifest: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
     """Where a run's workload came from, as compared between a run and a reference."""
     return sorted({(str(d["dataset"]), str(d["kind"]), bool(d["fallback"])) for d in manifest.get("data") or []})
@@ -169,7 +193,7 @@ def against_reference(result: runner.ExperimentResult, ref: Path,
     if folder is None:
         return None, problem, []
     keys = [*KEY_COLS, *(read_manifest(folder).get("grid_keys") or [])]
-    old = pd.read_csv(folder / "points.csv", dtype=str, keep_default_na=False)
+    old = read_reference(folder / "points.csv")
     new = pd.read_csv(result.out_dir / "points.csv", dtype=str, keep_default_na=False)
     return folder, "", compare(old, new, keys, tol, result.manifest.get("compare") or ())
 

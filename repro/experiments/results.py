@@ -4,8 +4,9 @@ Files in the output directory:
 
 ``points.csv``
     One row per point: ``exp, system, seed``, the swept keys by name, the metrics of
-    :data:`repro.metrics.summary.POINT_METRICS` (minus ``sim_time_s``), extra metrics and derived columns (sorted by
-    name), then ``sim_time_s, wall_s, config_hash, code_version``. :class:`PointsFile` appends each finished point at
+    :data:`repro.metrics.summary.POINT_METRICS` (minus ``sim_time_s`` and a swept key's name, e.g.
+    ``num_requests``: one column each), extra metrics and derived columns (sorted by name), then
+    ``sim_time_s, wall_s, config_hash, code_version``. :class:`PointsFile` appends each finished point at
     once (one write of a full line, under a file lock), so a killed sweep loses only the points in flight, and rewrites
     the file in grid order at the end. Floats are written with :func:`fmt` (integral values as integers, others with 6
     significant digits), so a seed gives a byte-identical file apart from ``wall_s``.
@@ -185,7 +186,8 @@ class PointsFile:
 
     @property
     def columns(self) -> list[str]:
-        metrics = [m for m in POINT_METRICS if m not in TAIL_COLS]
+        # a swept key named like a metric (``num_requests``) is one column, where the keys are: the row has one value
+        metrics = [m for m in POINT_METRICS if m not in TAIL_COLS and m not in self.key_cols]
         return [*self.key_cols, *metrics, *self.extras, *TAIL_COLS]
 
     def read_existing(self) -> list[dict[str, str]]:

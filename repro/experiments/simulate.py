@@ -286,7 +286,9 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
         "num_preemptions": zero, "service_s": nan, "swap_s": np.zeros(n), "replica": zero,
     })
     metrics = summarize(requests, float(res.duration_s), None)
-    metrics.update(vllm_metrics(res))
+    # vLLM's serving metrics replace summarize's of the same name (vLLM counts only the successful requests); its
+    # duration is this row's sim_time_s
+    metrics.update({k: v for k, v in vllm_metrics(res).items() if k != "duration"})
     metrics["failed"] = float((~ok).sum())
     metrics["wall_s"] = time.perf_counter() - t0
     return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
@@ -340,10 +342,11 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
       line the utility converges to) is added to it as a column.
     - ``utility_even``: U of the even split at the same acceptances (:func:`repro.metrics.fairness.even_goodput`);
       ``even_gap`` = U(x*) − that, the most adapting the allocation can gain.
-    - ``goodput_tok_per_s`` = Σ_i x̄_i(T) · T / wall: tokens given to clients (Eq. 4's x_i(t) summed: accepted +
-      bonus, first tokens included) per second of simulated wall time (receiving + verifying + sending).
-    - ``utility_per_s`` = Σ_i log g_i, g_i = client i's tokens per second (= U(x̄) + N · log(T / wall); Fig. 4's
-      utility of per-second goodputs).
+    - The row's ``output_throughput`` is GoodSpeed's goodput per second, Σ_i x̄_i(T) · T / wall: tokens given to
+      clients (Eq. 4's x_i(t) summed: accepted + bonus, first tokens included) per second of simulated wall time
+      (receiving + verifying + sending); its ``sum_log_goodput`` = Σ_i log g_i, g_i = client i's tokens per second
+      (= U(x̄) + N · log(T / wall); Fig. 4's utility of per-second goodputs). Both from
+      :func:`repro.metrics.summary.summarize`.
     """
     from repro.metrics.fairness import even_goodput, optimal_goodput, utility
 
@@ -364,9 +367,7 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
     u_opt, u, u_even = utility(optimal_goodput(known, budget)), utility(xbar), utility(even_goodput(known, budget))
     if steps is not None:
         steps["utility_opt"] = u_opt
-    wall = float(out.sim_time_s)
-    per_s = xbar * rounds / wall if wall > 0 else np.full(n, np.nan)
     return {"utility": u, "utility_opt": u_opt, "utility_gap": u_opt - u, "utility_even": u_even,
-            "even_gap": u_opt - u_even, "goodput_tok_per_s": float(per_s.sum()), "utility_per_s": utility(per_s),
-            "mean_true_acceptance": float(np.nanmean(alpha)), "rounds": float(out.num_steps)}
+            "even_gap": u_opt - u_even, "mean_true_acceptance": float(np.nanmean(alpha)),
+            "rounds": float(out.num_steps)}
 

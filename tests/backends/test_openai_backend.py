@@ -22,6 +22,7 @@ from repro.backends.models import build_model
 from repro.backends.openai_server import Server, serve
 from repro.core.errors import ConfigError
 from repro.experiments.simulate import compose, run_point
+from repro.metrics.summary import RENAMED
 
 ROOT = Path(__file__).resolve().parents[2]
 N, PROMPT, OUTPUT = 5, 12, 8
@@ -51,6 +52,8 @@ def test_a_point_replayed_against_a_live_server(server: Server) -> None:
         assert math.isfinite(m[key]) and m[key] > 0, key
     # vLLM's TPOT is (E2E - TTFT) / (tokens - 1) per request: with one token per chunk it is the mean ITL's scale
     assert m["mean_tpot_ms"] == pytest.approx(m["mean_itl_ms"], rel=0.5)
+    # one name per metric, vLLM's: no total_input / duration / p50_* / throughput_tok_s beside their vLLM names
+    assert not set(RENAMED) & set(m) and m["sim_time_s"] > 0
 
 
 def test_the_replay_has_the_simulations_requests_and_slos(server: Server) -> None:
@@ -71,6 +74,8 @@ def test_the_command_line_writes_points_csv(server: Server, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr[-2000:]
     pts = pd.read_csv(out / "points.csv")
     assert len(pts) == 1 and pts["completed"].iloc[0] == N and pts["mean_itl_ms"].iloc[0] > 0
+    header = (out / "points.csv").read_text().splitlines()[0].split(",")
+    assert len(header) == len(set(header)) and not set(RENAMED) & set(header)
 
 
 def test_an_unreachable_server_is_reported_per_request() -> None:

@@ -67,7 +67,7 @@ def test_a_profile_of_the_analytic_model_reproduces_its_runs(table: Path) -> Non
     prof = run_point(compose([*base, "cost=profile", f"cost.table={table}"])).metrics
     ana = run_point(compose(base)).metrics
     assert prof["mean_tpot_ms"] == pytest.approx(ana["mean_tpot_ms"], rel=0.01)
-    assert prof["throughput_tok_s"] == pytest.approx(ana["throughput_tok_s"], rel=0.01)
+    assert prof["output_throughput"] == pytest.approx(ana["output_throughput"], rel=0.01)
 
 
 @pytest.mark.parametrize("overrides,match", [

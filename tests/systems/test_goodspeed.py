@@ -283,8 +283,9 @@ def test_even_goodput_is_fixed_s_time_average_and_never_above_the_optimum() -> N
 
 
 def test_goodput_per_second_is_the_clients_tokens_over_the_wall_time() -> None:
-    """goodput_tok_per_s = Σ_i (client i's tokens) / the rounds' wall time (receiving + verifying + sending), and
-    utility_per_s = U(x̄) + N · log(rounds / wall): recomputed here from the run's requests and steps tables."""
+    """GoodSpeed's goodput per second (output_throughput) = Σ_i (client i's tokens) / the rounds' wall time
+    (receiving + verifying + sending), and its utility per second (sum_log_goodput) = U(x̄) + N · log(rounds / wall):
+    recomputed here from the run's requests and steps tables."""
     from repro.experiments.simulate import compose, run_point
 
     servers = "[{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b},{hardware:l4,model:qwen3-0.6b}," \
@@ -299,10 +300,10 @@ def test_goodput_per_second_is_the_clients_tokens_over_the_wall_time() -> None:
     assert wall == pytest.approx(m["sim_time_s"])
     tokens = req.groupby("client")["output_len"].sum().reindex(range(4), fill_value=0).to_numpy(dtype=float)
     assert tokens.sum() == pytest.approx(float(steps["num_emitted"].sum()))  # accepted + bonus, prompts' first too
-    assert m["goodput_tok_per_s"] == pytest.approx(tokens.sum() / wall)
+    assert m["output_throughput"] == pytest.approx(tokens.sum() / wall)
     assert m["utility"] == pytest.approx(utility(tokens / 12))
-    assert m["utility_per_s"] == pytest.approx(utility(tokens / wall))
-    assert m["utility_per_s"] == pytest.approx(m["utility"] + 4 * np.log(12 / wall))
+    assert m["sum_log_goodput"] == pytest.approx(utility(tokens / wall))
+    assert m["sum_log_goodput"] == pytest.approx(m["utility"] + 4 * np.log(12 / wall))
     assert m["even_gap"] == pytest.approx(m["utility_opt"] - m["utility_even"]) and m["even_gap"] >= -1e-9
 
 
