@@ -129,7 +129,7 @@ def make_engine(policy: Policy, requests: dict[str, np.ndarray] | None = None, *
     if kv_blocks is not None:
         for r in eng.replicas:
             r.total_blocks = kv_blocks
-            r._sync_view()
+            r.sync_view()
     return eng
 
 

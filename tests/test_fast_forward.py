@@ -1,4 +1,4 @@
-"""The engine's fast-forward (``Replica.run_ahead``): a stretch of steps that a ``repeats_plan`` policy would plan
+"""The engine's fast path (``repro.sim.fastforward``): a stretch of steps that a ``repeats_plan`` policy would plan
 again, computed at once, leaves exactly the state that running the steps one by one leaves.
 
 Every piece it is built from is checked against the step-by-step function it replaces (the cost of a pass, the
@@ -18,7 +18,7 @@ import pytest
 from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass, verify_run_s, verify_runs_s
 from repro.experiments.simulate import build, compose
 from repro.oracle import TokenOracle
-from repro.sim import engine
+from repro.sim import fastforward
 from repro.sim.engine import SimOutput
 from repro.sim.plan import StepPlan
 from repro.sim.policy import whole_prompts_that_fit
@@ -298,7 +298,7 @@ def test_a_run_whose_arrays_fill_hands_over_to_the_next(monkeypatch: pytest.Monk
     """A run through arrivals takes at most ``_RUN_COLUMNS`` requests and scores at most ``_RUN_STEPS`` of a
     request's steps (bounding its arrays); at either it ends, the policy plans, and the next run goes on. Its arrays
     grow past ``_ADMIT_CAP`` requests as it admits them. Nothing changes."""
-    monkeypatch.setattr(engine, limit, value)
+    monkeypatch.setattr(fastforward, limit, value)
     overrides = ["system=static_sd_k3", "rps=4", *WORKLOAD]
     slow, _ = _run(overrides, False)
     fast, asked = _run(overrides, True)

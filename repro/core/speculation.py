@@ -7,6 +7,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from repro.core.errors import PlanError
+
 #: The co-located proposer kinds, as systems' configs name them; each draws from the token stream of its name.
 ProposerName = Literal["draft", "eagle", "pld"]
 DRAFT, EAGLE, PLD = "draft", "eagle", "pld"
@@ -56,3 +58,20 @@ class TreeSpec:
     @property
     def num_nodes(self) -> int:
         return int(self.nodes.shape[0])
+
+    def check(self, rid: int, pos: int) -> None:
+        """Raise :class:`~repro.core.errors.PlanError` unless this tree was drafted for request ``rid`` at position
+        ``pos`` and its nodes are known candidates connected to the root."""
+        cand = self.cand
+        if cand.rid != rid or cand.pos != pos:
+            raise PlanError(f"tree for request {rid} at position {pos} was drafted for {cand.rid} at {cand.pos}")
+        nodes = self.nodes
+        if nodes.size == 0:
+            return
+        if nodes.min() < 0 or nodes.max() >= cand.size:
+            raise PlanError(f"tree of request {rid} selects unknown candidate nodes")
+        sel = np.zeros(cand.size + 1, dtype=bool)  # index -1 (root) maps to the last slot
+        sel[-1] = True
+        sel[nodes] = True
+        if not sel[cand.parent[nodes]].all():
+            raise PlanError(f"tree of request {rid} is not connected to its root")

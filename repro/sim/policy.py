@@ -87,6 +87,26 @@ class Policy:
 
     ``uses_draft_model`` says whether the draft model's weights sit in GPU memory at start (it costs KV capacity;
     where they and the draft's KV live is the engine profile's ``draft_kv_layout``, ``conf/engine``).
+
+    The fast-path promises. Each lets the engine's fast path (:mod:`repro.sim.fastforward`) run a stretch of steps
+    without asking the policy; the fast path checks everything else, and its runs equal step-by-step ones bit for bit
+    (``tests/test_fast_forward.py``, which every system that makes a promise should have a row in).
+
+    - ``repeats_plan``: once this policy plans a step that decodes every running request (in the running order) with
+      one chain length for all, and no trees, remote servers, host seconds, prefill, preemption, swap or memory
+      action, it plans the very same step again for as long as no request arrives or finishes and the requests' KV
+      for the next step fits the free blocks, and neither ``schedule`` nor ``observe`` changes its state in those
+      steps (no random draws, no counters). Systems whose plans follow only the queues and the KV pool make it
+      (vLLM's and Sarathi-Serve's schedulers, static speculation, a request-level FCFS or SJF order).
+    - ``keeps_plan_after_finish`` (with ``repeats_plan``): when requests of such a step finish while nothing waits or
+      is swapped out, its next plan is the same step over the rest of the batch (the chain length does not depend on
+      the batch). vLLM's, Sarathi-Serve's and SepPipe's schedulers, static speculation (unless it switches off by
+      batch size) and the request-level FCFS and SJF orders make it.
+    - ``admits`` (with both): how the policy admits requests that arrive while its repeated step runs
+      (:class:`WholePromptAdmission`), and that once such a prefill step has admitted every waiting request, its next
+      plan is the repeated decode step again over every running request (the new ones last) with the same chain
+      length, ``observe`` changing nothing for either. vLLM's scheduler and static speculation (unless it switches
+      off by batch size) declare it. ``None``: the policy plans its own admissions.
     """
 
     uses_draft_model: bool = False
@@ -106,27 +126,9 @@ class Policy:
     #: ... and an engine profile that verifies token trees that branch (:attr:`EngineProfile.verifies_trees
     #: <repro.cost.serving.EngineProfile.verifies_trees>`), for a policy that plans them (AdaServe, SpecInfer).
     branching_trees: bool = False
-    #: a promise that lets the engine run a stretch of steps without asking (its fast-forward): once this policy
-    #: plans a step that decodes every running request (in the running order) with one chain length for all, no
-    #: trees, remote servers, host seconds, prefill, preemption, swap or memory action, it plans the very same step
-    #: again for as long as no request arrives or finishes and the requests' KV for the next step fits the free
-    #: blocks, and neither ``schedule`` nor ``observe`` changes its state in those steps (no random draws, no
-    #: counters). Systems whose plans follow only the queues and the KV pool (vLLM's and Sarathi-Serve's schedulers,
-    #: static speculation, a request-level FCFS or SJF order) set it; the engine checks the rest, and its runs equal
-    #: step-by-step ones exactly (``tests/test_fast_forward.py``).
-    repeats_plan: bool = False
-    #: with ``repeats_plan``, a further promise: when requests of such a step finish while nothing waits or is
-    #: swapped out, its next plan is the same step over the rest of the batch (the chain length does not depend on
-    #: the batch). The engine's runs then go on past finishes. vLLM's, Sarathi-Serve's and SepPipe's schedulers,
-    #: static speculation (unless it switches off by batch size) and the request-level FCFS and SJF orders set it.
-    keeps_plan_after_finish: bool = False
-    #: with both promises above, a third: how the policy admits requests that arrive while its repeated step runs
-    #: (:class:`WholePromptAdmission`), and that once such a prefill step has admitted every waiting request, its
-    #: next plan is the repeated decode step again, over every running request (the new ones last) with the same
-    #: chain length, ``observe`` changing nothing for either. The engine's runs then go on through arrivals, pricing
-    #: each admission's prefill step in place. vLLM's scheduler and static speculation (unless it switches off by
-    #: batch size) declare it. None: runs stop before an arrival, and the policy plans its admission.
-    admits: WholePromptAdmission | None = None
+    repeats_plan: bool = False  #: a fast-path promise (see the class docstring)
+    keeps_plan_after_finish: bool = False  #: a fast-path promise (see the class docstring)
+    admits: WholePromptAdmission | None = None  #: a fast-path promise and the admission rule (see the class docstring)
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
+
 from repro.core.errors import PlanError
 from repro.core.speculation import DRAFT as DRAFT  # the names policies use; each is the oracle's stream of that name
 from repro.core.speculation import EAGLE as EAGLE
@@ -45,6 +47,8 @@ from repro.core.speculation import PLD as PLD
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, Which
     from repro.cost.spec import HardwareSpec
+    from repro.cost.step import DecodeBatch
+    from repro.oracle import TokenOracle
 
 
 
@@ -148,7 +152,8 @@ class RemoteDraftServer(Proposer):
 
 class Proposers(Mapping[str, Proposer]):
     """One replica's proposers: the co-located ones by name, and the deployment's remote draft servers by index
-    (``remote[i]`` is what ``StepPlan.draft_server == i`` places a request on)."""
+    (``remote[i]`` is what ``StepPlan.draft_server == i`` places a request on). A step's drafts are scored on the
+    stream of whichever drafted each request (:meth:`placement`, :meth:`score`, :meth:`accept_prob`)."""
 
     __slots__ = ("_by_name", "remote")
 
@@ -173,6 +178,85 @@ class Proposers(Mapping[str, Proposer]):
         if found is None:
             raise PlanError(f"unknown proposer {proposer!r} (this replica has {sorted(self._by_name)})")
         return found
+
+    def placement(self, draft_server: np.ndarray | None, decode_ids: np.ndarray) -> np.ndarray | None:
+        """The remote draft server each decoding request drafts on (-1: the plan's proposer, locally), from a plan's
+        ``draft_server`` and ``decode_ids``; ``None`` when the plan places none (or the deployment has no servers:
+        everything drafts locally)."""
+        if draft_server is None or not self.remote:
+            return None
+        servers = np.asarray(draft_server, dtype=np.int64)
+        if servers.shape != decode_ids.shape or (servers.size and servers.max() >= len(self.remote)):
+            raise PlanError(f"draft_server must give a server index below {len(self.remote)} (or -1) per decode id")
+        return servers
+
+    def score(self, oracle: TokenOracle, prop: Proposer, servers: np.ndarray | None,
+              dec: DecodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draft tokens scored, accepted (the leading ones) and matched (every position whose token is the
+        target's; for a tree, the accepted path) per decoding request, from the oracle (chains batched), each request
+        on the stream of the proposer that drafted it: the plan's ``prop``, or the remote draft server ``servers``
+        placed it on."""
+        if dec.first is not None:  # decided before the step (prompt lookup: see Replica._begin_decode)
+            return dec.first
+        n = dec.ids.size
+        proposed = np.zeros(n, dtype=np.int64)
+        accepted = np.zeros(n, dtype=np.int64)
+        matched = np.zeros(n, dtype=np.int64)
+        if n == 0 or not dec.k.any():
+            return proposed, accepted, matched
+        chain = dec.k > 0
+        if dec.trees:
+            local: list[int] = []  # scored together on the plan's proposer
+            for i, rid in enumerate(dec.ids.tolist()):
+                t = dec.trees.get(rid)
+                if t is not None:
+                    chain[i] = False
+                    proposed[i] = t.num_nodes
+                    if servers is None or servers[i] < 0:
+                        local.append(i)
+                    else:
+                        accepted[i] = matched[i] = oracle.accept_tree(t, self.remote[servers[i]])
+            if local:
+                got = oracle.accept_trees([dec.trees[int(dec.ids[i])] for i in local], prop)
+                accepted[local] = matched[local] = got
+        if chain.any():
+            if servers is None:
+                proposed[chain], accepted[chain], matched[chain] = oracle.score_chain(
+                    dec.ids[chain], dec.gen[chain], dec.k[chain], prop)
+            else:
+                for srv in np.unique(servers[chain]).tolist():
+                    m = chain & (servers == srv)
+                    proposed[m], accepted[m], matched[m] = oracle.score_chain(
+                        dec.ids[m], dec.gen[m], dec.k[m], prop if srv < 0 else self.remote[srv])
+        if (accepted > proposed).any() or (matched > proposed).any():
+            raise PlanError("oracle accepted more tokens than proposed")
+        return proposed, accepted, matched
+
+    def accept_prob(self, oracle: TokenOracle, prop: Proposer, servers: np.ndarray | None,
+                    dec: DecodeBatch) -> np.ndarray:
+        """Per decoding request, the verifier's Σ min(1, p/q) over its drafted chain (0 without one; trees and
+        prompt lookup: not computed), each on the stream of the proposer that drafted it."""
+        out = np.zeros(dec.ids.size)
+        chain = dec.k > 0
+        if dec.trees or prop.proposes_first or not chain.any():
+            return out
+        for srv in (np.unique(servers[chain]).tolist() if servers is not None else [-1]):
+            m = chain if servers is None else chain & (servers == srv)
+            by = prop if srv < 0 else self.remote[srv]
+            out[m] = oracle.accept_prob_sum(dec.ids[m], dec.gen[m], dec.k[m], by)
+        return out
+
+    def downlink_s(self, servers: np.ndarray | None, dec: DecodeBatch, accepted: np.ndarray) -> float:
+        """The downlink after verification: every remote draft server that drafted this step gets its requests'
+        accepted tokens and its next allocation back (``RemoteDraftServer.downlink_s``); the slowest sets the time."""
+        if servers is None or not dec.ids.size:
+            return 0.0
+        t = 0.0
+        drafted = dec.drafted
+        for srv in np.unique(servers[drafted & (servers >= 0)]).tolist():
+            m = servers == srv
+            t = max(t, self.remote[srv].downlink_s(int(accepted[m].sum()) + int(m.sum())))
+        return t
 
 
 def colocated(cost: CostModel, remote: Sequence[RemoteDraftServer] = ()) -> Proposers:

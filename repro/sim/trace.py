@@ -80,7 +80,7 @@ class StepEvent:
 
 @dataclass(frozen=True, slots=True)
 class StepRun:
-    """Repeated decode steps the engine fast-forwarded (:meth:`repro.sim.engine.Replica.run_ahead`), for ``on_run``.
+    """Repeated decode steps the fast path ran (:meth:`repro.sim.fastforward.FastForward.run_ahead`), for ``on_run``.
 
     - Per step (arrays, one entry a step): start, end, drafting and verification seconds, and the batch's tokens
       emitted, proposed, accepted and matched.
