@@ -51,7 +51,7 @@ from repro.experiments.compose import (
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
-from repro.experiments.grid import expand_points, group_overrides, override
+from repro.experiments.grid import Point, expand_points, group_overrides, override
 from repro.experiments.launch import Outcome, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.results import (
     CONF_DIR,
@@ -144,16 +144,22 @@ def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(n) for k, n in table["verdict"].value_counts().items()}
 
 
-def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
-    """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
-    spec, name = ctx.spec, ctx.spec.name
+def compose_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig]]:
+    """The experiment's grid points and each one's composed config (exp.quick's overrides first, so the user's
+    command line still wins over them)."""
     groups = group_overrides(ctx.conf_dir)
-    points = expand_points(spec, groups)
-    # exp.quick's config overrides come first, so the user's command line still wins over them.
+    points = expand_points(ctx.spec, groups)
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
     with hydra_context(ctx.conf_dir):
         compose = ctx.composer or Composer(ctx.conf_dir)
         cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+    return points, cfgs
+
+
+def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
+    """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
+    spec, name = ctx.spec, ctx.spec.name
+    points, cfgs = compose_points(ctx)
     hashes = [config_hash(c) for c in cfgs]
     checked: set[str] = set()
     for p, c, h in zip(points, cfgs, hashes, strict=True):  # refuse an impossible point before anything runs
@@ -377,12 +383,7 @@ def memory_row(cfg: DictConfig) -> dict[str, float]:
 def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     """Each point's GPU memory breakdown (:func:`memory_row`) as points.csv (no simulation)."""
     spec = ctx.spec
-    groups = group_overrides(ctx.conf_dir)
-    points = expand_points(spec, groups)
-    base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
-    with hydra_context(ctx.conf_dir):
-        compose = ctx.composer or Composer(ctx.conf_dir)
-        cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+    points, cfgs = compose_points(ctx)
     rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]
     refuse_to_replace(ctx, run_key(ctx))
     path = ctx.out_dir / "points.csv"
