@@ -21,7 +21,7 @@ order, or all of them when it has fewer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,19 @@ class RequestTable:
     source: str  # one line: where the lengths and arrivals came from (the provenance details joined)
     provenance: tuple[DataSource, ...] = ()  # one entry per source used, in order of first use
     client: np.ndarray | None = None  # int64 client (dataset index) per request, with ``workload.clients``
+    record: np.ndarray | None = None  # int64 record of its dataset's span file each request replays (-1: none)
+    record_file: tuple[tuple[str, str, str], ...] = ()  # (dataset, span file path, as notes show it) per span file
+    group: np.ndarray | None = None  # int64 prompt index per request with ``workload.static_batch`` (copies share it)
+
+    def subset(self, idx: np.ndarray) -> RequestTable:
+        """The requests ``idx`` as a table of their own (same classes, sources and span files)."""
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[idx]
+
+        return replace(self, arrival_s=self.arrival_s[idx], prompt_len=self.prompt_len[idx],
+                       output_len=self.output_len[idx], dataset=self.dataset[idx], slo_class=self.slo_class[idx],
+                       tpot_slo_s=self.tpot_slo_s[idx], ttft_slo_s=self.ttft_slo_s[idx], client=pick(self.client),
+                       record=pick(self.record), group=pick(self.group))
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -105,13 +118,22 @@ def build_workload(
     groups = _assign_datasets(spec, times, cls, rng_choice)
 
     # 4. Lengths per group.
-    prompt, output, dataset, client, keep = _lengths(spec, ctx, n, groups, trace, trace_idx)
+    prompt, output, dataset, client, keep, record, files = _lengths(spec, ctx, n, groups, trace, trace_idx)
 
     if spec.trace_slo:
         assert trace is not None and trace_idx is not None
         tpot, names, cls = _trace_slos(trace, trace_idx, baseline_tpot_s)
 
     sel = np.flatnonzero(keep)
+    group = None
+    if spec.static_batch is not None:
+        # B copies of each prompt, in prompt order; all at t = 0 within their batch (the simulation releases batch
+        # j once batch j - 1 has finished: repro.experiments.simulate)
+        sel = np.repeat(sel, spec.static_batch)
+        group = np.repeat(np.arange(sel.size // spec.static_batch, dtype=np.int64), spec.static_batch)
+        times = np.zeros_like(times)
+        ctx.notes.append(f"static batches: {spec.static_batch} copies of each of {sel.size // spec.static_batch} "
+                         "prompts, one batch after another")
     return RequestTable(
         arrival_s=times[sel].astype(np.float64),
         prompt_len=prompt[sel],
@@ -124,6 +146,9 @@ def build_workload(
         source="; ".join(ctx.notes),
         provenance=tuple(ctx.provenance),
         client=client[sel] if spec.clients else None,
+        record=record[sel] if (record >= 0).any() else None,
+        record_file=files,
+        group=group,
     )
 
 
@@ -160,15 +185,18 @@ def _lengths(
     groups: list[tuple[DatasetSpec, np.ndarray]],
     trace: LengthRecords | None,
     trace_idx: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+           tuple[tuple[str, str, str], ...]]:
     """Prompt and output lengths (at least 1 token), dataset label and client index (-1: none) of each of the ``n``
-    requests, from its group's dataset; and which requests to keep (a replayed trace's records over
-    ``max_model_len`` are dropped)."""
+    requests, from its group's dataset; which requests to keep (a replayed trace's records over ``max_model_len``
+    are dropped); each one's span-file record (-1: none) and the span files read (dataset, path, shown)."""
     prompt = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
     dataset = np.empty(n, dtype=object)
     client = np.full(n, -1, dtype=np.int64)
     keep = np.ones(n, dtype=bool)
+    record = np.full(n, -1, dtype=np.int64)
+    files: dict[str, tuple[str, str]] = {}
     for ds, idx in groups:
         if spec.clients:
             client[idx] = next(j for j, d in enumerate(spec.datasets) if d is ds)
@@ -184,11 +212,18 @@ def _lengths(
             p, o, ok = ctx.fit(p, o, drop=True)
             keep[idx] = ok
             dataset[idx] = ds.label or trace.name
+        elif ds.name == "spans":
+            p, o, record[idx], path, shown = ctx.spans(ds, len(idx))
+            if path is not None and shown is not None:
+                if files.get(ds.key, (path, shown)) != (path, shown):
+                    raise ValueError(f"dataset label {ds.key!r} names two span files: give each its own label")
+                files[ds.key] = (path, shown)
+            dataset[idx] = ds.key
         else:
             p, o = ctx.sample(ds, len(idx))
             dataset[idx] = ds.key
         prompt[idx], output[idx] = np.maximum(p, 1), np.maximum(o, 1)  # empty references count as 1 token
-    return prompt, output, dataset, client, keep
+    return prompt, output, dataset, client, keep, record, tuple((k, *v) for k, v in files.items())
 
 
 def _trace_slos(

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from workloads.datasets import DataMissingError, LengthRecords, check_dataset, load_records, vllm_sharegpt_keep
+from workloads.datasets import (
+    DataMissingError,
+    LengthRecords,
+    check_dataset,
+    find_user_path,
+    load_records,
+    vllm_sharegpt_keep,
+)
 from workloads.provenance import DataSource, show_path
 from workloads.sonnet import SonnetLines, load_sonnet_lines, sample_sonnet
 from workloads.spec import DatasetSpec, WorkloadSpec
@@ -86,6 +93,54 @@ class LengthDrawer:
                     f"dataset {ds.name}: cannot draw requests within max_model_len={self.max_model_len}"
                 )
         return p, o
+
+    def spans(self, ds: DatasetSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None, str | None]:
+        """``n`` requests of an acceptance-span file (dataset ``spans``, ``ds.path``): prompt and output lengths
+        (output = the shortest of the record's output and its span lists), each one's record index and the file
+        (its path and how notes show it). Records are shuffled and taken in order (vLLM samples without
+        replacement), cycled when more are needed. Without the file (source auto / embedded), lengths come from the
+        embedded table ``workloads/stats/<label>.native.csv`` and no request has a record (-1)."""
+        from repro.oracle.spans import read_span_file
+
+        assert ds.path is not None
+        source = self._source(ds)
+        found: tuple[Path, str] | None = None
+        if source != "embedded":
+            try:
+                found = find_user_path(ds.path, self.root, f"dataset {ds.key}: acceptance-span file")
+            except DataMissingError:
+                if source == "real":
+                    raise
+        if found is None:
+            table = find_table(ds.key, None)
+            if table is None:
+                raise DataMissingError(f"dataset {ds.key}: acceptance-span file {ds.path} not found (nor under "
+                                       f"{self.root or '$REPRO_DATA'}) and no embedded table "
+                                       f"workloads/stats/{ds.key}.native.csv: provide the file (docs/data.md)")
+            self.record(ds.key, "embedded", source != "embedded",
+                        f"{ds.key}: embedded quantile table {Path(table.path).name} ({table.num_records} records; "
+                        f"no span file {ds.path}), Gaussian copula rho={table.rho:.2f}")
+            p, o = sample_table(table, n, self.rng)
+            if ds.output_len is not None:
+                o = np.full(n, ds.output_len, dtype=np.int64)
+            p, o, _ = self.fit(p, o)
+            return p, o, np.full(n, -1, dtype=np.int64), None, None
+        path, shown = found
+        try:
+            f = read_span_file(str(path), None, shown)
+        except (FileNotFoundError, ValueError) as exc:
+            raise DataMissingError(str(exc)) from None
+        pool = np.arange(f.prompt_len.size)
+        if self.max_model_len is not None:
+            pool = pool[f.prompt_len[pool] + f.output_len[pool] <= self.max_model_len]
+        if not pool.size:
+            raise ValueError(f"dataset {ds.key}: no record of {shown} fits max_model_len={self.max_model_len}")
+        take = np.concatenate([self.rng.permutation(pool) for _ in range(-(-n // pool.size))])[:n]
+        self.record(ds.key, "file", False, f"{ds.key}: acceptance-span file {shown} ({f.prompt_len.size} records, "
+                    f"{pool.size} within max_model_len; output = the shortest of the recorded output and its span "
+                    "lists)")
+        o = f.output_len[take].copy() if ds.output_len is None else np.full(n, ds.output_len, dtype=np.int64)
+        return f.prompt_len[take].copy(), o, take.astype(np.int64), str(path), shown
 
     def _to_max_len(self, ds: DatasetSpec, draw: Any) -> Any:
         """``draw`` with every output running to ``max_model_len`` (``output_to_max_len``): a prompt that leaves

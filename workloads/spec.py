@@ -83,7 +83,13 @@ class DatasetSpec:
             raise ValueError(f"dataset {self.name}: source must be one of {SOURCES}, got {self.source!r}")
         if isinstance(self.prompt_field, (list, tuple)):  # a YAML list: keep the spec hashable
             object.__setattr__(self, "prompt_field", tuple(str(f) for f in self.prompt_field))
-        if self.name == "hf":
+        if self.name == "spans":
+            if not self.path:
+                raise ValueError("dataset spans needs path: an acceptance-span JSONL file (docs/data.md)")
+            extra = [k for k in _HF_KEYS if k != "path" and getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"dataset spans: {extra} are read by dataset hf only")
+        elif self.name == "hf":
             if not self.path or not self.prompt_field:
                 raise ValueError(
                     "dataset hf needs path (a hub id, local folder or data file) and prompt_field (a column name)"
@@ -98,11 +104,11 @@ class DatasetSpec:
         ``hf:<base name of path>`` for ``hf``."""
         if self.label:
             return self.label
-        if self.name == "hf" and self.path:
+        if self.name in ("hf", "spans") and self.path:
             base = PurePosixPath(self.path.replace("\\", "/").rstrip("/")).name
             for suffix in (".jsonl", ".json", ".csv", ".parquet", ".txt"):
                 base = base.removesuffix(suffix)
-            return f"hf:{base}"
+            return f"{self.name}:{base}"
         return self.name
 
 
@@ -205,6 +211,9 @@ class WorkloadSpec:
     round-robin in arrival order and ``RequestTable.client`` holds each one's dataset index.
     ``output_to_max_len``: every request generates until prompt + output reach the server's ``max_model_len``
     (vLLM with ``ignore_eos`` and no ``max_tokens``: its OpenAI server then asks for max_model_len − prompt tokens);
+    ``static_batch``: B: each of the ``num_requests`` prompts becomes B identical copies (same prompt, output length
+    and acceptance source), released together once the previous prompt's batch has finished (an offline
+    ``LLM.generate`` per prompt; SpecDecode-Bench); ``RequestTable.group`` says which prompt each copy is;
     the prompts are the datasets', the outputs ignore the datasets' lengths.
     """
 
@@ -225,6 +234,7 @@ class WorkloadSpec:
     format: str = "auto"
     clients: bool = False
     output_to_max_len: bool = False
+    static_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -234,6 +244,9 @@ class WorkloadSpec:
             raise ValueError("workload=trace_file needs workload.path=FILE (a CSV or JSONL of requests)")
         if self.path and not replays_file:
             raise ValueError("workload.path is read by arrival.trace=trace_file only (workload=trace_file)")
+        if self.static_batch is not None and (isinstance(self.static_batch, bool) or self.static_batch < 1):
+            raise ValueError(f"workload.static_batch must be an integer >= 1 (copies per prompt), got "
+                             f"{self.static_batch!r}")
         if self.format not in TRACE_FORMATS:
             raise ValueError(f"workload.format must be one of {TRACE_FORMATS}, got {self.format!r}")
         if self.source not in SOURCES:

@@ -120,7 +120,9 @@ class ModelSpec:
 
     An ``eagle_head`` is EAGLE's one decoder layer at the target's width plus the ``fc`` layer fusing the target's
     feature with the token embedding (2·hidden → hidden); it shares the target's embedding and LM head
-    (Li et al., "EAGLE", ICML 2024, §4), so none of those count towards its own weights.
+    (Li et al., "EAGLE", ICML 2024, §4), so none of those count towards its own weights. EAGLE-3 (Li et al.,
+    arXiv 2503.01840) fuses three of the target's hidden states (``fc_inputs: 3``: 3·hidden → hidden) and drafts over
+    its own smaller vocabulary (``draft_vocab_size``): its LM head is that wide and is its own weight.
     """
 
     name: str
@@ -138,6 +140,8 @@ class ModelSpec:
     tie_embeddings: bool = False
     kind: ModelKind = "decoder"
     source: str = ""
+    fc_inputs: int = 2  # EAGLE's fc: hidden-size inputs it fuses (EAGLE-1/2: feature + embedding = 2; EAGLE-3: 3)
+    draft_vocab_size: int | None = None  # an EAGLE-3 head's own draft vocabulary (its LM head); None: vocab_size
 
     def __post_init__(self) -> None:
         if self.kind not in ("decoder", "eagle_head"):
@@ -170,8 +174,8 @@ class ModelSpec:
 
     @property
     def fc_params(self) -> int:
-        """EAGLE's feature-fusion layer (2·hidden → hidden); 0 for a plain decoder."""
-        return 2 * self.hidden_size * self.hidden_size if self.kind == "eagle_head" else 0
+        """EAGLE's feature-fusion layer (``fc_inputs``·hidden → hidden); 0 for a plain decoder."""
+        return self.fc_inputs * self.hidden_size * self.hidden_size if self.kind == "eagle_head" else 0
 
     @property
     def linear_params(self) -> int:
@@ -184,13 +188,14 @@ class ModelSpec:
 
     @property
     def lm_head_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+        """The LM head a forward pass computes: over ``draft_vocab_size`` for an EAGLE-3 head, else the vocabulary."""
+        return (self.draft_vocab_size or self.vocab_size) * self.hidden_size
 
     @property
     def weight_params(self) -> int:
         """Parameters resident on the GPU(s); an EAGLE head borrows the target's embedding and LM head."""
-        if self.kind == "eagle_head":
-            return self.linear_params
+        if self.kind == "eagle_head":  # EAGLE-3's own (draft-vocabulary) LM head is resident too
+            return self.linear_params + (self.lm_head_params if self.draft_vocab_size is not None else 0)
         head = 0 if self.tie_embeddings else self.lm_head_params
         return self.linear_params + self.embedding_params + head
 

@@ -98,9 +98,10 @@ class Built:
     backend: Any = None  # backend=hf: the real models (repro.backends.hf.HfBackend)
 
 
-def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
+def build(cfg: DictConfig, policy: Policy | None = None, table: Any = None) -> Built:
     """Build the system, its deployment, the workload, the oracle and the engine of one composed point (``policy``:
-    an existing policy instead of a new one from ``cfg.system``, as a warm-up hands its learned state on)."""
+    an existing policy instead of a new one from ``cfg.system``, as a warm-up hands its learned state on; ``table``:
+    these requests instead of the workload's, as one static batch of it)."""
     from repro.oracle import Drafter, TokenOracle
 
     ss_workload, ss_oracle, ss_policy = np.random.SeedSequence(int(cfg.seed)).spawn(3)
@@ -110,15 +111,21 @@ def build(cfg: DictConfig, policy: Policy | None = None) -> Built:
     model = cost.model
     max_len = max_model_len(cfg, model)
     baseline = baseline_tpot_s(cost)
-    table = request_table(cfg, cost, baseline, ss_workload, max_len)
+    table = table if table is not None else request_table(cfg, cost, baseline, ss_workload, max_len)
     clients, servers = getattr(table, "client", None), deployment.draft_servers
     if clients is not None and servers and int(clients.max(initial=0)) >= len(servers):
         raise ConfigError(f"workload.clients: {int(clients.max()) + 1} clients (datasets) but {len(servers)} "
                           "engine.draft_servers: give one draft server per client")
     try:
         oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
-                                      draft=str(cfg.draft.name), target=model.name)
-    except (FileNotFoundError, ValueError) as exc:  # oracle=trace: a missing or empty recording
+                                      draft=str(cfg.draft.name), target=model.name,
+                                      span_key=getattr(table, "group", None))
+        if cfg.oracle.get("spans"):
+            oracle.use_spans(cfg.oracle.spans, target=model.name, output_len=table.output_len,
+                             record=getattr(table, "record", None),
+                             record_file={ds: path for ds, path, _ in getattr(table, "record_file", ())},
+                             shown={ds: shown for ds, _, shown in getattr(table, "record_file", ())})
+    except (FileNotFoundError, ValueError) as exc:  # oracle=trace: a missing or empty recording; span files
         raise ConfigError(f"oracle config: {exc}") from None
     add_server_streams(oracle, cfg, deployment, model.name)
     backend = real_backend(cfg, table, deployment)
@@ -228,6 +235,8 @@ def run_point(cfg: DictConfig) -> PointResult:
     if backend_kind(cfg) == "openai":
         return run_openai(cfg, t0)
     built = build(cfg)
+    if getattr(built.table, "group", None) is not None:
+        return run_static_batches(cfg, built, t0)
     for _ in range(int(built.engine.policy.warmup_passes)):  # whole passes over the same workload, not measured
         built.engine.run()
         built = build(cfg, built.engine.policy)
@@ -248,9 +257,64 @@ def run_point(cfg: DictConfig) -> PointResult:
         metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
     metrics["wall_s"] = time.perf_counter() - t0
     requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
-    provenance = [asdict(d) for d in getattr(built.table, "provenance", ())]
-    return PointResult(metrics=metrics, requests=requests, steps=steps, notes=[built.table.source],
+    provenance = provenance_of(built.table, built.oracle)
+    return PointResult(metrics=metrics, requests=requests, steps=steps,
+                       notes=[built.table.source, *getattr(built.oracle, "notes", [])],
                        provenance=provenance, rounds=out.rounds)
+
+
+def provenance_of(table: Any, oracle: Any) -> list[dict[str, Any]]:
+    """The point's data sources: the workload's, then each oracle fallback (spans drawn from measured curves for lack
+    of a span file), flagged as not the real file so summaries warn."""
+    out = [asdict(d) for d in getattr(table, "provenance", ())]
+    for note in getattr(oracle, "notes", ()):
+        out.append({"dataset": "oracle", "kind": "embedded", "fallback": True, "detail": note, "role": "acceptance"})
+    return out
+
+
+def run_static_batches(cfg: DictConfig, built: Built, t0: float) -> PointResult:
+    """``workload.static_batch``: each prompt's batch of copies runs alone, all at its start, and the next batch is
+    released when it has finished (SpecDecode-Bench's offline ``LLM.generate`` per prompt).
+
+    A batch meets an empty engine (its predecessor's requests have all left and freed their KV), so each is simulated
+    as its own engine run from t = 0 and shifted to start where the previous one finished; the policy object is
+    handed on, so a learning policy keeps what it learned. ``output_throughput`` is the paper's: per prompt, Σ output
+    tokens / (its batch's finish − start), averaged over prompts (``pooled_output_throughput``: the suite's usual Σ
+    output tokens / total time)."""
+    from repro.metrics.summary import summarize, with_latencies
+
+    table, group = built.table, built.table.group
+    if built.engine.policy.warmup_passes:
+        raise ConfigError("workload.static_batch does not run warm-up passes (system.warmup_passes)")
+    if cfg.engine.record_steps or cfg.engine.get("record_rounds", False):
+        raise ConfigError("workload.static_batch: engine.record_steps / record_rounds are not supported")
+    frames, rates, notes = [], [], list(built.oracle.notes) if built.oracle is not None else []
+    start, policy = 0.0, built.engine.policy
+    num_steps = num_scheduled = 0
+    for j in range(int(group.max()) + 1):
+        idx = np.flatnonzero(group == j)
+        part = build(cfg, policy, table.subset(idx))
+        out = part.engine.run()
+        frame = requests_frame(out, part.table)
+        frame["rid"] = idx
+        for col in ("arrival_s", "first_token_at", "first_decode_at", "finish_at"):
+            frame[col] = frame[col] + start
+        span = out.sim_time_s
+        rates.append(float(frame["output_len"].sum()) / span if span > 0 else float("nan"))
+        frames.append(frame)
+        start += span
+        num_steps, num_scheduled = num_steps + out.num_steps, num_scheduled + out.num_scheduled
+        policy = part.engine.policy
+    requests = pd.concat(frames, ignore_index=True)
+    metrics = summarize(requests, start, None, (num_steps, num_scheduled))
+    metrics["pooled_output_throughput"] = metrics.get("output_throughput", float("nan"))
+    metrics["output_throughput"] = float(np.mean(rates))
+    metrics["num_prompts"] = float(len(rates))
+    spec_steps = float(requests["num_spec_steps"].sum())  # drafts per speculative step (a static chain: its k)
+    metrics["k"] = float(requests["num_proposed"].sum()) / spec_steps if spec_steps else 0.0
+    metrics["wall_s"] = time.perf_counter() - t0
+    return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
+                       notes=[table.source, *notes], provenance=provenance_of(table, built.oracle))
 
 
 def run_openai(cfg: DictConfig, t0: float) -> PointResult:

@@ -16,8 +16,11 @@ import numpy as np
 
 from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
 from repro.oracle.distributions import _check_mean, _check_mean_of, _drift_arrays, _per_request
+from repro.oracle.spans import _SpanStream, measured_pmf, read_span_file, recorded_for, stand_in_check
 from repro.oracle.store import _AR, DRAFT_KEY, EAGLE_KEY, MAX_WIDTH, PLD_KEY, _as_seed_seq
 from repro.oracle.streams import _PldStream, _TokenStream, _TraceStream
+
+_STREAM_KEYS = {DRAFT: DRAFT_KEY, EAGLE: EAGLE_KEY, PLD: PLD_KEY}
 
 if TYPE_CHECKING:
     from repro.core.speculation import HasStream
@@ -45,6 +48,10 @@ class TokenOracle:
     (``{a0, tau[, a0_spread]}``: a start around the absolute mean a0, or ``{offset, tau[, offset_spread]}``: a start
     ``offset`` below the request's own level) for every dataset, or a table dataset → shape (or ``None``: no drift;
     a ``"default"`` key covers datasets not listed, which otherwise do not drift), or ``None``.
+
+    A table (draft or EAGLE) whose entries are lists holds measured mean acceptance lengths [L(1), ..., L(K)] per
+    dataset instead: the stream then draws acceptance spans (:mod:`repro.oracle.spans`), keyed per request by
+    ``span_key`` (its prompt: copies of one prompt accept the same; default: the request id).
     """
 
     def __init__(self, seed: np.random.SeedSequence | int, dataset: np.ndarray,
@@ -52,7 +59,8 @@ class TokenOracle:
                  eagle_accept_mean: Mapping[str, float] | None = None,
                  pld: Mapping[str, Mapping[str, float]] | None = None, width: int = 16, spread: float = 0.1,
                  pos_concentration: float = 2.0, decay: float = 0.7, confidence: float = 1.0,
-                 drift: Mapping[str, Any] | None = None, pair: str = "(draft, target)") -> None:
+                 drift: Mapping[str, Any] | None = None, pair: str = "(draft, target)",
+                 span_key: np.ndarray | None = None) -> None:
         if not 1 <= width <= MAX_WIDTH:
             raise ValueError(f"width {width} outside 1..{MAX_WIDTH}")
         if not 0.0 < decay < 1.0:
@@ -65,8 +73,11 @@ class TokenOracle:
         self.width = width
         self._spread, self._kappa, self._decay, self._gamma = spread, pos_concentration, decay, confidence
         self._drift = _drift_arrays(self._dataset, drift)
+        self._span_key = (np.arange(self._dataset.size, dtype=np.int64) if span_key is None
+                          else np.asarray(span_key, dtype=np.int64).reshape(-1))
         self._missing: dict[str, str] = {}  # stream -> why its table is missing (raised on use)
-        self._streams: dict[str, _TokenStream | _PldStream] = {}
+        self._streams: dict[str, _TokenStream | _PldStream | _SpanStream] = {}
+        self.notes: list[str] = []  # what a run's notes should say about the oracle's sources (span fallbacks)
         self._keys: set[int] = set()
         tables = ((DRAFT, DRAFT_KEY, accept_mean, default_accept, f"acceptance mean for pair {pair}"),
                   (EAGLE, EAGLE_KEY, eagle_accept_mean, None, "EAGLE acceptance mean"))
@@ -90,6 +101,11 @@ class TokenOracle:
 
     def _add_token_stream(self, name: str, key: int, table: Mapping[str, float], default: float | None,
                           what: str) -> None:
+        if any(isinstance(v, (list, tuple)) or (hasattr(v, "__len__") and not isinstance(v, str))
+               for v in table.values()):
+            pmf = _per_request(self._dataset, table, None, what, lambda ds, e: measured_pmf(e, f"{what} ({ds})"))
+            self._streams[name] = _SpanStream(name, key, self._base, span_key=self._span_key, pmf=pmf)
+            return
         means = _per_request(self._dataset, table, default, what,
                              functools.partial(_check_mean_of, what, self._spread))
         self._streams[name] = _TokenStream(
@@ -112,7 +128,7 @@ class TokenOracle:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any], *, seed: np.random.SeedSequence | int, dataset: np.ndarray,
-                 draft: str | None, target: str) -> TokenOracle:
+                 draft: str | None, target: str, span_key: np.ndarray | None = None) -> TokenOracle:
         """Build from the Hydra ``oracle`` node (conf/oracle/default.yaml) for the (draft, target) pair.
 
         ``accept[draft][target]`` is the pair's table (``draft=None``: no draft model);
@@ -149,7 +165,7 @@ class TokenOracle:
                    width=int(cfg.get("width", 16)), spread=float(cfg.get("spread", 0.1)),
                    pos_concentration=float(cfg.get("pos_concentration", 2.0)),
                    decay=float(cfg.get("decay", 0.7)), confidence=float(cfg.get("confidence", 1.0)),
-                   drift=drift, pair=f"{draft}/{target}")
+                   drift=drift, pair=f"{draft}/{target}", span_key=span_key)
         oracle._missing.update(missing)
         if cfg.get("kind", "model") == "trace":
             oracle.use_trace(cfg.get("path"))
@@ -173,6 +189,59 @@ class TokenOracle:
                                             confidence=self._gamma)
         self._missing.pop(DRAFT, None)
 
+    def use_spans(self, cfg: Mapping[str, Any], *, target: str, output_len: np.ndarray,
+                  record: np.ndarray | None = None, record_file: Mapping[str, str] | None = None,
+                  shown: Mapping[str, str] | None = None) -> None:
+        """Replace streams by acceptance spans (:mod:`repro.oracle.spans`) as ``cfg`` (the ``oracle.spans`` node)
+        says: per stream (``draft`` | ``eagle`` | ``pld``) ``{field, model, stands_in_for, measured}``.
+
+        A request whose prompt came from a span file (``record[r]`` >= 0, the file ``record_file[its dataset]``)
+        replays that record's ``field`` spans; the file's ``model`` (else ``model``) must be ``target`` or
+        ``stands_in_for`` must name it, and the record must cover the request's ``output_len``. Any other request
+        draws from ``measured[its dataset]`` (mean acceptance lengths L(1..K)): the fallback, said in
+        :attr:`notes`; neither is an error naming the request."""
+        n = self._dataset.size
+        rec = np.full(n, -1, dtype=np.int64) if record is None else np.asarray(record, dtype=np.int64)
+        files = dict(record_file or {})
+        for stream, node in cfg.items():
+            if node is None:
+                continue
+            if stream not in _STREAM_KEYS:
+                raise ValueError(f"oracle.spans.{stream}: unknown stream (known: {sorted(_STREAM_KEYS)})")
+            field = node.get("field")
+            recorded: list[np.ndarray | None] = [None] * n
+            for ds, path in files.items():
+                rows = np.flatnonzero((self._dataset == ds) & (rec >= 0))
+                if not rows.size:
+                    continue
+                if not field:
+                    raise ValueError(f"oracle.spans.{stream}.field: name the span field of {path} (e.g. acc_eagle)")
+                name = (shown or {}).get(ds, path)
+                got_file = read_span_file(str(path), str(field), name)
+                stand_in_check(got_file.model, node, target, name)
+                got = recorded_for(got_file.spans, rec[rows], np.asarray(output_len)[rows], name, str(field))
+                for r, g in zip(rows.tolist(), got, strict=True):
+                    recorded[r] = g
+            measured = node.get("measured") or {}
+            pmf: list[np.ndarray | None] = [None] * n
+            fell_back: set[str] = set()
+            for r in range(n):
+                if recorded[r] is not None:
+                    continue
+                ds = str(self._dataset[r])
+                curve = measured.get(ds)
+                if curve is None:
+                    raise ValueError(f"oracle.spans.{stream}: request {r} ({ds}) has no recorded spans (its prompt "
+                                     f"came from no span file) and oracle.spans.{stream}.measured has no {ds!r} entry")
+                pmf[r] = measured_pmf(curve, f"oracle.spans.{stream}.measured.{ds}")
+                fell_back.add(ds)
+            self._streams[stream] = _SpanStream(stream, _STREAM_KEYS[stream], self._base, span_key=self._span_key,
+                                                recorded=recorded, pmf=pmf)
+            self._missing.pop(stream, None)
+            if fell_back:
+                self.notes.append(f"oracle: {stream} spans drawn from measured mean acceptance lengths "
+                                  f"(oracle.spans.{stream}.measured) for {', '.join(sorted(fell_back))}: no span file")
+
     def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
                         proposer: str | HasStream = DRAFT) -> np.ndarray:
         """Per chain, Σ_j min(1, p_j(s_j) / q_j(s_j)) over its ``k`` drafted tokens as a verifier computes it in its
@@ -186,7 +255,7 @@ class TokenOracle:
         report (GoodSpeed's optimum x*), never something a policy reads."""
         return self._stream(proposer).level(rid)[0]
 
-    def _any_stream(self, proposer: str | HasStream) -> _TokenStream | _PldStream:
+    def _any_stream(self, proposer: str | HasStream) -> _TokenStream | _PldStream | _SpanStream:
         """The stream a stream name or a proposer (its ``stream``) is scored on."""
         name = proposer if isinstance(proposer, str) else proposer.stream
         stream = self._streams.get(name)
@@ -200,6 +269,9 @@ class TokenOracle:
     def _stream(self, proposer: str | HasStream) -> _TokenStream:
         """The draft distribution a stream name or a proposer drafts from (trees, beams, reported probabilities)."""
         stream = self._any_stream(proposer)
+        if isinstance(stream, _SpanStream):
+            raise ValueError(f"proposer stream {stream.name!r} replays acceptance spans: chains only (trees, beams "
+                             "and draft probabilities are not supported)")
         if not isinstance(stream, _TokenStream):
             raise ValueError(f"proposer stream {stream.name!r} has no draft distribution (prompt lookup proposes "
                              "chains only)")
@@ -238,7 +310,7 @@ class TokenOracle:
         only positions before it. ``None`` for a stream that proposes before verification (prompt lookup, whose
         chains depend on matches)."""
         stream = self._any_stream(proposer)
-        if not isinstance(stream, _TokenStream):
+        if not isinstance(stream, (_TokenStream, _SpanStream)):
             return None
         return stream.chain_run(np.asarray(rids, dtype=np.int64), np.asarray(pos, dtype=np.int64), int(k),
                                 int(steps), None if end is None else np.asarray(end, dtype=np.int64))

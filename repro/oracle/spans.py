@@ -1,0 +1,215 @@
+"""Acceptance spans: a stream whose acceptance is, per request and output position i, the span s[r, i] = the tokens
+a verify step starting at i emits given enough drafts (accepted drafts + the bonus token, s >= 1).
+
+Chain scoring with k drafts at position i: proposed k, accepted min(s − 1, k) (so emitted min(s, k + 1)), matched =
+accepted (a span says nothing about positions after the first rejection). Chains only: a span holds no draft
+distribution, so trees, beams and Σ p/q are refused.
+
+Two sources of spans:
+
+- **recorded** (:func:`read_span_file`): a JSONL file, one record per request, ``prompt_token_ids``,
+  ``generated_token_ids`` and per proposer a field ``{"acc_len": [...]}`` (docs/data.md, "Acceptance-span files").
+  Request r replays the record its prompt came from (the workload says which: ``RequestTable.record``), so copies of
+  one prompt (greedy twins) accept the same.
+- **measured mean acceptance lengths** L(1..K) (vLLM's 1 + accepted / drafting steps at k = 1..K): per position
+  s − 1 = A is drawn i.i.d. with P(A >= j) = L(j) − L(j − 1), L(0) = 1, A <= K, seeded by (seed, stream key, span
+  key, chunk) like every stream's common random numbers, the span key being the request's prompt (copies share it).
+  A chain of k <= K drafts then accepts min(A, k) and emits L(k) per step in expectation:
+  E[min(A, k)] = Σ_{j<=k} P(A >= j) = L(k) − 1. k > K is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repro.core.seeding import Seeder
+from repro.oracle.store import _CHUNK_KEY, CHUNK, _ChunkStore
+
+_SPAN_MAX = 2**15 - 1
+
+
+def measured_pmf(curve: Sequence[float], what: str) -> np.ndarray:
+    """The distribution of A = s − 1 over 0..K from mean acceptance lengths L(1..K): P(A >= j) = L(j) − L(j − 1).
+
+    Refuses a curve that is not a valid one (L(1) in [1, 2], increments non-increasing and in [0, 1])."""
+    lengths = np.asarray([float(x) for x in curve], dtype=np.float64)
+    if lengths.ndim != 1 or lengths.size == 0:
+        raise ValueError(f"{what}: mean acceptance lengths must be a non-empty list [L(1), ..., L(K)]")
+    tail = np.diff(np.concatenate([[1.0], lengths]))  # P(A >= j), j = 1..K
+    if (tail < -1e-9).any() or (tail > 1 + 1e-9).any() or (np.diff(tail) > 1e-9).any():
+        raise ValueError(f"{what}: {lengths.tolist()} is not a mean-acceptance-length curve (need L(1) in [1, 2] "
+                         "and increments L(j) - L(j-1) in [0, 1], non-increasing in j)")
+    tail = np.clip(tail, 0.0, 1.0)
+    ge = np.concatenate([[1.0], tail, [0.0]])  # P(A >= j), j = 0..K+1
+    return np.maximum(ge[:-1] - ge[1:], 0.0)
+
+
+@dataclass(frozen=True)
+class SpanFile:
+    """A span file's records: each one's ``field`` spans (empty without a field), prompt length, output length (the
+    shortest of ``generated_token_ids`` and every ``acc_*`` span list it holds) and the file's ``model`` (None where
+    the records carry none)."""
+
+    spans: list[np.ndarray]
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    model: str | None
+
+
+@functools.lru_cache(maxsize=16)
+def read_span_file(path: str, field: str | None, shown: str | None = None) -> SpanFile:
+    """Read the JSONL span file ``path`` (docs/data.md, "Acceptance-span files"); ``field``: the proposer's span
+    list to keep (``acc_eagle``; None: lengths only). Errors are one line naming the file (``shown``: how to name
+    it)."""
+    name = shown or str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"acceptance-span file {name} not found: provide a JSONL file with one record per "
+                                "request {prompt_token_ids, generated_token_ids, <field>: {acc_len}} (docs/data.md)")
+    spans: list[np.ndarray] = []
+    prompt: list[int] = []
+    out_len: list[int] = []
+    models: set[str] = set()
+    with p.open() as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                lens = [len(rec["generated_token_ids"])] + [
+                    len(v["acc_len"] if isinstance(v, Mapping) else v) for k, v in rec.items() if k.startswith("acc_")]
+                prompt.append(len(rec["prompt_token_ids"]))
+                if field is not None:
+                    acc = rec[field]["acc_len"] if isinstance(rec[field], Mapping) else rec[field]
+                    s = np.asarray(acc, dtype=np.int64)
+                    if s.size and int(s.min()) < 1:
+                        raise ValueError("spans must be >= 1 (a verify step emits at least its bonus token)")
+                    spans.append(np.minimum(s, _SPAN_MAX).astype(np.int16))
+            except (KeyError, TypeError, ValueError) as exc:
+                want = f"{{{field}: {{acc_len: [...]}}}}" if field else "prompt_token_ids and generated_token_ids"
+                raise ValueError(f"acceptance-span file {name}, line {line_no}: {type(exc).__name__}: {exc} "
+                                 f"(expected {want})") from None
+            out_len.append(min(lens))
+            if rec.get("model"):
+                models.add(str(rec["model"]))
+    if not prompt:
+        raise ValueError(f"acceptance-span file {name} holds no records")
+    if len(models) > 1:
+        raise ValueError(f"acceptance-span file {name} mixes models {sorted(models)}")
+    return SpanFile(spans, np.asarray(prompt, dtype=np.int64), np.asarray(out_len, dtype=np.int64),
+                    models.pop() if models else None)
+
+
+class _SpanStream:
+    """Acceptance spans of one stream over all requests (module docstring): recorded per request, or drawn from a
+    measured L(1..K) per request's dataset."""
+
+    def __init__(self, name: str, key: int, base: np.random.SeedSequence, *, span_key: np.ndarray,
+                 recorded: Sequence[np.ndarray | None] | None = None,
+                 pmf: Sequence[np.ndarray | None] | None = None) -> None:
+        n = span_key.shape[0]
+        self.name = name
+        self._span_key = np.asarray(span_key, dtype=np.int64)
+        self._recorded = list(recorded) if recorded is not None else [None] * n
+        self._pmf = list(pmf) if pmf is not None else [None] * n
+        for r in range(n):
+            if self._recorded[r] is None and self._pmf[r] is None:
+                raise ValueError(f"oracle stream {name!r}: request {r} has no span source")
+        self._cdf = [None if q is None else np.cumsum(q) for q in self._pmf]
+        #: the largest chain each request's source scores (K of its measured curve; recorded: no limit)
+        self.max_k = np.array([np.iinfo(np.int64).max if q is None else q.size - 1 for q in self._pmf], dtype=np.int64)
+        self._seeds = Seeder(base, (key, _CHUNK_KEY), int(self._span_key.max(initial=0)) + 1)
+        self.store = _ChunkStore(n, {"span": ((), np.int16)}, self._fill)
+
+    def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        rec = self._recorded[rid]
+        if rec is not None:  # past the record (never read below the request's output length): one token a step
+            out = np.ones(CHUNK, dtype=np.int16)
+            part = rec[chunk * CHUNK:(chunk + 1) * CHUNK]
+            out[:part.size] = part
+            return {"span": out}
+        cdf = self._cdf[rid]
+        assert cdf is not None
+        u = self._seeds.generator(int(self._span_key[rid]), chunk).random(CHUNK)
+        a = np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)  # A with P(A = j) = pmf[j]
+        return {"span": (a + 1).astype(np.int16)}
+
+    def _check_k(self, rids: np.ndarray, k: np.ndarray) -> None:
+        over = k > self.max_k[rids]
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise ValueError(f"oracle stream {self.name!r}: a chain of {int(k[i])} drafts for request {int(rids[i])}, "
+                             f"but its measured mean acceptance lengths go to k = {int(self.max_k[rids[i]])} only")
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray,
+                    k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposed = k, accepted = matched = min(s − 1, k) at each request's position."""
+        if not k.size or not k.any():
+            return k.copy(), np.zeros_like(k), np.zeros_like(k)
+        self._check_k(rids, k)
+        idx = self.store.locate(rids, pos)  # may grow the pools: index them afterwards
+        s = self.store.pools["span"][idx].astype(np.int64)
+        accepted = np.minimum(s - 1, k)
+        return k.copy(), accepted, accepted.copy()
+
+    def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
+                  end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`score_chain` for ``steps`` successive steps of ``k`` drafts each, each starting after the previous
+        one's accepted + 1 tokens: (accepted, matched), each (steps, requests). Reads at or past ``end`` are clamped
+        to its last position (their values are meaningless once a step would read them)."""
+        self._check_k(rids, np.full(rids.shape, k, dtype=np.int64))
+        last = None if end is None else np.maximum(np.maximum(end, pos + 1) - 1, pos)
+        acc = np.empty((steps, rids.size), dtype=np.int64)
+        p = pos.copy()
+        spans = self.store.pools
+        for t in range(steps):
+            at = p if last is None else np.minimum(p, last)
+            idx = self.store.locate(rids, at)  # may grow the pools: index them afterwards
+            acc[t] = np.minimum(spans["span"][idx].astype(np.int64) - 1, k)
+            p = p + acc[t] + 1
+        return acc, acc.copy()
+
+
+def recorded_for(spans: list[np.ndarray], record: np.ndarray, output_len: np.ndarray, name: str,
+                 stream: str) -> list[np.ndarray | None]:
+    """Each request's recorded spans (``None`` where ``record`` is -1), checking that its record covers its output."""
+    got: list[np.ndarray | None] = []
+    for r, (rec, need) in enumerate(zip(record.tolist(), output_len.tolist(), strict=True)):
+        if rec < 0:
+            got.append(None)
+            continue
+        if rec >= len(spans):
+            raise ValueError(f"acceptance-span file {name}: request {r} replays record {rec}, the file has "
+                             f"{len(spans)}")
+        if spans[rec].size < need:
+            raise ValueError(f"acceptance-span file {name}: request {r} (record {rec}) generates {need} tokens but "
+                             f"the trace's {stream!r} spans cover {spans[rec].size}: give the request an output of at "
+                             f"most {spans[rec].size} tokens or a longer trace")
+        got.append(spans[rec])
+    return got
+
+
+def stand_in_check(recorded_model: str | None, cfg: Mapping[str, Any], target: str, name: str) -> None:
+    """A trace recorded for another model than the run's ``target`` is refused, unless ``cfg.stands_in_for`` names
+    the target (a trace standing in for it, e.g. prompt lookup's spans across a model family)."""
+    model = recorded_model or cfg.get("model")
+    if model is None:
+        raise ValueError(f"acceptance-span file {name} names no model: set oracle.spans.<stream>.model to the model "
+                         "it was recorded with")
+    ok = {str(model)} | {str(m) for m in _as_list(cfg.get("stands_in_for"))}
+    if target not in ok:
+        raise ValueError(f"acceptance-span file {name} was recorded with {model!r}, not the run's target {target!r} "
+                         f"(set oracle.spans.<stream>.stands_in_for: [{target}] if it stands in for it)")
+
+
+def _as_list(v: Any) -> list[Any]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
