@@ -12,3 +12,15 @@ if not OmegaConf.has_resolver("mul"):
 # ``workload.output_to_max_len: ${eq:${outputs},max_model_len}``).
 if not OmegaConf.has_resolver("eq"):
     OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
+
+
+def _max_of(*values: object) -> int | float:
+    """The largest of ``values`` (numbers or numeric text), an int when it is a whole number."""
+    best = max(float(str(v)) for v in values)
+    return int(best) if best.is_integer() else best
+
+
+# ``${max:a,b}``: the larger of two numbers, e.g. vllm bench serve's num_prompts = max(10 C, 50)
+# (``${max:${mul:10,${concurrency}},50}``).
+if not OmegaConf.has_resolver("max"):
+    OmegaConf.register_new_resolver("max", _max_of)

@@ -237,6 +237,11 @@ SCENARIOS = {
         "system=static_sd_k3", "system.watermark=0.3", "rps=8", "engine.gpu_memory_utilization=0.23", *WORKLOAD],
     "static k=3, bursts (arrivals at one boundary, arrivals during a prefill)": ["system=static_sd_k3", "rps=40",
                                                                                   *WORKLOAD],
+    "vLLM V1 scheduler, k=3 draft model, async, CUDA-graph padding": [
+        "system=vllm_v1", "system.k=3", "engine.async_scheduling=true", "rps=4", *WORKLOAD],
+    "vLLM V1 scheduler, k=2 EAGLE head, KV pressure": [
+        "system=vllm_v1", "system.k=2", "system.proposer=eagle", "model=llama3-8b", "hardware=h100-80g", "rps=30",
+        "engine.gpu_memory_utilization=0.22", *WORKLOAD],
     "vllm at low load (runs go on past finishes)": ["system=vllm", "rps=0.5", *WORKLOAD],
     "static k=3 at low load, batch expansion (runs go on past finishes)": ["system=static_sd_k3", "rps=0.5",
                                                                            *WORKLOAD],

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from repro.core.errors import ConfigError
 from repro.experiments.expspec import ExpSpec
 from repro.experiments.grid import expand_points, format_value, group_overrides
 from repro.experiments.results import CONF_DIR
@@ -78,3 +79,22 @@ def test_a_case_with_its_own_systems_replaces_the_experiments() -> None:
 )  # fmt: skip
 def test_format_value(value: Any, text: str) -> None:
     assert format_value(value) == text
+
+
+def test_case_columns_are_constant_columns_not_overrides() -> None:
+    """validate_vllm_v1's ``draft`` column: the Hugging Face id, beside the case key, never a config override."""
+    exp = {"systems": ["vllm"], "case_key": "method", "cases": [
+        {"label": "none", "columns": {"draft": ""}, "grid": {"k": [0]}},
+        {"label": "draft_model", "columns": {"draft": "Qwen/Qwen3-1.7B"}, "overrides": {"draft": "qwen3-1.7b"},
+         "grid": {"k": [1, 2]}},
+    ]}  # fmt: skip
+    pts = expand_points(ExpSpec.parse(exp), GROUPS)
+    assert [dict(p.values) for p in pts] == [
+        {"method": "none", "draft": "", "k": 0},
+        {"method": "draft_model", "draft": "Qwen/Qwen3-1.7B", "k": 1},
+        {"method": "draft_model", "draft": "Qwen/Qwen3-1.7B", "k": 2},
+    ]  # fmt: skip
+    assert pts[1].overrides == ("system=vllm", "seed=0", "model@draft=qwen3-1.7b", "k=1")
+    assert ExpSpec.parse(exp).grid_columns() == ["method", "draft", "k"]
+    with pytest.raises(ConfigError, match="columns"):
+        ExpSpec.parse({"systems": ["vllm"], "cases": [{"label": "a", "columns": {"k": 1}, "grid": {"k": [1]}}]})

@@ -98,9 +98,23 @@ class _Coeffs:
     layers_eager_s: float
     layers_graph_s: float
     req_s: float
+    graph_pad: tuple[int, ...] = ()  # [n]: tokens a CUDA-graph pass of n tokens runs (EngineProfile.graph_sizes)
 
 
-def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
+def _graph_pad(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """``pad[n]`` = the smallest capture size ≥ n, for n up to the largest size (empty: no padding)."""
+    if not sizes:
+        return ()
+    pad = [0] * (sizes[-1] + 1)
+    i = 0
+    for n in range(1, sizes[-1] + 1):
+        while sizes[i] < n:
+            i += 1
+        pad[n] = sizes[i]
+    return tuple(pad)
+
+
+def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int, graph_sizes: tuple[int, ...] = ()) -> _Coeffs:
     bw, peak, b = hw.bytes_per_s, hw.flops_per_s, m.dtype_bytes
     ar_bytes_tok = 2 * (tp - 1) / tp * m.hidden_size * b  # ring all-reduce traffic per token, per all-reduce
     n_ar = 2 * m.num_layers if tp > 1 else 0  # after attention and after the MLP (Megatron-LM §3)
@@ -126,6 +140,7 @@ def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int) -> _Coeffs:
         layers_eager_s=n_launch_layers * hw.layer_overhead_eager_s,
         layers_graph_s=n_launch_layers * hw.layer_overhead_graph_s,
         req_s=hw.request_overhead_s,
+        graph_pad=_graph_pad(graph_sizes),
     )
 
 
@@ -154,6 +169,8 @@ def _parts(
     if head < 0:
         head = n
     p, ip = c.p, c.inv_p
+    if decode_only and 0 < n < len(c.graph_pad):  # a CUDA-graph pass runs at its capture size
+        n = c.graph_pad[n]
     linear = (c.lin_mem_s**p + (c.lin_tok_s * n) ** p) ** ip if n > 0 else 0.0
     lm_head = (c.head_mem_s**p + (c.head_tok_s * head) ** p) ** ip if head > 0 else 0.0
     allreduce = c.ar_fixed_s + c.ar_tok_s * n if (n > 0 and c.ar_fixed_s > 0) else 0.0
@@ -212,11 +229,12 @@ class CostModel:
         self._profiles = {k: v for k, v in (("target", target_profile), ("draft", draft_profile)) if v is not None}
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
         self._coeffs: dict[str, _Coeffs] = {
-            "target": _coeffs(hardware, model, tp),
-            "eagle": _coeffs(hardware, self._eagle, tp),
+            "target": _coeffs(hardware, model, tp, self.engine.graph_sizes),
+            "eagle": _coeffs(hardware, self._eagle, tp, self.engine.graph_sizes),
         }
-        if draft is not None:
-            self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp)
+        if draft is not None:  # a remote draft server is another engine: it pads on its own (not modelled)
+            self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp,
+                                            self.engine.graph_sizes if draft_hardware is None else ())
         # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
         self._row_consts: dict[tuple[str, ...], SimpleNamespace] = {}  # forward_s_rows: each row's constants
@@ -408,14 +426,66 @@ class CostModel:
         extra = self.draft.kv_bytes_per_token if (include_draft and self.draft is not None) else 0
         return float(self.model.kv_bytes_per_token + extra)
 
+    def profile_peak_bytes(self) -> float:
+        """Peak activation bytes per GPU of vLLM V1's profiling run (``profile_run``): a forward pass of the target
+        over ``engine.profile_tokens`` tokens, the drafter's over the same, then the sampler over
+        ``engine.profile_seqs`` sequences, one after another (the largest counts).
+
+        A pass's peak is inside a decoder layer's MLP: the layer's input and residual (2 · hidden) and the gate/up
+        projection's output with its activation (3 · intermediate, split over tp) for every token, in the model's
+        dtype; the attention block's intermediates are smaller for these models. The sampler holds the kept hidden
+        states, the logits in float32 and two float32 copies (probabilities, log-probabilities): 3 · vocab · 4 bytes
+        per sequence.
+        """
+        prof = self.engine
+        tokens, seqs = prof.profile_tokens, min(prof.profile_seqs, prof.profile_tokens)
+
+        def pass_bytes(m: ModelSpec, tp: int) -> float:
+            return float(tokens * (2 * m.hidden_size + 3 * m.intermediate_size / tp) * m.dtype_bytes)
+
+        peak = pass_bytes(self.model, self.tp)
+        if self.draft is not None and self._draft_colocated:
+            peak = max(peak, pass_bytes(self.draft, self.tp))
+        sampler = tokens * self.model.hidden_size * self.model.dtype_bytes + 3 * seqs * self.model.vocab_size * 4.0
+        return max(peak, sampler)
+
+    def non_kv_bytes(self, draft_resident: bool = True) -> dict[str, float]:
+        """What the engine's start-up leaves outside the KV cache, per GPU, in bytes, by part (engine profile's
+        ``kv_accounting``, :mod:`repro.cost.serving`): ``weights`` (the target's shard, and a co-located draft model's
+        or EAGLE head's), ``activations`` (the flat reserve, or the profiling run's peak), ``cuda_graphs`` and
+        ``non_torch``."""
+        prof = self.engine
+        weights = self.model.weight_bytes / self.tp
+        draft = self.resident_draft(draft_resident)
+        if draft is not None:
+            weights += draft.weight_bytes / self.tp
+        if prof.kv_accounting == "reserve":
+            return {"weights": weights, "activations": self.activation_reserve_gb * GiB, "cuda_graphs": 0.0,
+                    "non_torch": 0.0}
+        return {"weights": weights, "activations": self.profile_peak_bytes(), "cuda_graphs": prof.cuda_graph_gib * GiB,
+                "non_torch": prof.non_torch_gib * GiB}
+
+    def resident_draft(self, draft_resident: bool) -> ModelSpec | None:
+        """The co-located draft whose weights and KV take GPU memory: a draft model the system keeps resident, or
+        (vLLM V1's start-up, ``kv_accounting: profile_run``) an EAGLE head configured as the draft, which the
+        engine always loads and whose layer is one more layer of the KV cache."""
+        if not self._draft_colocated or self.draft is None:
+            return None
+        if draft_resident:
+            return self.draft
+        if self.draft.kind == "eagle_head" and self.engine.kv_accounting == "profile_run":
+            return self.draft
+        return None
+
     def kv_capacity_blocks(self, draft_resident: bool = True, block_size: int = 16,
                            layout: DraftKvLayout | None = None) -> int:
-        """KV blocks of ``block_size`` tokens that fit: tp · memory · utilization − weights − activation reserve.
+        """KV blocks of ``block_size`` tokens that fit: tp · (memory · utilization − :meth:`non_kv_bytes`).
 
         A co-located, resident draft takes its weights and its own KV per token, by ``layout`` (default: the engine
         profile's ``draft_kv_layout``):
 
-        - ``spread``: the draft's weights and KV are spread over the tp GPUs like the target's (one pool);
+        - ``spread``: the draft's weights and KV are spread over the tp GPUs like the target's (one pool; vLLM V1:
+          the draft's layers are more layers of one KV cache spec, ``num_blocks = available // (page size · layers)``);
         - ``vllm_v0``: vLLM v0's speculative decoding (0.5–0.6, TurboSpec's base; docs/calibration.md): the draft runs
           on the driver GPU (draft TP 1), and ``split_num_cache_blocks_evenly`` gives draft and target the same
           number of blocks, sized so both fit in what the target alone would have had on that GPU. The driver
@@ -424,24 +494,26 @@ class CostModel:
 
         A draft on other GPUs (``draft_hardware``) takes nothing here.
         """
-        with_draft = draft_resident and self._draft_colocated
+        draft = self.resident_draft(draft_resident)
         if layout is None:
             layout = self.engine.draft_kv_layout
-        if layout == "vllm_v0" and with_draft and self.draft is not None:
-            free_driver = (self.hardware.memory_bytes * self.gpu_memory_utilization
-                           - self.model.weight_bytes / self.tp - self.draft.weight_bytes
-                           - self.activation_reserve_gb * GiB)
-            per_block = block_size * (self.model.kv_bytes_per_token / self.tp + self.draft.kv_bytes_per_token)
-            return max(0, int(free_driver // per_block))
         if layout not in ("spread", "vllm_v0"):
             raise ValueError(f"layout must be 'spread' or 'vllm_v0', not {layout!r}")
+        parts = self.non_kv_bytes(draft_resident)
+        if layout == "vllm_v0" and draft is not None:
+            free_driver = (self.hardware.memory_bytes * self.gpu_memory_utilization
+                           - self.model.weight_bytes / self.tp - draft.weight_bytes
+                           - (parts["activations"] + parts["cuda_graphs"] + parts["non_torch"]))
+            per_block = block_size * (self.model.kv_bytes_per_token / self.tp + draft.kv_bytes_per_token)
+            return max(0, int(free_driver // per_block))
         free = (
             self.tp * self.hardware.memory_bytes * self.gpu_memory_utilization
             - self.model.weight_bytes
-            - (self.draft.weight_bytes if with_draft and self.draft is not None else 0)
-            - self.tp * self.activation_reserve_gb * GiB
+            - (draft.weight_bytes if draft is not None else 0)
+            - self.tp * (parts["activations"] + parts["cuda_graphs"] + parts["non_torch"])
         )
-        per_block = block_size * self.kv_bytes_per_token(include_draft=with_draft)
+        extra = draft.kv_bytes_per_token if draft is not None else 0
+        per_block = block_size * float(self.model.kv_bytes_per_token + extra)
         return max(0, int(free // per_block))
 
     def swap_s(self, num_tokens: int, draft_tokens: int = 0) -> float:
@@ -483,8 +555,9 @@ class CostModel:
 
     def spec_round_s(self) -> float:
         """Host-side cost of one speculation round of a draft model or EAGLE head (preparing the proposer's
-        inputs, sampling its tokens, assembling the proposals), charged once per step that speculates."""
-        return self.hardware.spec_round_overhead_s
+        inputs, sampling its tokens, assembling the proposals), charged once per step that speculates; hidden behind
+        the GPU's pass under async scheduling (:mod:`repro.cost.serving`)."""
+        return 0.0 if self.engine.async_scheduling else self.hardware.spec_round_overhead_s
 
     @property
     def budget_tokens(self) -> int:

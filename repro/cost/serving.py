@@ -18,6 +18,24 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   each step (proposal assembly, rejection sampling, output bookkeeping in the engine's Python or C++ runtime).
 - **spec_with_prefill**: whether prefill chunks may share a step with speculation (vLLM v0: speculation and chunked
   prefill were mutually exclusive).
+- **start-up memory** (``kv_accounting``): how the engine sizes its KV cache at start-up
+  (:meth:`repro.cost.model.CostModel.non_kv_bytes`). ``reserve``: total × utilization − weights − a flat
+  activation reserve per GPU (``CostModel.activation_reserve_gb``, 2 GiB; the suite's first model, kept by the vLLM
+  v0 and FlexFlow profiles).
+  ``profile_run``: vLLM V1's ``determine_available_memory``: total × utilization − weights (target, draft model or
+  EAGLE head) − the peak activations of a profiling pass over ``profile_tokens`` tokens (``max_num_batched_tokens``)
+  and of the sampler over ``profile_seqs`` sequences (``max_num_seqs``) − ``cuda_graph_gib`` (the captured graphs'
+  pool) − ``non_torch_gib`` (cuBLAS workspaces and other allocations outside PyTorch's allocator), per GPU. The pool
+  then holds ``available // (block_size × KV bytes per token of every attention layer)`` blocks: the draft model's or
+  the EAGLE head's layers are more layers of the same KV cache.
+- **CUDA-graph capture sizes** (``graph_sizes``): a pass that replays a graph runs at the smallest captured size that
+  holds its tokens (the padding tokens go through every linear layer); empty: no padding.
+- **async scheduling** (``async_scheduling``): the host prepares step n + 1 while the GPU runs step n, so the host
+  work of speculation (``spec_seq_s``, ``spec_token_s`` and a model-based proposer's per-round bookkeeping,
+  ``HardwareSpec.spec_round_overhead_s``) overlaps the passes instead of adding to them. The simulator drops those
+  terms rather than taking max(host, GPU): exact while they stay below the step's GPU time (a 0.8 ms round against
+  a ≥ 6 ms pass of a ≥ 7B target on an H100). Prompt lookup's CPU matching stays charged (it runs between sampling
+  and the next pass).
 - **elastic memory** (:class:`~repro.sim.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
   the segment, register its blocks) and ``reload_dispatch_s`` of host time to start an asynchronous draft reload.
   The only measurements are Nightjar Table 6's (its extension of vLLM, 32B on 2x L20): the defaults.
@@ -38,6 +56,7 @@ from repro.cost.spec import CONF_DIR, UnknownSpecError, _to_dict
 
 Scorer = Literal["multi_query", "batch_expansion"]
 DraftKvLayout = Literal["spread", "vllm_v0"]
+KvAccounting = Literal["reserve", "profile_run"]
 #: keys of the ``engine`` config block that are run settings, not part of the engine's profile
 RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds",
             "counterfactual_arms", "fast_forward", "max_model_len")
@@ -57,6 +76,13 @@ class EngineProfile:
     expand_reread: float = 1.0
     spec_seq_s: float = 0.0
     spec_token_s: float = 0.0
+    kv_accounting: KvAccounting = "reserve"
+    profile_tokens: int = 8192
+    profile_seqs: int = 256
+    cuda_graph_gib: float = 0.0
+    non_torch_gib: float = 0.0
+    graph_sizes: tuple[int, ...] = ()
+    async_scheduling: bool = False
     kv_expand_s: float = 0.1439
     reload_dispatch_s: float = 2.19e-5
     source: str = ""
@@ -68,11 +94,31 @@ class EngineProfile:
         if self.draft_kv_layout not in ("spread", "vllm_v0"):
             raise ValueError(f"engine {self.name!r}: draft_kv_layout must be 'spread' or 'vllm_v0', "
                              f"not {self.draft_kv_layout!r}")
-        for key in ("graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
+        if self.kv_accounting not in ("reserve", "profile_run"):
+            raise ValueError(f"engine {self.name!r}: kv_accounting must be 'reserve' or 'profile_run', "
+                             f"not {self.kv_accounting!r}")
+        sizes = tuple(self.graph_sizes)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes) \
+                or list(sizes) != sorted(set(sizes)):
+            raise ValueError(f"engine {self.name!r}: graph_sizes must be increasing positive integers, "
+                             f"got {list(sizes)}")
+        object.__setattr__(self, "graph_sizes", sizes)
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"engine {self.name!r}: async_scheduling must be true or false")
+        for key in ("profile_tokens", "profile_seqs", "cuda_graph_gib", "non_torch_gib",
+                    "graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
                     "reload_dispatch_s"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")
+
+    def padded_tokens(self, num_tokens: int) -> int:
+        """The tokens a CUDA-graph pass of ``num_tokens`` runs: the smallest capture size that holds them (itself
+        without ``graph_sizes`` or above the largest)."""
+        for size in self.graph_sizes:
+            if size >= num_tokens:
+                return size
+        return num_tokens
 
     @property
     def verifies_trees(self) -> bool:

@@ -61,7 +61,8 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
     spec = k > 0
     n_spec = float(np.count_nonzero(spec))
     proposed = float(k.sum())
-    host = profile.spec_seq_s * n_spec + profile.spec_token_s * proposed
+    # async scheduling: the host's speculation work overlaps the GPU's pass (repro.cost.serving)
+    host = 0.0 if profile.async_scheduling else profile.spec_seq_s * n_spec + profile.spec_token_s * proposed
     qmax = float(q.max()) if q.size else 1.0
     if profile.scorer == "batch_expansion" and n_spec:
         be = spec if multi_query is None else spec & ~multi_query
@@ -155,7 +156,7 @@ def verify_terms(cost: CostModel, k: int, blocks: Sequence[np.ndarray]
         ctx = np.ascontiguousarray(ctx)  # a row sum of another layout may add in another order
         n = ctx.shape[1]
         n_spec = float(n) if k else 0.0
-        host = profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
+        host = 0.0 if profile.async_scheduling else profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
         dec_tokens = n * k + n
         if profile.scorer == "batch_expansion" and n_spec:
             expanded = float(n * q)

@@ -13,10 +13,12 @@ Systems
     within a list; ``display_name`` names the entry in figures (default: its system config's ``display_name``, for a
     label that is a config name) and ``variant: true`` draws it as the suite's own reading (dashed).
 Cases
-    An ``exp.cases`` entry ``{label, overrides, grid, systems}`` bundles settings that change together (a model with
-    its tensor parallelism, its SLOs and its own request rates). Its label fills the ``exp.case_key`` column (default
-    ``case``; several cases may share a label), its ``grid`` replaces ``exp.grid`` and its ``systems`` (the format of
-    ``exp.systems``) replace the experiment's systems for that case.
+    An ``exp.cases`` entry ``{label, overrides, grid, systems, columns}`` bundles settings that change together (a
+    model with its tensor parallelism, its SLOs and its own request rates). Its label fills the ``exp.case_key``
+    column (default ``case``; several cases may share a label), its ``grid`` replaces ``exp.grid``, its ``systems``
+    (the format of ``exp.systems``) replace the experiment's systems for that case, and its ``columns`` (a map) are
+    constant points.csv columns of its points that are not config keys (validate_vllm_v1's Hugging Face ``draft``
+    id).
 Quick mode
     With ``quick=true``, each ``exp.quick`` entry named in :data:`QUICK_EXP_KEYS` replaces the ``exp`` key of that
     name; any other ``exp.quick`` key is a config override every point gets (``num_requests: 100``), see
@@ -70,6 +72,7 @@ class Case:
     overrides: Mapping[str, Any]
     grid: Mapping[str, Any]
     systems: tuple[SystemEntry, ...]
+    columns: Mapping[str, Any] = field(default_factory=dict)  # constant points.csv columns (not config overrides)
 
     def entry(self, label: str) -> SystemEntry | None:
         """This case's system entry labelled ``label`` (None when the case does not run it)."""
@@ -154,10 +157,11 @@ class ExpSpec:
         return self.cases or (Case(None, {}, self.grid, self.systems),)
 
     def grid_columns(self) -> list[str]:
-        """The swept columns of points.csv: the case key (if there are cases), then every grid key in order."""
+        """The swept columns of points.csv: the case key (if there are cases), then every case's constant columns and
+        grid keys in order."""
         cols: list[str] = [self.case_key] if self.cases else []
         for case in self.case_list():
-            cols.extend(k for k in case.grid if k not in cols)
+            cols.extend(k for k in (*case.columns, *case.grid) if k not in cols)
         return cols
 
     def system_labels(self) -> list[str]:
@@ -250,7 +254,7 @@ def _case(case: Any, grid: Mapping[str, Any], systems: tuple[SystemEntry, ...], 
     if not isinstance(case, Mapping) or "label" not in case:
         raise ConfigError(f"exp.cases: entry {case!r} needs a 'label'")
     label = str(case["label"])
-    unknown = set(case) - {"label", "overrides", "grid", "systems"}
+    unknown = set(case) - {"label", "overrides", "grid", "systems", "columns"}
     if unknown:
         raise ConfigError(f"exp.cases: unknown key(s) {sorted(unknown)} in case {label!r}")
     where = f"exp.cases[{label}]"
@@ -260,11 +264,18 @@ def _case(case: Any, grid: Mapping[str, Any], systems: tuple[SystemEntry, ...], 
     if own is not None and not own:
         raise ConfigError(f"{where}.systems: an empty list runs no system in this case (name one or more, or drop "
                           "the key: the case then runs exp.systems)")
+    columns = _map(case.get("columns"), f"{where}.columns")
+    own_grid = _grid(case.get("grid"), f"{where}.grid", case_key) or grid
+    clash = sorted(set(columns) & ({"exp", "system", "seed", case_key} | set(own_grid)))
+    if clash:
+        raise ConfigError(f"{where}.columns: {clash} already name a points.csv column (the case key, a grid key or "
+                          "exp/system/seed)")
     return Case(
         label,
         _map(case.get("overrides"), f"{where}.overrides"),
-        _grid(case.get("grid"), f"{where}.grid", case_key) or grid,
+        own_grid,
         systems if own is None else system_entries(own, f"{where}.systems"),
+        columns,
     )
 
 

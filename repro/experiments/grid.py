@@ -59,7 +59,8 @@ def expand_points(spec: ExpSpec, groups: Mapping[str, str], extra: Mapping[str, 
                 axes = [list(v) if isinstance(v, list | tuple) else [v] for v in case.grid.values()]
                 for combo in itertools.product(*axes):
                     swept = tuple(zip(case.grid, combo, strict=True))
-                    values = swept if case.label is None else ((spec.case_key, case.label), *swept)
+                    values = (*case.columns.items(), *swept)
+                    values = values if case.label is None else ((spec.case_key, case.label), *values)
                     ov = [
                         *base,
                         f"system={format_value(entry.name)}",

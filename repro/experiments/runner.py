@@ -370,11 +370,13 @@ def memory_row(cfg: DictConfig) -> dict[str, float]:
     bs = int(cfg.engine.block_size)
     blocks = cost.kv_capacity_blocks(draft_resident=resident, block_size=bs)
     tp = cost.tp
+    non_kv = cost.non_kv_bytes(draft_resident=resident)
+    draft = cost.resident_draft(resident)
     parts = {
         "target_weights_gib": cost.model.weight_bytes / tp,
-        "draft_weights_gib": (cost.draft.weight_bytes / tp) if resident and cost.draft is not None else 0.0,
+        "draft_weights_gib": (draft.weight_bytes / tp) if draft is not None else 0.0,
         "kv_cache_gib": blocks * bs * cost.kv_bytes_per_token(include_draft=resident) / tp,
-        "activations_gib": cost.activation_reserve_gb * GiB,
+        "activations_gib": non_kv["activations"] + non_kv["cuda_graphs"] + non_kv["non_torch"],
     }
     parts["unused_gib"] = max(cost.hardware.memory_bytes - sum(parts.values()), 0.0)
     return {**{k: v / GiB for k, v in parts.items()}, "kv_tokens": float(blocks * bs)}

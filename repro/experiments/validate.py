@@ -314,11 +314,14 @@ def check_tp(model: Any, tp: int, key: str, where: str = "") -> None:
 
 def _fit_message(cost: Any, with_draft: bool) -> str:
     hw, model, draft = cost.hardware, cost.model, cost.draft
-    usable = cost.tp * (hw.memory_gb * cost.gpu_memory_utilization - cost.activation_reserve_gb)
+    parts = cost.non_kv_bytes(with_draft)
+    reserve = (parts["activations"] + parts["cuda_graphs"] + parts["non_torch"]) / GiB
+    usable = cost.tp * (hw.memory_gb * cost.gpu_memory_utilization - reserve)
     weights = model.weight_bytes / GiB
     what = f"{model.name} ({weights:.1f} GiB of weights"
     if with_draft and draft is not None:
         what += f" + draft {draft.name} {draft.weight_bytes / GiB:.1f} GiB"
     return (f"{what}) leaves no KV memory on {cost.tp} x {hw.name} (memory_gb={hw.memory_gb:g}: {usable:.1f} GiB "
             f"usable at gpu_memory_utilization={cost.gpu_memory_utilization:g} after a "
-            f"{cost.activation_reserve_gb:g} GiB activation reserve per GPU); raise tp or pick a larger GPU")
+            f"{reserve:.2f} GiB per GPU for activations, CUDA graphs and other allocations); raise tp or pick a "
+            "larger GPU")
