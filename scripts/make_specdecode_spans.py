@@ -9,9 +9,11 @@ Writes, from ``specdecode_bench/llama31_8b_{gsm8k,cnn,sharegpt,instructcoder}.js
 - ``workloads/stats/sdb_<dataset>.native.csv``: 101 quantiles of prompt and output lengths (output = the shortest of
   the recorded output and the two span lists, as the span replay uses), the workload's embedded table;
 - ``conf/oracle/specdecode_spans.yaml``: per dataset and proposer (EAGLE-3 ``acc_eagle``, n-gram ``acc_ngram``) the
-  mean acceptance lengths L(k) = mean over output positions of min(acc_len, k + 1), k = 1..K: the span distribution
-  cut at K drafts (P(s − 1 >= j) = L(j) − L(j − 1)), which the oracle draws i.i.d. per position when the files are
-  absent. Positions are those below each record's output length. Nothing but these counts is written.
+  mean acceptance length L(k), k = 1..K, of a replay of every record with chains of k drafts (a step at position i
+  emits min(acc_len[i], k + 1): vLLM's mean acceptance length, over the steps a run takes, not over positions, which
+  a long accepted run would count many times), and for n-gram the fraction of those steps where prompt lookup finds
+  a 3-token match (:func:`repro.oracle.spans.lookup_matches`; L(k) is then over the matched steps). The oracle draws
+  spans i.i.d. from these when the files are absent. Nothing but these counts is written.
 """
 
 from __future__ import annotations
@@ -29,13 +31,50 @@ from workloads.datasets import default_data_root
 from workloads.stats import write_table
 
 DATASETS = ("gsm8k", "cnn", "sharegpt", "instructcoder")
+LOOKUP_MIN = 3  # SpecDecode-Bench's n-gram proposer: prompt_lookup_min 3, prompt_lookup_max 7
 FIELDS = {"acc_eagle": "eagle", "acc_ngram": "pld"}  # span field -> oracle stream
 
 
-def curve(spans: list[np.ndarray], out_len: np.ndarray, max_k: int) -> list[float]:
-    """L(1..max_k) over every position below each record's output length."""
-    s = np.concatenate([sp[:n].astype(np.int64) for sp, n in zip(spans, out_len.tolist(), strict=True)])
-    return [round(float(np.minimum(s, k + 1).mean()), 4) for k in range(1, max_k + 1)]
+def walk(spans: list[np.ndarray], flags: list[np.ndarray] | None, out_len: np.ndarray, k: int
+         ) -> tuple[float, float]:
+    """Replay every record with chains of k drafts as the engine does (a step at position i emits min(s, k + 1); with
+    prompt-lookup ``flags``, a step at an unmatched position drafts nothing and emits 1): the mean tokens emitted per
+    drafting step, and the fraction of steps that draft."""
+    emitted = drafting = steps = 0
+    for r, (sp, n) in enumerate(zip(spans, out_len.tolist(), strict=True)):
+        fl = flags[r] if flags is not None else None
+        i = 0
+        while i < n:
+            steps += 1
+            if fl is not None and not fl[i]:
+                i += 1
+                continue
+            e = min(int(sp[i]), k + 1)
+            emitted += e
+            drafting += 1
+            i += e
+    return emitted / drafting, drafting / steps
+
+
+def curve(spans: list[np.ndarray], flags: list[np.ndarray] | None, out_len: np.ndarray, max_k: int
+          ) -> tuple[list[float], list[float], list[int]]:
+    """Per k = 1..max_k, the step-level mean acceptance length (vLLM's: 1 + accepted / drafting steps, over a
+    replay at that k) and the fraction of steps that draft; each increment L(k) − L(k − 1) capped at the previous
+    one (one span distribution serves every k: its P(A >= j) cannot grow with j), and the k whose increment was
+    capped."""
+    lengths, fractions, capped = [], [], []
+    prev, step = 1.0, 1.0
+    for k in range(1, max_k + 1):
+        length, frac = walk(spans, flags, out_len, k)
+        inc = length - prev
+        if inc > step:
+            capped.append(k)
+            inc = step
+        step = max(inc, 0.0)
+        prev = prev + step
+        lengths.append(round(prev, 4))
+        fractions.append(round(frac, 4))
+    return lengths, fractions, capped
 
 
 def main() -> None:
@@ -47,17 +86,17 @@ def main() -> None:
         sys.exit("error: no data folder: set $REPRO_DATA")
     repo = Path(__file__).resolve().parents[1]
     lines = [
-        "# Measured acceptance spans of SpecDecode-Bench (Llama-3.1-8B-Instruct, vLLM 0.10.1, greedy;",
-        "# arXiv 2601.11580),",
-        "# written by scripts/make_specdecode_spans.py: per dataset label the mean acceptance length L(k) = mean of",
-        f"# min(acc_len, k + 1) over every recorded output position, k = 1..{args.max_k} (EAGLE-3: acc_eagle;",
-        "# n-gram prompt lookup min 3 / max 7: acc_ngram). validate_specdecode_bench replays the recorded spans",
-        "# themselves when the",
-        "# data folder has the files, and draws spans i.i.d. from these curves when it does not",
-        "# (repro/oracle/spans.py).",
+        "# Measured acceptance spans of SpecDecode-Bench (Llama-3.1-8B-Instruct, vLLM 0.10.1, greedy; arXiv",
+        "# 2601.11580), written by scripts/make_specdecode_spans.py: per dataset label the mean acceptance length",
+        f"# L(k), k = 1..{args.max_k}, of a replay of every record with chains of k drafts (EAGLE-3: acc_eagle; n-gram",
+        "# prompt lookup min 3 / max 7: acc_ngram, over the steps where the context's last 3 tokens occurred earlier",
+        "# in it, with `match` the fraction of steps that do). validate_specdecode_bench replays the recorded spans",
+        "# themselves when the data folder has the files, and draws spans i.i.d. from these statistics when it does",
+        "# not (repro/oracle/spans.py).",
         "defaults:", "  - default", "  - _self_", "", "spans:",
     ]
     by_stream: dict[str, list[str]] = {s: [] for s in FIELDS.values()}
+    matches: list[str] = []
     for ds in DATASETS:
         path = root / "specdecode_bench" / f"llama31_8b_{ds}.jsonl"
         base = read_span_file(str(path), None)
@@ -65,12 +104,17 @@ def main() -> None:
                 "source": f"$REPRO_DATA/specdecode_bench/{path.name} (output = min of output and span lists)"}
         write_table(repo / "workloads" / "stats" / f"sdb_{ds}.native.csv", meta, base.prompt_len, base.output_len)
         for field, stream in FIELDS.items():
-            f = read_span_file(str(path), field)
-            by_stream[stream].append(f"      sdb_{ds}: {curve(f.spans, base.output_len, args.max_k)}"
-                                     f"  # {len(f.spans)} records, {int(base.output_len.sum()):,} positions")
+            f = read_span_file(str(path), field, None, LOOKUP_MIN if stream == "pld" else None)
+            lengths, fractions, capped = curve(f.spans, f.proposes, base.output_len, args.max_k)
+            note = f"; increment capped at k = {capped}" if capped else ""
+            by_stream[stream].append(f"      sdb_{ds}: {lengths}  # {len(f.spans)} records{note}")
+            if stream == "pld":
+                matches.append(f"      sdb_{ds}: {fractions}")
         print(f"{ds}: {base.prompt_len.size} records")
     for field, stream in FIELDS.items():
         lines += [f"  {stream}:", f"    field: {field}", "    model: llama3.1-8b", "    measured:", *by_stream[stream]]
+        if stream == "pld":
+            lines += [f"    prompt_lookup_min: {LOOKUP_MIN}", "    match:", *matches]
     (repo / "conf" / "oracle" / "specdecode_spans.yaml").write_text("\n".join(lines) + "\n")
 
 

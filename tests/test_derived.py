@@ -84,7 +84,7 @@ def test_an_entry_must_be_well_formed() -> None:
 
 
 def test_a_baseline_matched_on_fewer_columns() -> None:
-    """``on``: no speculation runs k = 0 only, so speculation's rows at every k divide by it at the same seed and C."""
+    """``match``: no speculation runs k = 0 only, so speculation's rows at every k divide by it at the same seed and C."""
     pts = pd.DataFrame({
         "system": ["none", "sd", "sd", "none", "sd"],
         "seed": 0,
@@ -92,9 +92,9 @@ def test_a_baseline_matched_on_fewer_columns() -> None:
         "k": [0, 1, 2, 0, 1],
         "thr": [10.0, 15.0, 20.0, 40.0, 30.0],
     })  # fmt: skip
-    spec = Derived.parse({"name": "speedup", "metric": "thr", "baseline": "none", "on": ["c"]})
+    spec = Derived.parse({"name": "speedup", "metric": "thr", "baseline": "none", "match": ["c"]})
     assert with_derived(pts, [spec], ["seed", "c", "k"])["speedup"].tolist() == [1.0, 1.5, 2.0, 1.0, 0.75]
-    with pytest.raises(ConfigError, match="on"):
-        with_derived(pts, [Derived("s", "thr", baseline="none", on=("q",))], ["seed", "c", "k"])
+    with pytest.raises(ConfigError, match="match"):
+        with_derived(pts, [Derived("s", "thr", baseline="none", match=("q",))], ["seed", "c", "k"])
     with pytest.raises(ConfigError):
-        Derived.parse({"name": "s", "metric": "thr", "normalize": "k", "on": ["c"]})
+        Derived.parse({"name": "s", "metric": "thr", "normalize": "k", "match": ["c"]})

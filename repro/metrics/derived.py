@@ -14,8 +14,8 @@ store them, so they are added on load)
     LAPS-SD Fig. 7). A column the table already has is kept as it is.
 Across rows, an experiment's ``exp.derived`` entries (:class:`Derived`), in order (a later entry may use an earlier
 one's column)
-    ``{name, metric, baseline, invert, on}``: the row's ``metric`` divided by the ``baseline`` system's at the same
-    key values (seed and grid values, or the seed and the columns ``on`` lists when the baseline runs fewer of them:
+    ``{name, metric, baseline, invert, match}``: the row's ``metric`` divided by the ``baseline`` system's at the same
+    key values (seed and grid values, or the seed and the columns ``match`` lists when the baseline runs fewer of them:
     no speculation has no k; ``invert``: the baseline's divided by the row's, e.g. a speedup from latencies);
     ``{name, metric, normalize: COLUMN}``: the row's ``metric`` divided by the largest ``metric`` among the rows of
     the same system and key values that differ only in ``COLUMN`` (e.g. goodput as a fraction of the best proposed
@@ -50,21 +50,21 @@ class Derived:
     baseline: str | None = None
     invert: bool = False
     normalize: str | None = None
-    on: tuple[str, ...] | None = None
+    match: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, entry: Any) -> Derived:
         """An ``exp.derived`` entry from its map (ConfigError naming the entry when it is malformed)."""
         ok = isinstance(entry, Mapping) and {"name", "metric"} <= set(entry)
-        ok = ok and not set(entry) - {"name", "metric", "baseline", "invert", "normalize", "on"}
-        ok = ok and ("on" not in entry or ("baseline" in entry and isinstance(entry["on"], Sequence)
-                                           and not isinstance(entry["on"], str)))
+        ok = ok and not set(entry) - {"name", "metric", "baseline", "invert", "normalize", "match"}
+        ok = ok and ("match" not in entry or ("baseline" in entry and isinstance(entry["match"], Sequence)
+                                              and not isinstance(entry["match"], str)))
         if not ok or ("baseline" in entry) == ("normalize" in entry):
             shown = dict(entry) if isinstance(entry, Mapping) else entry
             raise ConfigError(f"exp.derived: entry {shown} needs name, metric and either baseline (and optional "
-                              "invert and on: a list of columns) or normalize")
+                              "invert and match: a list of columns) or normalize")
         norm = entry.get("normalize")
-        on = entry.get("on")
+        on = entry.get("match")
         return cls(str(entry["name"]), str(entry["metric"]),
                    None if "baseline" not in entry else str(entry["baseline"]), bool(entry.get("invert")),
                    None if norm is None else str(norm), None if on is None else tuple(str(c) for c in on))
@@ -113,11 +113,11 @@ STEP_TOKENS = frozenset({"num_emitted", "num_batched_tokens", "num_decode", "num
 
 
 def check(specs: Sequence[Derived], keys: Sequence[str]) -> None:
-    """A ``normalize`` entry, and every ``on`` column, must name one of ``keys`` (the seed and grid columns)."""
+    """A ``normalize`` entry, and every ``match`` column, must name one of ``keys`` (the seed and grid columns)."""
     for spec in specs:
-        for col in spec.on or ():
+        for col in spec.match or ():
             if col not in keys:
-                raise ConfigError(f"exp.derived[{spec.name}].on: '{col}' is not a grid column ({list(keys)})")
+                raise ConfigError(f"exp.derived[{spec.name}].match: '{col}' is not a grid column ({list(keys)})")
         if spec.normalize is not None and spec.normalize not in keys:
             raise ConfigError(f"exp.derived[{spec.name}].normalize: '{spec.normalize}' is not a grid column "
                               f"({list(keys)})")
@@ -140,8 +140,8 @@ def _column(df: pd.DataFrame, spec: Derived, keys: Sequence[str]) -> list[float]
             ref = best.get(g, _NAN)
             out.append(v / ref if ref else _NAN)
         return out
-    if spec.on is not None:
-        keys = [k for k in keys if k == "seed" or k in spec.on]
+    if spec.match is not None:
+        keys = [k for k in keys if k == "seed" or k in spec.match]
     at = _rows(df, keys)
     ref_of = {k: v for k, v, s in zip(at, values, systems, strict=True) if s == spec.baseline}
     out = []

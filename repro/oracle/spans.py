@@ -5,6 +5,15 @@ Chain scoring with k drafts at position i: proposed k, accepted min(s − 1, k) 
 accepted (a span says nothing about positions after the first rejection). Chains only: a span holds no draft
 distribution, so trees, beams and Σ p/q are refused.
 
+Prompt lookup proposes only where the context's last ``prompt_lookup_min`` tokens occurred earlier in it (vLLM's
+n-gram proposer: the longest suffix of ``prompt_lookup_min``..``prompt_lookup_max`` tokens that matches; any longer
+match contains the shortest one, so the shortest decides whether there is one). A recorded file's token ids say where
+(:func:`lookup_matches`); a step at a position without a match proposes nothing and verifies only its own token. In
+SpecDecode-Bench's n-gram spans every position without such a match has a span of 1 (checked over all four files).
+Drawn spans then take, per dataset, the fraction p(k) of a chain-k run's steps that find a match (``match``: a list
+over k = 1..K) and mean acceptance lengths over those steps: a step at a position matches with probability p(k) and
+then draws its span from the curve; otherwise it proposes nothing.
+
 Two sources of spans:
 
 - **recorded** (:func:`read_span_file`): a JSONL file, one record per request, ``prompt_token_ids``,
@@ -51,29 +60,48 @@ def measured_pmf(curve: Sequence[float], what: str) -> np.ndarray:
     return np.maximum(ge[:-1] - ge[1:], 0.0)
 
 
+def lookup_matches(prompt: Sequence[int], generated: Sequence[int], min_n: int) -> np.ndarray:
+    """Per output position i, whether the context (``prompt`` + ``generated[:i]``) ends in ``min_n`` tokens that
+    occurred earlier in it (starting before the suffix itself): where vLLM's n-gram proposer finds a match."""
+    tokens = [*prompt, *generated]
+    p = len(prompt)
+    seen: set[tuple[int, ...]] = set()
+    out = np.zeros(len(generated), dtype=bool)
+    for c in range(min_n, len(tokens)):
+        j = c - min_n - 1  # the n-gram starting at j ends before the suffix's last token: an earlier occurrence
+        if j >= 0:
+            seen.add(tuple(tokens[j:j + min_n]))
+        if c >= p:
+            out[c - p] = tuple(tokens[c - min_n:c]) in seen
+    return out
+
+
 @dataclass(frozen=True)
 class SpanFile:
     """A span file's records: each one's ``field`` spans (empty without a field), prompt length, output length (the
-    shortest of ``generated_token_ids`` and every ``acc_*`` span list it holds) and the file's ``model`` (None where
-    the records carry none)."""
+    shortest of ``generated_token_ids`` and every ``acc_*`` span list it holds), the file's ``model`` (None where
+    the records carry none) and, when asked for, where prompt lookup finds a match (:func:`lookup_matches`)."""
 
     spans: list[np.ndarray]
     prompt_len: np.ndarray
     output_len: np.ndarray
     model: str | None
+    proposes: list[np.ndarray] | None = None
 
 
 @functools.lru_cache(maxsize=16)
-def read_span_file(path: str, field: str | None, shown: str | None = None) -> SpanFile:
+def read_span_file(path: str, field: str | None, shown: str | None = None,
+                   lookup_min: int | None = None) -> SpanFile:
     """Read the JSONL span file ``path`` (docs/data.md, "Acceptance-span files"); ``field``: the proposer's span
-    list to keep (``acc_eagle``; None: lengths only). Errors are one line naming the file (``shown``: how to name
-    it)."""
+    list to keep (``acc_eagle``; None: lengths only); ``lookup_min``: also find prompt lookup's matches with that
+    smallest n-gram. Errors are one line naming the file (``shown``: how to name it)."""
     name = shown or str(path)
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"acceptance-span file {name} not found: provide a JSONL file with one record per "
                                 "request {prompt_token_ids, generated_token_ids, <field>: {acc_len}} (docs/data.md)")
     spans: list[np.ndarray] = []
+    proposes: list[np.ndarray] = []
     prompt: list[int] = []
     out_len: list[int] = []
     models: set[str] = set()
@@ -92,6 +120,8 @@ def read_span_file(path: str, field: str | None, shown: str | None = None) -> Sp
                     if s.size and int(s.min()) < 1:
                         raise ValueError("spans must be >= 1 (a verify step emits at least its bonus token)")
                     spans.append(np.minimum(s, _SPAN_MAX).astype(np.int16))
+                if lookup_min is not None:
+                    proposes.append(lookup_matches(rec["prompt_token_ids"], rec["generated_token_ids"], lookup_min))
             except (KeyError, TypeError, ValueError) as exc:
                 want = f"{{{field}: {{acc_len: [...]}}}}" if field else "prompt_token_ids and generated_token_ids"
                 raise ValueError(f"acceptance-span file {name}, line {line_no}: {type(exc).__name__}: {exc} "
@@ -104,7 +134,7 @@ def read_span_file(path: str, field: str | None, shown: str | None = None) -> Sp
     if len(models) > 1:
         raise ValueError(f"acceptance-span file {name} mixes models {sorted(models)}")
     return SpanFile(spans, np.asarray(prompt, dtype=np.int64), np.asarray(out_len, dtype=np.int64),
-                    models.pop() if models else None)
+                    models.pop() if models else None, proposes if lookup_min is not None else None)
 
 
 class _SpanStream:
@@ -113,33 +143,55 @@ class _SpanStream:
 
     def __init__(self, name: str, key: int, base: np.random.SeedSequence, *, span_key: np.ndarray,
                  recorded: Sequence[np.ndarray | None] | None = None,
-                 pmf: Sequence[np.ndarray | None] | None = None) -> None:
+                 pmf: Sequence[np.ndarray | None] | None = None,
+                 proposes: Sequence[np.ndarray | None] | None = None,
+                 match: Sequence[np.ndarray | None] | None = None) -> None:
         n = span_key.shape[0]
         self.name = name
+        # where a request's proposer offers drafts at all (prompt lookup's matches): recorded flags, or for drawn
+        # spans the fraction of a chain-k run's steps that match, per k (None: everywhere)
+        self._proposes = list(proposes) if proposes is not None else [None] * n
+        self._match = list(match) if match is not None else [None] * n
+        self.conditional = any(x is not None for x in (*self._proposes, *self._match))
         self._span_key = np.asarray(span_key, dtype=np.int64)
         self._recorded = list(recorded) if recorded is not None else [None] * n
-        self._pmf = list(pmf) if pmf is not None else [None] * n
+        self._pmf: list[np.ndarray | None] = list(pmf) if pmf is not None else [None] * n
         for r in range(n):
             if self._recorded[r] is None and self._pmf[r] is None:
                 raise ValueError(f"oracle stream {name!r}: request {r} has no span source")
+        for r in range(n):
+            p, q = self._match[r], self._pmf[r]
+            if p is not None and (q is None or p.size != q.size - 1 or (p < 0).any() or (p > 1).any()):
+                raise ValueError(f"oracle stream {name!r}: request {r}'s match fractions must be one per k of its "
+                                 "curve, each in [0, 1]")
         self._cdf = [None if q is None else np.cumsum(q) for q in self._pmf]
         #: the largest chain each request's source scores (K of its measured curve; recorded: no limit)
         self.max_k = np.array([np.iinfo(np.int64).max if q is None else q.size - 1 for q in self._pmf], dtype=np.int64)
         self._seeds = Seeder(base, (key, _CHUNK_KEY), int(self._span_key.max(initial=0)) + 1)
-        self.store = _ChunkStore(n, {"span": ((), np.int16)}, self._fill)
+        self.store = _ChunkStore(n, {"span": ((), np.int16), "proposes": ((), np.bool_), "u": ((), np.float64)},
+                                 self._fill)
 
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        rec = self._recorded[rid]
+        rec, flags = self._recorded[rid], self._proposes[rid]
+        lo, hi = chunk * CHUNK, (chunk + 1) * CHUNK
         if rec is not None:  # past the record (never read below the request's output length): one token a step
             out = np.ones(CHUNK, dtype=np.int16)
-            part = rec[chunk * CHUNK:(chunk + 1) * CHUNK]
+            part = rec[lo:hi]
             out[:part.size] = part
-            return {"span": out}
+            prop = np.ones(CHUNK, dtype=bool)
+            if flags is not None:
+                prop[:] = False
+                prop[:flags[lo:hi].size] = flags[lo:hi]
+            return {"span": out, "proposes": prop, "u": np.zeros(CHUNK)}
         cdf = self._cdf[rid]
         assert cdf is not None
-        u = self._seeds.generator(int(self._span_key[rid]), chunk).random(CHUNK)
+        rng = self._seeds.generator(int(self._span_key[rid]), chunk)
+        u = rng.random(CHUNK)
         a = np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)  # A with P(A = j) = pmf[j]
-        return {"span": (a + 1).astype(np.int16)}
+        ones = np.ones(CHUNK, dtype=bool)
+        if self._match[rid] is None:
+            return {"span": (a + 1).astype(np.int16), "proposes": ones, "u": np.zeros(CHUNK)}
+        return {"span": (a + 1).astype(np.int16), "proposes": ones, "u": rng.random(CHUNK)}  # matches: u < p(k)
 
     def _check_k(self, rids: np.ndarray, k: np.ndarray) -> None:
         over = k > self.max_k[rids]
@@ -150,20 +202,34 @@ class _SpanStream:
 
     def score_chain(self, rids: np.ndarray, pos: np.ndarray,
                     k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Proposed = k, accepted = matched = min(s − 1, k) at each request's position."""
+        """Proposed = k (0 where the proposer finds no match), accepted = matched = min(s − 1, proposed) at each
+        request's position."""
         if not k.size or not k.any():
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         self._check_k(rids, k)
         idx = self.store.locate(rids, pos)  # may grow the pools: index them afterwards
         s = self.store.pools["span"][idx].astype(np.int64)
-        accepted = np.minimum(s - 1, k)
-        return k.copy(), accepted, accepted.copy()
+        if self.conditional:
+            pools = self.store.pools
+            ok = pools["proposes"][idx].copy()
+            for i, r in enumerate(rids.tolist()):  # drawn spans: a match with probability p(k)
+                p = self._match[r]
+                if p is not None:
+                    ok[i] = pools["u"][idx[i]] < p[int(k[i]) - 1] if k[i] > 0 else False
+            proposed = np.where(ok, k, 0)
+        else:
+            proposed = k.copy()
+        accepted = np.minimum(s - 1, proposed)
+        return proposed, accepted, accepted.copy()
 
     def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
                   end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`score_chain` for ``steps`` successive steps of ``k`` drafts each, each starting after the previous
         one's accepted + 1 tokens: (accepted, matched), each (steps, requests). Reads at or past ``end`` are clamped
         to its last position (their values are meaningless once a step would read them)."""
+        if self.conditional:
+            raise ValueError(f"oracle stream {self.name!r} proposes only where prompt lookup matches: its steps are "
+                             "not run ahead (score them one by one)")
         self._check_k(rids, np.full(rids.shape, k, dtype=np.int64))
         last = None if end is None else np.maximum(np.maximum(end, pos + 1) - 1, pos)
         acc = np.empty((steps, rids.size), dtype=np.int64)

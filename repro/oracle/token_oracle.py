@@ -199,7 +199,9 @@ class TokenOracle:
         replays that record's ``field`` spans; the file's ``model`` (else ``model``) must be ``target`` or
         ``stands_in_for`` must name it, and the record must cover the request's ``output_len``. Any other request
         draws from ``measured[its dataset]`` (mean acceptance lengths L(1..K)): the fallback, said in
-        :attr:`notes`; neither is an error naming the request."""
+        :attr:`notes`; neither is an error naming the request. ``prompt_lookup_min`` (prompt lookup's smallest
+        n-gram): a recorded request proposes only where its tokens match (:func:`repro.oracle.spans.lookup_matches`),
+        a drawn one at the fraction ``match[its dataset][k - 1]`` of a chain-k step's positions."""
         n = self._dataset.size
         rec = np.full(n, -1, dtype=np.int64) if record is None else np.asarray(record, dtype=np.int64)
         files = dict(record_file or {})
@@ -209,7 +211,10 @@ class TokenOracle:
             if stream not in _STREAM_KEYS:
                 raise ValueError(f"oracle.spans.{stream}: unknown stream (known: {sorted(_STREAM_KEYS)})")
             field = node.get("field")
+            lookup_min = node.get("prompt_lookup_min")
+            lookup_min = None if lookup_min is None else int(lookup_min)
             recorded: list[np.ndarray | None] = [None] * n
+            flags: list[np.ndarray | None] = [None] * n
             for ds, path in files.items():
                 rows = np.flatnonzero((self._dataset == ds) & (rec >= 0))
                 if not rows.size:
@@ -217,12 +222,17 @@ class TokenOracle:
                 if not field:
                     raise ValueError(f"oracle.spans.{stream}.field: name the span field of {path} (e.g. acc_eagle)")
                 name = (shown or {}).get(ds, path)
-                got_file = read_span_file(str(path), str(field), name)
+                got_file = read_span_file(str(path), str(field), name, lookup_min)
                 stand_in_check(got_file.model, node, target, name)
                 got = recorded_for(got_file.spans, rec[rows], np.asarray(output_len)[rows], name, str(field))
                 for r, g in zip(rows.tolist(), got, strict=True):
                     recorded[r] = g
+                if got_file.proposes is not None:
+                    for r in rows.tolist():
+                        flags[r] = got_file.proposes[int(rec[r])]
             measured = node.get("measured") or {}
+            match_of = node.get("match") or {}
+            match: list[np.ndarray | None] = [None] * n
             pmf: list[np.ndarray | None] = [None] * n
             fell_back: set[str] = set()
             for r in range(n):
@@ -234,9 +244,15 @@ class TokenOracle:
                     raise ValueError(f"oracle.spans.{stream}: request {r} ({ds}) has no recorded spans (its prompt "
                                      f"came from no span file) and oracle.spans.{stream}.measured has no {ds!r} entry")
                 pmf[r] = measured_pmf(curve, f"oracle.spans.{stream}.measured.{ds}")
+                if lookup_min is not None:
+                    if ds not in match_of:
+                        raise ValueError(f"oracle.spans.{stream}.match: no {ds!r} entry (per k, the fraction of a "
+                                         "run's steps where prompt lookup finds a match, for spans drawn without a "
+                                         "file)")
+                    match[r] = np.asarray([float(x) for x in match_of[ds]], dtype=np.float64)
                 fell_back.add(ds)
             self._streams[stream] = _SpanStream(stream, _STREAM_KEYS[stream], self._base, span_key=self._span_key,
-                                                recorded=recorded, pmf=pmf)
+                                                recorded=recorded, pmf=pmf, proposes=flags, match=match)
             self._missing.pop(stream, None)
             if fell_back:
                 self.notes.append(f"oracle: {stream} spans drawn from measured mean acceptance lengths "
