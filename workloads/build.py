@@ -49,6 +49,7 @@ class RequestTable:
     source: str  # one line: where the lengths and arrivals came from (the provenance details joined)
     provenance: tuple[DataSource, ...] = ()  # one entry per source used, in order of first use
     client: np.ndarray | None = None  # int64 client (dataset index) per request, with ``workload.clients``
+    max_concurrency: int | None = None  # closed loop: at most this many in flight (``arrival_s``: the releases)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -124,6 +125,7 @@ def build_workload(
         source="; ".join(ctx.notes),
         provenance=tuple(ctx.provenance),
         client=client[sel] if spec.clients else None,
+        max_concurrency=spec.max_concurrency,
     )
 
 

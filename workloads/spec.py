@@ -206,6 +206,10 @@ class WorkloadSpec:
     ``output_to_max_len``: every request generates until prompt + output reach the server's ``max_model_len``
     (vLLM with ``ignore_eos`` and no ``max_tokens``: its OpenAI server then asks for max_model_len − prompt tokens);
     the prompts are the datasets', the outputs ignore the datasets' lengths.
+    ``max_concurrency``: C closes the loop as vLLM's benchmark does with ``--max-concurrency C``: the arrival process
+    releases the requests, at most C are in flight, and a released request waits (first come, first sent) until one
+    finishes; its latencies count from its send (:mod:`repro.sim.client`; ``backend=openai`` sends the same way).
+    null: the open loop, every request sent at its arrival.
     """
 
     num_requests: int
@@ -225,10 +229,15 @@ class WorkloadSpec:
     format: str = "auto"
     clients: bool = False
     output_to_max_len: bool = False
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
             raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        c = self.max_concurrency
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ValueError(f"max_concurrency must be a positive integer (the requests in flight at most, vLLM's "
+                             f"--max-concurrency) or null (the open loop), got {c!r}")
         replays_file = self.arrival.kind == "trace" and self.arrival.trace == TRACE_FILE
         if replays_file and not self.path:
             raise ValueError("workload=trace_file needs workload.path=FILE (a CSV or JSONL of requests)")
