@@ -543,7 +543,8 @@ class Engine:
             free_at = math.inf  # closed loop: when the next slot frees
             if gate is not None:
                 if gate.never_waits(n - feed.next):  # from here on every release is sent at once: the open loop's
-                    gate = self._open_loop()
+                    self._open_loop()
+                    gate = None
                     through = feed if can_go_through else None
                 else:
                     free_at = gate.next_free()

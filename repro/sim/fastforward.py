@@ -15,10 +15,11 @@ nothing changed) and the step path runs the plan. What a caller must know:
   it stops before the first step whose KV would not fit the free blocks (the policy would preempt), and after the
   first step that finishes a request.
 - With ``keeps_plan_after_finish``, nothing waiting or swapped, no observers and no request waiting for a finish
-  in a closed loop (``stop_at_finish``), it goes on past finishes, each request leaving after its last step. With ``admits`` too, one replica and no step budget (the engine then hands it
-  the ``arrivals``), it goes on through arrivals: at the first step boundary at or after one, if every request then
-  waiting fits the policy's rule, it admits them, prices their prefill step in place (:meth:`FastForward._prefill`)
-  and goes on with them last in the batch; otherwise it stops there.
+  in a closed loop (``stop_at_finish``), it goes on past finishes, each request leaving after its last step. With
+  ``admits`` too, one replica and no step budget (the engine then hands it the ``arrivals``: never while a closed
+  loop can hold a request back), it goes on through arrivals: at the first step boundary at or after one, if every
+  request then waiting fits the policy's rule, it admits them, prices their prefill step in place
+  (:meth:`FastForward._prefill`) and goes on with them last in the batch; otherwise it stops there.
 - Other replicas' events do not stop it: replicas share nothing but the router, and a routed deployment's runs stop
   before every arrival, so each replica's view at a routing decision is the step path's.
 - Every state array afterwards equals the step path's bit for bit: the same cost functions over arrays
