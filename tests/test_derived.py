@@ -84,7 +84,7 @@ def test_an_entry_must_be_well_formed() -> None:
 
 
 def test_a_baseline_matched_on_fewer_columns() -> None:
-    """``match``: no speculation runs k = 0 only, so speculation's rows at every k divide by it at the same seed and C."""
+    """``match``: no speculation runs k = 0 only; speculation at every k divides by it at the same seed and C."""
     pts = pd.DataFrame({
         "system": ["none", "sd", "sd", "none", "sd"],
         "seed": 0,

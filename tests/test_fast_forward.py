@@ -245,6 +245,9 @@ SCENARIOS = {
     "vllm at low load (runs go on past finishes)": ["system=vllm", "rps=0.5", *WORKLOAD],
     "static k=3 at low load, batch expansion (runs go on past finishes)": ["system=static_sd_k3", "rps=0.5",
                                                                            *WORKLOAD],
+    "vllm in a closed loop of 4 (a finish sends a waiting request)": ["system=vllm", "rps=8", "max_concurrency=4",
+                                                                      *WORKLOAD],
+    "static k=3 in a closed loop of 1": ["system=static_sd_k3", "rps=2", "max_concurrency=1", *WORKLOAD],
 }
 
 

@@ -52,6 +52,7 @@ class RequestTable:
     record: np.ndarray | None = None  # int64 record of its dataset's span file each request replays (-1: none)
     record_file: tuple[tuple[str, str, str], ...] = ()  # (dataset, span file path, as notes show it) per span file
     group: np.ndarray | None = None  # int64 prompt index per request with ``workload.static_batch`` (copies share it)
+    max_concurrency: int | None = None  # closed loop: at most this many in flight (``arrival_s``: the releases)
 
     def subset(self, idx: np.ndarray) -> RequestTable:
         """The requests ``idx`` as a table of their own (same classes, sources and span files)."""
@@ -149,6 +150,7 @@ def build_workload(
         record=record[sel] if (record >= 0).any() else None,
         record_file=files,
         group=group,
+        max_concurrency=spec.max_concurrency,
     )
 
 

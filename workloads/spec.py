@@ -215,6 +215,10 @@ class WorkloadSpec:
     and acceptance source), released together once the previous prompt's batch has finished (an offline
     ``LLM.generate`` per prompt; SpecDecode-Bench); ``RequestTable.group`` says which prompt each copy is;
     the prompts are the datasets', the outputs ignore the datasets' lengths.
+    ``max_concurrency``: C closes the loop as vLLM's benchmark does with ``--max-concurrency C``: the arrival process
+    releases the requests, at most C are in flight, and a released request waits (first come, first sent) until one
+    finishes; its latencies count from its send (:mod:`repro.sim.client`; ``backend=openai`` sends the same way).
+    null: the open loop, every request sent at its arrival.
     """
 
     num_requests: int
@@ -235,10 +239,15 @@ class WorkloadSpec:
     clients: bool = False
     output_to_max_len: bool = False
     static_batch: int | None = None
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
             raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        c = self.max_concurrency
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ValueError(f"max_concurrency must be a positive integer (the requests in flight at most, vLLM's "
+                             f"--max-concurrency) or null (the open loop), got {c!r}")
         replays_file = self.arrival.kind == "trace" and self.arrival.trace == TRACE_FILE
         if replays_file and not self.path:
             raise ValueError("workload=trace_file needs workload.path=FILE (a CSV or JSONL of requests)")
@@ -247,6 +256,9 @@ class WorkloadSpec:
         if self.static_batch is not None and (isinstance(self.static_batch, bool) or self.static_batch < 1):
             raise ValueError(f"workload.static_batch must be an integer >= 1 (copies per prompt), got "
                              f"{self.static_batch!r}")
+        if self.static_batch is not None and c is not None:
+            raise ValueError("workload.static_batch runs each prompt's copies as one offline batch: it takes no "
+                             "max_concurrency (set max_concurrency=null)")
         if self.format not in TRACE_FORMATS:
             raise ValueError(f"workload.format must be one of {TRACE_FORMATS}, got {self.format!r}")
         if self.source not in SOURCES:

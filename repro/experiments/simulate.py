@@ -139,7 +139,8 @@ def build(cfg: DictConfig, policy: Policy | None = None, table: Any = None) -> B
                     counterfactual_arms=cfg.engine.get("counterfactual_arms"),
                     max_sim_time_s=cfg.get("max_sim_time_s"), max_steps=cfg.get("max_steps"),
                     client=getattr(table, "client", None), backend=backend,
-                    fast_forward=bool(cfg.engine.get("fast_forward", True)))
+                    fast_forward=bool(cfg.engine.get("fast_forward", True)),
+                    max_concurrency=getattr(table, "max_concurrency", None))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
                  oracle=oracle, backend=backend)
 
@@ -333,7 +334,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     n = len(table)
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url),
                  model=str(b.model or model.name), vocab_size=int(b.vocab_size or model.vocab_size),
-                 seed=int(cfg.seed), timeout_s=float(b.timeout_s), max_concurrency=b.max_concurrency)
+                 seed=int(cfg.seed), timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency)
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
     nan = np.full(n, np.nan)
@@ -348,6 +349,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
         "num_proposed": zero, "num_accepted": zero, "num_matched": zero, "num_decode_steps": zero,
         "num_spec_steps": zero, "tpot_slo_s": table.tpot_slo_s, "ttft_slo_s": table.ttft_slo_s,
         "num_preemptions": zero, "service_s": nan, "swap_s": np.zeros(n), "replica": zero,
+        **({"released_at": r["arrival_s"].to_numpy()} if table.max_concurrency is not None else {}),
     })
     metrics = summarize(requests, float(res.duration_s), None)
     # vLLM's serving metrics replace summarize's of the same name (vLLM counts only the successful requests); its
@@ -387,6 +389,7 @@ def requests_frame(out: SimOutput, table: Any) -> pd.DataFrame:
         "replica": out.replica_of,
         **({"client": np.asarray(table.client)} if getattr(table, "client", None) is not None else {}),
         **out.request_columns,
+        **({"released_at": out.released_at} if out.released_at is not None else {}),
     })
 
 

@@ -2,7 +2,9 @@
 
 :class:`Engine` takes events in time order: the sorted arrivals, each routed to a replica (``Policy.route`` where the
 deployment has several) before any step at its time, and the replicas' steps (a heap of ``(time, seq, replica)``).
-Simulated time never moves backwards. One step of a :class:`Replica` is the reference of what the simulator does:
+Simulated time never moves backwards. With ``max_concurrency`` the arrivals are a benchmark client's releases and a
+closed loop (:mod:`repro.sim.client`) sends each when one of its slots is free. One step of a :class:`Replica` is the
+reference of what the simulator does:
 
 1. schedule: the policy plans a :class:`~repro.sim.plan.StepPlan` from its read-only :class:`~repro.sim.state.View`;
 2. execute (:meth:`Replica._execute`): check the plan, apply its memory actions, preemptions and swap-ins, allocate
@@ -30,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
+from repro.sim.client import ClosedLoop
 from repro.sim.fastforward import ArrivalFeed, FastForward
 from repro.sim.kv import KvPool
 from repro.sim.plan import PlanError, StepPlan, StepResult
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     from repro.sim.proposers import Proposer, Proposers
     from repro.sim.trace import StepObserver
 
-_ARRIVAL, _STEP = 0, 1  # arrivals at time t are handled before steps starting at t
+_ARRIVAL, _STEP, _FREE = 0, 1, 2  # arrivals (and a closed loop's freed slots) at time t come before steps at t
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
 
@@ -74,6 +77,7 @@ class SimOutput:
     step_telemetry: list[Mapping[str, float] | None] = field(default_factory=list)
     request_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the policies' per-request estimates
     rounds: pd.DataFrame | None = None  # the round trace (record_rounds): one row per decoding request per step
+    released_at: np.ndarray | None = None  # closed loop (max_concurrency): each request's release by the client
 
 
 class Replica:
@@ -108,6 +112,8 @@ class Replica:
         self._mark = np.zeros(state.n, dtype=np.int64)
         self._arange = np.arange(1024)
         self.busy = False
+        self.stop_at_finish = False  # a finish may send a waiting request (closed loop): runs stop after one
+        self.finished: list[np.ndarray] | None = None  # closed loop: the requests finished since the engine looked
         self.num_steps = 0
         self.num_scheduled = 0  # Σ over its steps of the requests each step ran (prefilling or decoding)
         self.view = View(state, block_size=block_size, max_model_len=max_model_len, cost=cost,
@@ -409,6 +415,8 @@ class Replica:
         s = self.s
         s.status[rids] = _FINISHED
         s.finish_at[rids] = at
+        if self.finished is not None:
+            self.finished.append(rids)
         self.kv.release(rids)
         gone = set(rids.tolist())
         s.running = [r for r in s.running if r not in gone]
@@ -464,6 +472,9 @@ class Engine:
     ``max_steps`` stops a replica after that many steps (GoodSpeed's rounds); ``client`` gives each request's client
     (``View.client``); ``backend`` runs every step on real models (:class:`repro.backends.hf.HfBackend`);
     ``fast_forward=False`` turns the fast path off (:mod:`repro.sim.fastforward`: the same results, only slower).
+    ``max_concurrency`` = C closes the loop (:class:`repro.sim.client.ClosedLoop`, vLLM's ``--max-concurrency``):
+    ``arrival_s`` are then the client's releases, at most C requests are in flight, and a request's ``arrival_s`` in
+    the output is when it was sent (``SimOutput.released_at``: its release).
     """
 
     def __init__(self, *, arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray,
@@ -473,10 +484,17 @@ class Engine:
                  record_rounds: bool = False, observers: Sequence[StepObserver] = (),
                  counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
                  max_steps: int | None = None, client: np.ndarray | None = None,
-                 backend: StepBackend | None = None, fast_forward: bool = True) -> None:
+                 backend: StepBackend | None = None, fast_forward: bool = True,
+                 max_concurrency: int | None = None) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
+        if max_concurrency is not None:
+            ClosedLoop(max_concurrency, self.arrival_s)  # (checks it)
+        self.max_concurrency = max_concurrency
+        # closed loop: the requests' arrival at the server is their send, written as they are sent (every replica's
+        # state shares this array); the release times stay in self.arrival_s
+        self.sent_at = self.arrival_s.copy() if max_concurrency is not None else self.arrival_s
         self.deployment = deployment
         self.policy = deployment.policy
         self.max_sim_time_s = max_sim_time_s
@@ -485,7 +503,8 @@ class Engine:
         watchers = tuple(o for o in (*observers, self.tracer, self.round_tracer) if o is not None)
         servers = deployment.draft_servers
         self.replicas: list[Replica] = []
-        cols = (arrival_s, prompt_len, output_len, tpot_slo_s, ttft_slo_s, slo_class)
+        cols = (self.sent_at if max_concurrency is not None else arrival_s, prompt_len, output_len, tpot_slo_s,
+                ttft_slo_s, slo_class)
         self.max_steps = max_steps
         for i, spec in enumerate(deployment.replicas):
             cost = deployment.cost_model(spec.tp)
@@ -512,16 +531,28 @@ class Engine:
         feed = ArrivalFeed(arrivals)  # arrivals come first at a time; a replica may admit some inside its runs
         reps = self.replicas
         views = [r.view for r in reps]
-        through = feed if not self.multi and self.max_steps is None else None
+        can_go_through = not self.multi and self.max_steps is None
+        gate = self._closed_loop()  # the client's slots (None: the open loop, every release sent at once)
+        through = feed if can_go_through and gate is None else None
         now = 0.0
         limit = self.max_sim_time_s
         idle_steps = 0
         stopped = False
         while True:
             upcoming = feed.time()
-            if heap and heap[0][0] < upcoming:
+            free_at = math.inf  # closed loop: when the next slot frees
+            if gate is not None:
+                if gate.never_waits(n - feed.next):  # from here on every release is sent at once: the open loop's
+                    self._open_loop()
+                    gate = None
+                    through = feed if can_go_through else None
+                else:
+                    free_at = gate.next_free()
+            if heap and heap[0][0] < min(upcoming, free_at):
                 t, _, idx = heapq.heappop(heap)
                 kind = _STEP
+            elif free_at <= upcoming and free_at < math.inf:
+                t, kind = free_at, _FREE
             elif feed.next < n:
                 t, kind, idx = upcoming, _ARRIVAL, feed.next
                 feed.next += 1
@@ -534,7 +565,15 @@ class Engine:
                 now, stopped = limit, True
                 break
             now = t
-            if kind == _ARRIVAL:
+            if kind == _FREE:
+                assert gate is not None
+                sent = gate.free()  # the request that waited longest is sent in the freed slot
+                if sent is None:
+                    continue
+                idx = sent
+            elif kind == _ARRIVAL and gate is not None and not gate.release(idx, now):
+                continue  # it waits for a slot
+            if kind != _STEP:
                 rep = reps[self.policy.route(idx, int(reps[0].s.slo_class[idx]), views)] if self.multi else reps[0]
                 self.replica_of[idx] = rep.index
                 rep.admit(idx)
@@ -546,7 +585,17 @@ class Engine:
                 if self.max_steps is not None and rep.num_steps >= self.max_steps:
                     stopped = True  # the run's step budget (GoodSpeed's rounds): this replica stops here
                     continue
-                end = rep.step(now, upcoming, limit, self.max_steps, through)
+                until = upcoming
+                if gate is not None:
+                    # a finish sends a waiting request: runs stop at their first finish and before a pending one
+                    # (with several replicas, any replica's next step may finish one: single steps)
+                    rep.stop_at_finish = bool(gate.queue)
+                    if gate.queue:
+                        until = math.nextafter(now, math.inf) if self.multi else min(upcoming, free_at)
+                end = rep.step(now, until, limit, self.max_steps, through)
+                if gate is not None and rep.finished:
+                    gate.finished(rep.s.finish_at[np.concatenate(rep.finished)].tolist())
+                    rep.finished.clear()
                 if end is None:
                     rep.busy = False
                 else:
@@ -567,7 +616,23 @@ class Engine:
                          steps=tracer.records if tracer is not None else [],
                          step_telemetry=tracer.telemetry if tracer is not None else [],
                          request_columns=self._request_columns(),
-                         rounds=self.round_tracer.frame() if self.round_tracer is not None else None)
+                         rounds=self.round_tracer.frame() if self.round_tracer is not None else None,
+                         released_at=self.arrival_s.copy() if self.max_concurrency is not None else None)
+
+    def _closed_loop(self) -> ClosedLoop | None:
+        """A new run's client slots (``max_concurrency``), every request unsent; ``None`` for the open loop."""
+        if self.max_concurrency is None:
+            return None
+        self.sent_at[:] = self.arrival_s
+        for rep in self.replicas:
+            rep.finished = []
+        return ClosedLoop(self.max_concurrency, self.sent_at)
+
+    def _open_loop(self) -> None:
+        """The client's slots no longer matter (nobody can wait): the replicas run as in the open loop."""
+        for rep in self.replicas:
+            rep.finished = None
+            rep.stop_at_finish = False
 
     def _request_columns(self) -> dict[str, np.ndarray]:
         """Each replica policy's :meth:`~repro.sim.policy.Policy.request_columns`, for the requests routed to it (NaN

@@ -14,11 +14,12 @@ nothing changed) and the step path runs the plan. What a caller must know:
 - A run's steps start before the next arrival and by the time limit (``limit``), at most the step budget of them;
   it stops before the first step whose KV would not fit the free blocks (the policy would preempt), and after the
   first step that finishes a request.
-- With ``keeps_plan_after_finish``, nothing waiting or swapped and no observers, it goes on past finishes, each
-  request leaving after its last step. With ``admits`` too, one replica and no step budget (the engine then hands it
-  the ``arrivals``), it goes on through arrivals: at the first step boundary at or after one, if every request then
-  waiting fits the policy's rule, it admits them, prices their prefill step in place (:meth:`FastForward._prefill`)
-  and goes on with them last in the batch; otherwise it stops there.
+- With ``keeps_plan_after_finish``, nothing waiting or swapped, no observers and no request waiting for a finish
+  in a closed loop (``stop_at_finish``), it goes on past finishes, each request leaving after its last step. With
+  ``admits`` too, one replica and no step budget (the engine then hands it the ``arrivals``: never while a closed
+  loop can hold a request back), it goes on through arrivals: at the first step boundary at or after one, if every
+  request then waiting fits the policy's rule, it admits them, prices their prefill step in place
+  (:meth:`FastForward._prefill`) and goes on with them last in the batch; otherwise it stops there.
 - Other replicas' events do not stop it: replicas share nothing but the router, and a routed deployment's runs stop
   before every arrival, so each replica's view at a routing decision is the step path's.
 - Every state array afterwards equals the step path's bit for bit: the same cost functions over arrays
@@ -76,6 +77,7 @@ class Host(Protocol):
     observers: tuple[StepObserver, ...]
     draft_resident: bool
     draft_ready_at: float | None
+    stop_at_finish: bool
     num_steps: int
     num_scheduled: int
 
@@ -208,8 +210,10 @@ class FastForward:
         r = self.r
         s, ids_ = r.s, plan.decode_ids
         remaining = s.output_len[ids_] - gen
-        # past a finish the run goes on with the others where the policy plans just that (nothing can be admitted)
-        onward = r.policy.keeps_plan_after_finish and not r.observers and not s.waiting and not s.swapped
+        # past a finish the run goes on with the others where the policy plans just that (nothing can be admitted,
+        # and no finish sends a waiting request: a closed loop's, Replica.stop_at_finish)
+        onward = (r.policy.keeps_plan_after_finish and not r.observers and not s.waiting and not s.swapped
+                  and not r.stop_at_finish)
         admits = r.policy.admits if onward and arrivals is not None and budget is None else None
         # how many steps to score ahead: until the first (onward: the last) request must have finished, within the
         # step budget and about as many as fit before ``until`` at the last run's step duration; through arrivals,

@@ -86,3 +86,12 @@ def test_an_unreachable_server_is_reported_per_request() -> None:
 def test_a_missing_url_is_named() -> None:
     with pytest.raises(ConfigError, match=r"backend\.url"):
         run_point(compose(["backend=openai", "model=llama-68m", "workload=fixed", "num_requests=2"]))
+
+
+def test_the_workloads_closed_loop_limits_the_requests_in_flight(server: Server) -> None:
+    """``max_concurrency=1`` (the simulator's key) sends one request at a time to the live server too: no two
+    [send, finish] intervals overlap, and each request's release is kept beside its send."""
+    req = run_point(compose([*_overrides(server.url), "max_concurrency=1"])).requests.sort_values("arrival_s")
+    sent, fin = req["arrival_s"].to_numpy(), req["finish_at"].to_numpy()
+    assert (fin[:-1] <= sent[1:]).all()
+    assert (req["released_at"] <= req["arrival_s"]).all()

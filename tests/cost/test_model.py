@@ -89,6 +89,8 @@ def test_parameter_counts() -> None:
     assert load_model("llama2-7b").weight_params == pytest.approx(6.74e9, rel=0.01)
     assert load_model("llama3-8b").weight_params == pytest.approx(8.03e9, rel=0.01)
     assert load_model("qwen2.5-0.5b").weight_params == pytest.approx(0.494e9, rel=0.02)
+    # Qwama-0.5B: Qwen2-0.5B with Llama-3's 128,256-token vocabulary (tied) instead of 151,936: 23,680 x 896 fewer
+    assert load_model("qwama-0.5b").weight_params == pytest.approx(0.494e9 - 23_680 * 896, rel=0.02)
     eagle = load_model("eagle-llama3-8b")
     assert (
         eagle.weight_params == eagle.layer_linear_params + 2 * 4096 * 4096

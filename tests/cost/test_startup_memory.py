@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from repro.cost.model import GiB, CostModel
+from repro.cost.model import CostModel, GiB
 from repro.cost.serving import EngineProfile, load_engine
 from repro.cost.spec import load_hardware, load_model
 
