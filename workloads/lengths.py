@@ -123,6 +123,8 @@ class LengthDrawer:
             p, o = sample_table(table, n, self.rng)
             if ds.output_len is not None:
                 o = np.full(n, ds.output_len, dtype=np.int64)
+            if ds.prompt_mean is not None:  # the table's mean: its quantile function averaged (trapezoids)
+                p = self._rescale(ds, p, float(np.mean((table.prompt_q[1:] + table.prompt_q[:-1]) / 2.0)))
             p, o, _ = self.fit(p, o)
             return p, o, np.full(n, -1, dtype=np.int64), None, None
         path, shown = found
@@ -131,16 +133,29 @@ class LengthDrawer:
         except (FileNotFoundError, ValueError) as exc:
             raise DataMissingError(str(exc)) from None
         pool = np.arange(f.prompt_len.size)
+        prompt_len = f.prompt_len
+        if ds.prompt_mean is not None:
+            prompt_len = self._rescale(ds, prompt_len, float(prompt_len.mean()))
+        out_len = f.output_len if ds.output_len is None else np.full(f.output_len.size, ds.output_len, dtype=np.int64)
         if self.max_model_len is not None:
-            pool = pool[f.prompt_len[pool] + f.output_len[pool] <= self.max_model_len]
+            pool = pool[prompt_len[pool] + out_len[pool] <= self.max_model_len]
         if not pool.size:
             raise ValueError(f"dataset {ds.key}: no record of {shown} fits max_model_len={self.max_model_len}")
         take = np.concatenate([self.rng.permutation(pool) for _ in range(-(-n // pool.size))])[:n]
         self.record(ds.key, "file", False, f"{ds.key}: acceptance-span file {shown} ({f.prompt_len.size} records, "
                     f"{pool.size} within max_model_len; output = the shortest of the recorded output and its span "
                     "lists)")
-        o = f.output_len[take].copy() if ds.output_len is None else np.full(n, ds.output_len, dtype=np.int64)
-        return f.prompt_len[take].copy(), o, take.astype(np.int64), str(path), shown
+        return prompt_len[take].copy(), out_len[take].copy(), take.astype(np.int64), str(path), shown
+
+    def _rescale(self, ds: DatasetSpec, p: np.ndarray, source_mean: float) -> np.ndarray:
+        """Prompt lengths ``p`` times ``ds.prompt_mean`` / ``source_mean`` (rounded, at least 1), said in the notes."""
+        assert ds.prompt_mean is not None
+        factor = float(ds.prompt_mean) / source_mean
+        note = (f"{ds.key}: prompt lengths rescaled x{factor:.4f} (source mean {source_mean:.1f} -> "
+                f"{float(ds.prompt_mean):g} tokens, the dataset's prompt_mean)")
+        if note not in self.notes:
+            self.notes.append(note)
+        return np.maximum(1, np.rint(np.asarray(p, dtype=np.float64) * factor)).astype(np.int64)
 
     def _to_max_len(self, ds: DatasetSpec, draw: Any) -> Any:
         """``draw`` with every output running to ``max_model_len`` (``output_to_max_len``): a prompt that leaves

@@ -55,6 +55,9 @@ class DatasetSpec:
     joined with newlines (empty values skipped); ``output_field``: the reference-output column (optional: without
     it, outputs are drawn from the ShareGPT output-length table). A list value counts its first element (first
     turn; a dict's ``content`` or ``value``). Token counts use the target model's tokenizer (chars/4 when absent).
+    ``prompt_mean`` (dataset ``spans``): rescale every prompt length by prompt_mean / the source's mean prompt
+    length (rounded, at least 1): the same prompts counted in another tokenizer, e.g. InstructCoder's prompts recorded
+    in Llama-3 tokens at vLLM's measured 144.5 Qwen3 tokens (validate_vllm_v1).
     ``label``: the name in ``RequestTable.dataset``, by which the oracle looks up acceptance rates (any dataset;
     default: the loader name, and ``hf:<base name of path>`` for ``hf``, e.g. ``hf:alpaca`` for
     ``tatsu-lab/alpaca``, which the oracle's ``default`` entry covers).
@@ -75,10 +78,16 @@ class DatasetSpec:
     prompt_field: str | tuple[str, ...] | None = None
     output_field: str | None = None
     label: str | None = None
+    prompt_mean: float | None = None
 
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise ValueError(f"dataset {self.name}: weight must be >= 0")
+        if self.prompt_mean is not None:
+            if self.name != "spans":
+                raise ValueError(f"dataset {self.name}: prompt_mean is read by dataset spans only")
+            if isinstance(self.prompt_mean, bool) or not float(self.prompt_mean) >= 1.0:
+                raise ValueError(f"dataset spans: prompt_mean must be a number >= 1, got {self.prompt_mean!r}")
         if self.source is not None and self.source not in SOURCES:
             raise ValueError(f"dataset {self.name}: source must be one of {SOURCES}, got {self.source!r}")
         if isinstance(self.prompt_field, (list, tuple)):  # a YAML list: keep the spec hashable

@@ -253,6 +253,7 @@ def run_point(cfg: DictConfig) -> PointResult:
     if getattr(built.table, "client", None) is not None and built.deployment is not None \
             and built.deployment.draft_servers and built.engine.policy.round_budget is not None:
         metrics.update(edge_optimum(built, out, steps))
+    metrics.update(kv_report(built))
     window = cfg.get("peak_window_s")
     if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
         metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
@@ -262,6 +263,16 @@ def run_point(cfg: DictConfig) -> PointResult:
     return PointResult(metrics=metrics, requests=requests, steps=steps,
                        notes=[built.table.source, *getattr(built.oracle, "notes", [])],
                        provenance=provenance, rounds=out.rounds)
+
+
+def kv_report(built: Built) -> dict[str, float]:
+    """``kv_cache_tokens``: the KV capacity vLLM V1 reports at start-up ("GPU KV cache size: N tokens"), summed over
+    the replicas, for runs whose engine profile sizes the cache as V1 does (``kv_accounting: profile_run``); nothing
+    for the others (their references predate it)."""
+    reps = getattr(built.engine, "replicas", [])
+    if not reps or any(r.cost.engine.kv_accounting != "profile_run" for r in reps):
+        return {}
+    return {"kv_cache_tokens": float(sum(r.kv.total * r.kv.block_size for r in reps))}
 
 
 def provenance_of(table: Any, oracle: Any) -> list[dict[str, Any]]:
@@ -313,6 +324,7 @@ def run_static_batches(cfg: DictConfig, built: Built, t0: float) -> PointResult:
     metrics["num_prompts"] = float(len(rates))
     spec_steps = float(requests["num_spec_steps"].sum())  # drafts per speculative step (a static chain: its k)
     metrics["k"] = float(requests["num_proposed"].sum()) / spec_steps if spec_steps else 0.0
+    metrics.update(kv_report(built))
     metrics["wall_s"] = time.perf_counter() - t0
     return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
                        notes=[table.source, *notes], provenance=provenance_of(table, built.oracle))

@@ -155,6 +155,8 @@ def grid_values(exp: ExpSpec) -> dict[str, list[Any]]:
             add(key, value)
         for key, value in case.overrides.items():
             add(key, value)
+        for key, value in case.columns.items():  # a constant column may share a config key's name (k = 0)
+            add(key, value)
     return out
 
 
