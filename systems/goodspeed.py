@@ -22,7 +22,7 @@ Deviations:
   "with β = 0.5").
 - A client that starts a new request computes its prompt on the verifier that round and drafts from the next; its
   server prefills its own copy of the prompt when it first drafts (the remote proposer's catch-up).
-- Engine: GoodSpeed's verifier is its own code; its pass is costed as a multi-query engine (``vllm_v1``: one pass of
+- Engine: GoodSpeed's verifier is its own code; its pass is costed as a multi-query engine (``pytorch_mq``: one pass of
   1 + S_i tokens per request, prompts and drafts in one step).
 """
 

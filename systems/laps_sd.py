@@ -51,8 +51,8 @@ Deviations:
   a request becomes perceptible after a round, so they are always defined when Eq. 6 is used.
 - The output-length predictor ([Z et al., 2024], a fine-tuned LLM) is modelled as multiplicative log-normal error
   around the reference length (``systems.lib.LogNormalLengthPredictor``), shared with LP-SJF.
-- The paper's implementation is its own PyTorch code; the engine profile is ``vllm_v1`` (the k + 1 tokens verified
-  in one multi-query pass, no batch expansion), the same for LAPS-SD, FCFS, LP-SJF and LAS.
+- The paper's implementation is its own PyTorch code; the engine profile is ``pytorch_mq`` (the k + 1 tokens
+  verified in one multi-query pass, no batch expansion), the same for LAPS-SD, FCFS, LP-SJF and LAS.
 """
 
 from __future__ import annotations

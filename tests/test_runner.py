@@ -157,7 +157,7 @@ def test_a_swept_key_set_under_exp_beats_quick(conf_dir: Path, tmp_path: Path, f
     ("extra", "warned", "noted"),
     [
         (["exp.systems=[vllm,laps_sd]"], True, True),  # the command line compares systems of two papers
-        (["exp.systems=[vllm,laps_sd]", "engine=vllm_v1"], False, False),  # ... on one engine, as asked
+        (["exp.systems=[vllm,laps_sd]", "engine=pytorch_mq"], False, False),  # ... on one engine, as asked
         (["exp.systems=[vllm,static_sd]"], False, False),  # one engine
     ],
 )
@@ -167,11 +167,11 @@ def test_systems_on_different_engines_are_named(conf_dir: Path, tmp_path: Path, 
     res = run(conf_dir, tmp_path / "o", "quick=true", *extra)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: engine profiles")]
     summary = (tmp_path / "o" / "summary.md").read_text()
-    line = "vllm on vllm_v0; laps_sd on vllm_v1 (each system on its own paper's engine, as its config names it); " \
+    line = "vllm on vllm_v0; laps_sd on pytorch_mq (each system on its own paper's engine, as its config names it); " \
            "engine=NAME runs every system on one"
     assert err == ([f"warning: engine profiles differ: {line}"] if warned else [])
     assert (f"> **Engine profiles differ: {line}**" in summary) == noted
-    assert res.manifest["engines"]["vllm"] == ("vllm_v1" if "engine=vllm_v1" in extra else "vllm_v0")
+    assert res.manifest["engines"]["vllm"] == ("pytorch_mq" if "engine=pytorch_mq" in extra else "vllm_v0")
 
 
 def test_an_experiment_comparing_engines_says_so_without_warning(
@@ -181,7 +181,7 @@ def test_an_experiment_comparing_engines_says_so_without_warning(
     res = run(conf_dir, tmp_path / "o", "quick=true")
     assert "warning" not in capsys.readouterr().err and "engine_warning" not in res.manifest
     summary = (tmp_path / "o" / "summary.md").read_text()
-    assert "\nEngine profiles: vllm, sd_k2 on vllm_v0; laps_sd on vllm_v1 (each system on its paper's engine, as " \
+    assert "\nEngine profiles: vllm, sd_k2 on vllm_v0; laps_sd on pytorch_mq (each system on its paper's engine, as " \
            "the experiment compares them); engine=NAME runs every system on one.\n" in summary
 
 

@@ -360,7 +360,7 @@ def _verify_cost_rows() -> list[_Row]:
     """docs/calibration.md: the consequences for verification cost (whole pass, context 256, same launch mode)."""
     rows = []
     for hw, name in (("a100-80g", "A100"), ("h100-80g", "H100")):
-        cm = _cm(hw, "llama2-7b", engine="vllm_v1")  # Vidur's kernel profiles: no engine's scorer
+        cm = _cm(hw, "llama2-7b", engine="pytorch_mq")  # Vidur's kernel profiles: no engine's scorer
         base8 = _decode_s(cm, 8, 256)
         rows.append(_anchor(
             f"verify 8 seqs x (1+4) / decode 8 seqs ({name})",
@@ -369,7 +369,7 @@ def _verify_cost_rows() -> list[_Row]:
             1.06,
             _decode_s(cm, 8, 256, new=5) / base8,
             "ratio (context 256), error on its excess (ratio − 1); claim: within 5–7 %. Multi-query passes with CUDA "
-            "graphs (vllm_v1), as Vidur's kernel profiles are: the extra 4 tokens per sequence cost their share of "
+            "graphs (pytorch_mq), as Vidur's kernel profiles are: the extra 4 tokens per sequence cost their share of "
             "the flat linear layers, and their attention compute stays under the KV read",
             checked=False,
             ratio=True,
@@ -400,8 +400,8 @@ def _verify_cost_rows() -> list[_Row]:
 
 
 def _share(batch: int, context: int, k: int) -> float:
-    """TurboSpec §8.2's draft share on the multi-query engine profile (vllm_v1), for the batch-32 note."""
-    d, v = _spec_step_s(_cm("h100-80g", "llama2-7b", draft="llama-160m", engine="vllm_v1"), batch, context, k)
+    """TurboSpec §8.2's draft share on the multi-query engine profile (pytorch_mq), for the batch-32 note."""
+    d, v = _spec_step_s(_cm("h100-80g", "llama2-7b", draft="llama-160m", engine="pytorch_mq"), batch, context, k)
     return d / (d + v)
 
 
