@@ -36,6 +36,8 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   terms rather than taking max(host, GPU): exact while they stay below the step's GPU time (a 0.8 ms round against
   a ≥ 6 ms pass of a ≥ 7B target on an H100). Prompt lookup's CPU matching stays charged (it runs between sampling
   and the next pass).
+- **reports_kv_tokens**: the engine logs its KV capacity in tokens at start-up (vLLM V1's "GPU KV cache size: N
+  tokens"): its runs' points.csv gets ``kv_cache_tokens``.
 - **elastic memory** (:class:`~repro.sim.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
   the segment, register its blocks) and ``reload_dispatch_s`` of host time to start an asynchronous draft reload.
   The only measurements are Nightjar Table 6's (its extension of vLLM, 32B on 2x L20): the defaults.
@@ -83,6 +85,7 @@ class EngineProfile:
     non_torch_gib: float = 0.0
     graph_sizes: tuple[int, ...] = ()
     async_scheduling: bool = False
+    reports_kv_tokens: bool = False
     kv_expand_s: float = 0.1439
     reload_dispatch_s: float = 2.19e-5
     source: str = ""
@@ -103,8 +106,9 @@ class EngineProfile:
             raise ValueError(f"engine {self.name!r}: graph_sizes must be increasing positive integers, "
                              f"got {list(sizes)}")
         object.__setattr__(self, "graph_sizes", sizes)
-        if not isinstance(self.async_scheduling, bool):
-            raise ValueError(f"engine {self.name!r}: async_scheduling must be true or false")
+        for key in ("async_scheduling", "reports_kv_tokens"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"engine {self.name!r}: {key} must be true or false")
         for key in ("profile_tokens", "profile_seqs", "cuda_graph_gib", "non_torch_gib",
                     "graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
                     "reload_dispatch_s"):

@@ -266,11 +266,11 @@ def run_point(cfg: DictConfig) -> PointResult:
 
 
 def kv_report(built: Built) -> dict[str, float]:
-    """``kv_cache_tokens``: the KV capacity vLLM V1 reports at start-up ("GPU KV cache size: N tokens"), summed over
-    the replicas, for runs whose engine profile sizes the cache as V1 does (``kv_accounting: profile_run``); nothing
-    for the others (their references predate it)."""
+    """``kv_cache_tokens``: the KV capacity the engine reports at start-up, summed over the replicas, for runs whose
+    engine profile says it does (``reports_kv_tokens``: vLLM V1's "GPU KV cache size: N tokens"); nothing for the
+    others."""
     reps = getattr(built.engine, "replicas", [])
-    if not reps or any(r.cost.engine.kv_accounting != "profile_run" for r in reps):
+    if not reps or not all(r.cost.engine.reports_kv_tokens for r in reps):
         return {}
     return {"kv_cache_tokens": float(sum(r.kv.total * r.kv.block_size for r in reps))}
 

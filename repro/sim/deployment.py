@@ -18,6 +18,7 @@ one replica per spec and routes each arriving request; any other policy is the d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,8 @@ class Deployment:
         """The deployment of ``policy`` under a composed config (module docstring for the keys read)."""
         return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
-                      gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization), engine=engine_profile(cfg),
+                      gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization),
+                      engine=profiled_with(engine_profile(cfg), policy),
                       draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg),
                       draft_profile=target_profile(cfg, "draft_table"))
 
@@ -168,6 +170,19 @@ def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
     if hw is not None and hw != str(cfg.hardware.name):
         raise ConfigError(f"cost.{key}: {path.name} was measured on {gpu}, this run's hardware is "
                           f"{cfg.hardware.name} (run it with hardware={hw})")
+
+
+def profiled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
+    """``engine`` whose start-up profiling run (``kv_accounting: profile_run``) uses the policy's scheduler budgets,
+    as vLLM's does: a pass over ``max_num_batched_tokens`` tokens and the sampler over ``max_num_seqs`` sequences
+    (the profile's own values for a policy without them)."""
+    if engine.kv_accounting != "profile_run":
+        return engine
+    tokens = getattr(policy, "max_num_batched_tokens", None)
+    seqs = getattr(policy, "max_num_seqs", None)
+    changes = {k: int(v) for k, v in (("profile_tokens", tokens), ("profile_seqs", seqs))
+               if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    return dataclasses.replace(engine, **changes) if changes else engine
 
 
 def engine_profile(cfg: Any) -> EngineProfile:

@@ -37,24 +37,59 @@ def test_vllm_v1_kv_capacity_by_hand() -> None:
     assert cost.kv_capacity_blocks(draft_resident=False) == 5368
 
 
-def test_reserve_accounting_keeps_the_flat_reserve() -> None:
-    """The vLLM v0 profiles keep total x utilization - weights - 2 GiB per GPU."""
+def test_vllm_v0_profile_run_by_hand() -> None:
+    """vLLM v0's own start-up account (the profile run, without CUDA graphs: v0 captures them after allocating the KV
+    cache), which the vllm_v0 profiles do not use yet (they keep the flat reserve: the switch moves Nightjar's and
+    TurboSpec's references, docs/validation.md): Llama-2-7B on an A100-80GB, worked by hand.
+
+    - requested = 0.9 x 80 GiB = 77,309,411,328 B
+    - weights: 32 x (4 x 4096² + 3 x 4096 x 11008 = 202,375,168) + 2 x 32,000 x 4096 = 6,738,149,376 params x 2 B
+      = 13,476,298,752 B
+    - profiling pass over max_num_batched_tokens = 4096 tokens: 4096 x (2 x 4096 + 3 x 11008) x 2 B = 337,641,472 B
+      (the sampler's 4096 x 4096 x 2 + 3 x 256 x 32,000 x 4 = 131,858,432 B is smaller); non-torch 0.2 GiB
+    - available = 63,280,722,739.2 B over 16 x 524,288 B per block = 7,543 blocks
+    """
     hw, model = load_hardware("a100-80g"), load_model("llama2-7b")
-    cost = CostModel(hw, model, engine=load_engine("vllm_v0"))
+    v0 = dataclasses.replace(load_engine("vllm_v0"), kv_accounting="profile_run", profile_tokens=4096,
+                             profile_seqs=256, cuda_graph_gib=0.0, non_torch_gib=0.2)
+    cost = CostModel(hw, model, engine=v0)
+    parts = cost.non_kv_bytes(False)
+    assert parts["weights"] == 13_476_298_752 and parts["activations"] == 337_641_472
+    assert parts["cuda_graphs"] == 0.0 and parts["non_torch"] == pytest.approx(214_748_364.8)
+    assert cost.kv_capacity_blocks(draft_resident=False) == 7543
+
+
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v0_eager", "turbospec_mq", "flexflow", "pytorch_mq"])
+def test_reserve_accounting_keeps_the_flat_reserve(engine: str) -> None:
+    """Every profile but vllm_v1 keeps total x utilization - weights - 2 GiB per GPU."""
+    hw, model = load_hardware("a100-80g"), load_model("llama2-7b")
+    cost = CostModel(hw, model, engine=load_engine(engine))
     free = 80 * GiB * 0.9 - model.weight_bytes - 2 * GiB
     assert cost.kv_capacity_blocks(draft_resident=False) == int(free // (16 * model.kv_bytes_per_token))
     assert cost.non_kv_bytes(False)["cuda_graphs"] == 0.0
 
 
+def test_a_run_profiles_with_its_schedulers_budgets() -> None:
+    """vLLM profiles with the scheduler's max_num_batched_tokens and max_num_seqs: a run takes its system's."""
+    from repro.experiments.simulate import compose, instantiate_system
+    from repro.sim.deployment import Deployment
+
+    cfg = compose(["system=vllm_v1", "system.max_num_batched_tokens=2048", "system.max_num_seqs=64"])
+    cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system)).cost_model()
+    assert (cost.engine.profile_tokens, cost.engine.profile_seqs) == (2048, 64)
+    flex = compose(["system=adaserve"])
+    assert Deployment.from_cfg(flex, instantiate_system(flex.system)).cost_model().engine.kv_accounting == "reserve"
+
+
 def test_eagle_head_takes_memory_under_vllm_v1() -> None:
-    """vLLM V1 loads an EAGLE head configured as the draft and gives its layer KV in the same pool."""
+    """vLLM loads an EAGLE head configured as the draft and gives its layer KV in the same pool."""
     hw, target = load_hardware("h100-80g"), load_model("llama3-8b")
     head = load_model("eagle-llama3-8b")
     v1 = CostModel(hw, target, draft=head, engine=load_engine("vllm_v1"))
     plain = CostModel(hw, target, engine=load_engine("vllm_v1"))
     assert v1.kv_capacity_blocks(draft_resident=False) < plain.kv_capacity_blocks(draft_resident=False)
-    v0 = CostModel(hw, target, draft=head, engine=load_engine("vllm_v0"))
-    assert v0.resident_draft(False) is None
+    flat = CostModel(hw, target, draft=head, engine=load_engine("pytorch_mq"))
+    assert flat.resident_draft(False) is None  # the flat reserve model counts a draft only when a system keeps one
 
 
 def test_graph_padding() -> None:
