@@ -50,7 +50,8 @@ def main() -> None:
     curves = read_curves(root / "vllm_v1_bench" / "acceptance.csv")
     lines = [
         "# vLLM V1's measured mean acceptance lengths L(k) = 1 + accepted / drafting steps, k = 1..6, for Qwen3-32B",
-        "# (TP 1) on InstructCoder (vllm bench serve, vLLM V1 main of 2026-01-23, H100 94 GB; averaged over C = 1..256:",
+        "# (TP 1) on InstructCoder (vllm bench serve, vLLM V1 main of 2026-01-23, H100 94 GB; averaged over",
+        "# C = 1..256:",
         "# acceptance does not depend on load). Written by scripts/make_vllm_v1_acceptance.py from the data folder's",
         "# vllm_v1_bench/acceptance.csv (tomasruizt/vllm-scripts @ d94d714, the runs behind vLLM PR #24322). A list",
         "# entry makes the stream draw each position's accepted run A with P(A >= j) = L(j) - L(j - 1)",

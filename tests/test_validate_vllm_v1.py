@@ -54,7 +54,7 @@ def test_committed_curves_are_the_measured_ones() -> None:
 def test_oracle_reproduces_each_arms_lengths_at_every_k(arm: str) -> None:
     """80,000 steps per k: the mean emitted per step within 4 standard errors (< 0.01) of L(k)."""
     curve = committed()[arm]
-    table, draft = ARMS[arm]
+    table, _ = ARMS[arm]
     n, steps = 400, 200
     ds = np.array([LABEL] * n, dtype=object)
     if table == "accept":
