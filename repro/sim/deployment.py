@@ -178,11 +178,15 @@ def profiled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
     (the profile's own values for a policy without them)."""
     if engine.kv_accounting != "profile_run":
         return engine
-    tokens = getattr(policy, "max_num_batched_tokens", None)
-    seqs = getattr(policy, "max_num_seqs", None)
-    changes = {k: int(v) for k, v in (("profile_tokens", tokens), ("profile_seqs", seqs))
-               if isinstance(v, int) and not isinstance(v, bool) and v > 0}
-    return dataclasses.replace(engine, **changes) if changes else engine
+    def budget(name: str, default: int) -> int:
+        v = getattr(policy, name, None)
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+    tokens = budget("max_num_batched_tokens", engine.profile_tokens)
+    seqs = budget("max_num_seqs", engine.profile_seqs)
+    if (tokens, seqs) == (engine.profile_tokens, engine.profile_seqs):
+        return engine
+    return dataclasses.replace(engine, profile_tokens=tokens, profile_seqs=seqs)
 
 
 def engine_profile(cfg: Any) -> EngineProfile:
