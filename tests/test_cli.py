@@ -47,6 +47,17 @@ def test_config_typo_is_one_line_exit_2(tmp_path: Path, args: list[str], named: 
     assert "Traceback" not in res.stderr
 
 
+def test_a_draft_target_pair_without_acceptance_is_one_line_exit_2(tmp_path: Path) -> None:
+    """The oracle has no table for the pair: found when the first step speculates, printed as one line."""
+    res = cli("-m", "repro", "system=static_sd_k3", "model=qwen3-32b", "model@draft=qwen3-4b", "num_requests=5",
+              f"out_dir={tmp_path}")
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "no acceptance table for draft 'qwen3-4b' with target 'qwen3-32b'" \
+        in lines[-1], res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize("args", [["cost", "--help"], ["cost"], ["+exp=smoke", "quick"]])
 def test_unknown_command_is_one_line_exit_2(args: list[str]) -> None:
     # a bare word is neither a command nor an override: one line naming it, not Hydra's parser traceback

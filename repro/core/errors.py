@@ -18,6 +18,13 @@ class ConfigError(ReproError):
     """A configuration mistake: unknown key or config name, a value a constructor does not accept."""
 
 
+class MissingTableError(ConfigError, KeyError):
+    """An oracle table the run needs has no entry for its models (a draft/target pair, a target's EAGLE head): a
+    config mistake, and a :class:`KeyError` (a lookup that failed), printed as its plain message."""
+
+    __str__ = Exception.__str__
+
+
 class DataMissingError(ReproError):
     """A data file the run needs is missing (the message names the file and where it was looked for)."""
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.core.errors import MissingTableError
 from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
 from repro.oracle.distributions import _check_mean, _check_mean_of, _drift_arrays, _per_request
 from repro.oracle.spans import _SpanStream, measured_pmf, read_span_file, recorded_for, stand_in_check
@@ -277,7 +278,7 @@ class TokenOracle:
         stream = self._streams.get(name)
         if stream is None:
             if name in self._missing:
-                raise KeyError(self._missing[name])
+                raise MissingTableError(self._missing[name])
             raise ValueError(f"proposer stream {name!r} is not configured in this oracle "
                              f"(available: {sorted(self._streams)})")
         return stream
