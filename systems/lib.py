@@ -170,6 +170,33 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
     return NO_ADMISSION, kept, preempted
 
 
+def decodes_first(view: View, *, lookahead: int, token_budget: int, max_num_seqs: int,
+                  watermark_blocks: int = 0) -> tuple[np.ndarray, np.ndarray, Admission]:
+    """Sarathi-Serve's stall-free batching, which vLLM V1's scheduler also does; returns ``(decode_ids, preempt_ids,
+    prefill)``.
+
+    Every decode-ready running request decodes with ``1 + lookahead`` tokens (KV slots and token budget); while KV
+    runs short the most recently admitted are preempted (recompute) and no prefill runs that step. Otherwise the
+    rest of the token budget goes to ongoing chunked prefills, then to new admissions FCFS, the last prompt chunked.
+    """
+    decode, prefilling = split_running(view)
+    per = 1 + lookahead
+    free = view.free_blocks - int(view.blocks_for(decode, per).sum())
+    if free < 0:
+        kept, preempted, _ = make_room(view, decode, per, view.free_blocks)
+        return kept, preempted, NO_ADMISSION
+    budget = token_budget - decode.size * per
+    cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free)
+    if cont.rids.size:
+        budget -= cont.num_tokens
+        free -= int(view.blocks_for(cont.rids, cont.tokens).sum())
+    new = fcfs_admit(view, token_budget=budget, max_new_seqs=max_num_seqs - view.running.size, free_blocks=free,
+                     watermark_blocks=watermark_blocks, chunk=True)
+    if not new.rids.size:
+        return decode, EMPTY, cont
+    return decode, EMPTY, Admission(np.concatenate([cont.rids, new.rids]), np.concatenate([cont.tokens, new.tokens]))
+
+
 # --- SLO-aware continuous batching (AdaServe §6.3: FCFS and STTA) -------------------------------------------------
 
 

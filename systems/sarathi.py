@@ -13,12 +13,10 @@ Deviations:
 
 from __future__ import annotations
 
-import numpy as np
-
 from repro.sim.plan import IDLE, StepPlan
 from repro.sim.policy import Policy
 from repro.sim.state import View
-from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
+from systems.lib import decodes_first
 
 
 class Sarathi(Policy):
@@ -31,23 +29,13 @@ class Sarathi(Policy):
         self.watermark = watermark
 
     def schedule(self, view: View) -> StepPlan:
-        decode, prefilling = split_running(view)
-        # (1) decodes first: they never stall behind a prefill (preempt the latest admitted if KV runs short)
-        free = view.free_blocks - int(view.blocks_for(decode, 1).sum())
-        kept = decode
-        if free < 0:
-            kept, preempted, _ = make_room(view, decode, 1, view.free_blocks)
-            return StepPlan(decode_ids=kept, preempt_ids=preempted)  # memory is short: no prefill this step
-        budget = self.token_budget - kept.size
+        # (1) decodes first: they never stall behind a prefill (preempt the latest admitted if KV runs short);
         # (2) ongoing chunked prefills, then (3) new admissions, chunked to fill the rest of the token budget
-        cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free)
-        if cont.rids.size:
-            budget -= cont.num_tokens
-            free -= int(view.blocks_for(cont.rids, cont.tokens).sum())
-        new = fcfs_admit(view, token_budget=budget, max_new_seqs=self.max_num_seqs - view.running.size,
-                         free_blocks=free, watermark_blocks=int(self.watermark * view.total_blocks), chunk=True)
-        pre_ids = np.concatenate([cont.rids, new.rids])
-        if kept.size == 0 and pre_ids.size == 0:
+        decode, preempted, pre = decodes_first(view, lookahead=0, token_budget=self.token_budget,
+                                               max_num_seqs=self.max_num_seqs,
+                                               watermark_blocks=int(self.watermark * view.total_blocks))
+        if preempted.size:
+            return StepPlan(decode_ids=decode, preempt_ids=preempted)  # memory is short: no prefill this step
+        if decode.size == 0 and pre.rids.size == 0:
             return IDLE
-        return StepPlan(prefill_ids=pre_ids, prefill_tokens=np.concatenate([cont.tokens, new.tokens]),
-                        decode_ids=kept)
+        return StepPlan(prefill_ids=pre.rids, prefill_tokens=pre.tokens, decode_ids=decode)

@@ -25,7 +25,7 @@ import numpy as np
 from repro.sim.plan import IDLE, ProposerName, StepPlan
 from repro.sim.policy import Policy
 from repro.sim.state import View
-from systems.lib import check_positive_int, continue_prefills, fcfs_admit, make_room, split_running
+from systems.lib import check_positive_int, decodes_first
 
 
 class VLLMV1(Policy):
@@ -45,24 +45,15 @@ class VLLMV1(Policy):
     def schedule(self, view: View) -> StepPlan:
         k = self.k
         sync = self.uses_draft_model
-        decode, prefilling = split_running(view)
-        # (1) decodes first, 1 + k KV slots each (preempt the latest admitted if KV runs short)
-        free = view.free_blocks - int(view.blocks_for(decode, 1 + k).sum())
-        if free < 0:
-            kept, preempted, _ = make_room(view, decode, 1 + k, view.free_blocks)
-            return StepPlan(decode_ids=kept, k=np.full(kept.size, k, dtype=np.int64), proposer=self.proposer,
-                            draft_sync=sync, preempt_ids=preempted)
-        budget = self.max_num_batched_tokens - decode.size * (1 + k)
+        # (1) decodes first, 1 + k KV slots and tokens each (preempt the latest admitted if KV runs short);
         # (2) ongoing chunked prefills, then (3) new admissions chunked to the rest of the token budget
-        cont = continue_prefills(view, prefilling, token_budget=budget, free_blocks=free)
-        if cont.rids.size:
-            budget -= cont.num_tokens
-            free -= int(view.blocks_for(cont.rids, cont.tokens).sum())
-        new = fcfs_admit(view, token_budget=budget, max_new_seqs=self.max_num_seqs - view.running.size,
-                         free_blocks=free, chunk=True)
-        pre_ids = np.concatenate([cont.rids, new.rids])
-        if decode.size == 0 and pre_ids.size == 0:
+        decode, preempted, pre = decodes_first(view, lookahead=k, token_budget=self.max_num_batched_tokens,
+                                               max_num_seqs=self.max_num_seqs)
+        chains = np.full(decode.size, k, dtype=np.int64)
+        if preempted.size:
+            return StepPlan(decode_ids=decode, k=chains, proposer=self.proposer, draft_sync=sync,
+                            preempt_ids=preempted)
+        if decode.size == 0 and pre.rids.size == 0:
             return IDLE
-        return StepPlan(prefill_ids=pre_ids, prefill_tokens=np.concatenate([cont.tokens, new.tokens]),
-                        decode_ids=decode, k=np.full(decode.size, k, dtype=np.int64), proposer=self.proposer,
-                        draft_sync=sync)
+        return StepPlan(prefill_ids=pre.rids, prefill_tokens=pre.tokens, decode_ids=decode, k=chains,
+                        proposer=self.proposer, draft_sync=sync)

@@ -164,6 +164,13 @@ class _SpanStream:
             if p is not None and (q is None or p.size != q.size - 1 or (p < 0).any() or (p > 1).any()):
                 raise ValueError(f"oracle stream {name!r}: request {r}'s match fractions must be one per k of its "
                                  "curve, each in [0, 1]")
+        # per request and k - 1, the drawn spans' match fraction (NaN: recorded flags or no match model), so a step
+        # scores every request at once
+        width = max((p.size for p in self._match if p is not None), default=0)
+        self._match_tab = np.full((n, max(width, 1)), np.nan)
+        for r, p in enumerate(self._match):
+            if p is not None:
+                self._match_tab[r, :p.size] = p
         self._cdf = [None if q is None else np.cumsum(q) for q in self._pmf]
         #: the largest chain each request's source scores (K of its measured curve; recorded: no limit)
         self.max_k = np.array([np.iinfo(np.int64).max if q is None else q.size - 1 for q in self._pmf], dtype=np.int64)
@@ -211,11 +218,9 @@ class _SpanStream:
         s = self.store.pools["span"][idx].astype(np.int64)
         if self.conditional:
             pools = self.store.pools
-            ok = pools["proposes"][idx].copy()
-            for i, r in enumerate(rids.tolist()):  # drawn spans: a match with probability p(k)
-                p = self._match[r]
-                if p is not None:
-                    ok[i] = pools["u"][idx[i]] < p[int(k[i]) - 1] if k[i] > 0 else False
+            p = self._match_tab[rids, np.clip(k - 1, 0, self._match_tab.shape[1] - 1)]
+            drawn = ~np.isnan(p)  # drawn spans: a match with probability p(k); recorded: the flags
+            ok = np.where(drawn, (pools["u"][idx] < np.where(drawn, p, 0.0)) & (k > 0), pools["proposes"][idx])
             proposed = np.where(ok, k, 0)
         else:
             proposed = k.copy()

@@ -3,19 +3,9 @@
 :class:`Engine` takes events in time order: the sorted arrivals, each routed to a replica (``Policy.route`` where the
 deployment has several) before any step at its time, and the replicas' steps (a heap of ``(time, seq, replica)``).
 Simulated time never moves backwards. With ``max_concurrency`` the arrivals are a benchmark client's releases and a
-closed loop (:mod:`repro.sim.client`) sends each when one of its slots is free. One step of a :class:`Replica` is the
-reference of what the simulator does:
-
-1. schedule: the policy plans a :class:`~repro.sim.plan.StepPlan` from its read-only :class:`~repro.sim.state.View`;
-2. execute (:meth:`Replica._execute`): check the plan, apply its memory actions, preemptions and swap-ins, allocate
-   KV, charge drafting and one target forward under the run's engine profile (:mod:`repro.sim.stepcost`), ask the
-   token oracle what the speculation yields (each request on its proposer's stream), emit tokens, finish requests;
-3. observe: the observers (:mod:`repro.sim.trace`) get the step, then the policy its
-   :class:`~repro.sim.plan.StepResult`.
-
-Before executing, a replica offers the plan to its fast path (:mod:`repro.sim.fastforward`), which may run it and
-its repetitions at once with the same results (the engine hands it the arrivals it may admit on the way). With a
-real backend (``backend=hf``) the plan runs on real models: they decide the acceptance, and time is their wall clock.
+closed loop (:mod:`repro.sim.client`) sends each when one of its slots is free. One step of a
+:class:`~repro.sim.replica.Replica` (:mod:`repro.sim.replica`, re-exported here) is the reference of what the
+simulator does.
 """
 
 from __future__ import annotations
@@ -23,7 +13,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,36 +20,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 from repro.sim.client import ClosedLoop
-from repro.sim.fastforward import ArrivalFeed, FastForward
-from repro.sim.kv import KvPool
-from repro.sim.plan import PlanError, StepPlan, StepResult
+from repro.sim.fastforward import ArrivalFeed
 from repro.sim.policy import PolicyContext
 from repro.sim.proposers import colocated
-from repro.sim.state import FINISHED as _FINISHED
-from repro.sim.state import RUNNING as _RUNNING
-from repro.sim.state import WAITING as _WAITING
-from repro.sim.state import RequestState, View
-from repro.sim.stepcost import StepCoster
-from repro.sim.trace import RoundTracer, StepEvent, StepRecord, StepTracer
+from repro.sim.replica import Replica, SimulationError
+from repro.sim.state import RequestState
+from repro.sim.trace import RoundTracer, StepRecord, StepTracer
 
 if TYPE_CHECKING:
-    from repro.cost.model import CostModel, ForwardCost
     from repro.oracle import Drafter, TokenOracle
     from repro.sim.backend import StepBackend
     from repro.sim.deployment import Deployment
-    from repro.sim.policy import Policy
-    from repro.sim.proposers import Proposer, Proposers
     from repro.sim.trace import StepObserver
 
 _ARRIVAL, _STEP, _FREE = 0, 1, 2  # arrivals (and a closed loop's freed slots) at time t come before steps at t
-_NO_INT = np.zeros(0, dtype=np.int64)
-_NO_BOOL = np.zeros(0, dtype=bool)
-
-
-class SimulationError(RuntimeError):
-    """The simulation cannot continue (e.g. the policy idles while requests wait and nothing else will happen)."""
 
 
 @dataclass
@@ -78,387 +52,6 @@ class SimOutput:
     request_columns: dict[str, np.ndarray] = field(default_factory=dict)  # the policies' per-request estimates
     rounds: pd.DataFrame | None = None  # the round trace (record_rounds): one row per decoding request per step
     released_at: np.ndarray | None = None  # closed loop (max_concurrency): each request's release by the client
-
-
-class Replica:
-    """One serving instance: a policy, its request state, its GPU memory, its cost model and its proposers."""
-
-    def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
-                 *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
-                 drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
-                 arms: int | None = None, backend: StepBackend | None = None, fast_forward: bool = True) -> None:
-        self.index = index
-        self.backend = backend  # a real backend executes the steps (time and acceptance) instead of the models
-        self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
-        self.policy = policy
-        self.s = state
-        self.cost = cost
-        self.oracle = oracle
-        self.proposers = proposers if proposers is not None else colocated(cost)
-        self._resolve = self.proposers.resolve
-        self.coster = StepCoster(state, cost, self.proposers.remote)
-        self.observers = tuple(observers)
-        # the fast path, only where every observer takes runs (the step trace does; the round trace and
-        # counterfactual arms need single steps) and the models are simulated
-        self.fast_forward = bool(fast_forward and policy.repeats_plan and arms is None and backend is None
-                                 and all(hasattr(o, "on_run") for o in self.observers))
-        self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
-        self.draft_ready_at: float | None = None  # when an asynchronous draft reload completes
-        self.kv = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout,
-                         draft_resident=self.draft_resident)
-        if self.kv.total <= 0:
-            raise SimulationError(
-                f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
-        self._mark = np.zeros(state.n, dtype=np.int64)
-        self._arange = np.arange(1024)
-        self.busy = False
-        self.stop_at_finish = False  # a finish may send a waiting request (closed loop): runs stop after one
-        self.finished: list[np.ndarray] | None = None  # closed loop: the requests finished since the engine looked
-        self.num_steps = 0
-        self.num_scheduled = 0  # Σ over its steps of the requests each step ran (prefilling or decoding)
-        self.view = View(state, block_size=block_size, max_model_len=max_model_len, cost=cost,
-                         drafter=drafter, replica=index)
-        self.sync_view()
-        self.fast_path = FastForward(self)  # runs of repeated steps at once (used where fast_forward)
-
-    @property
-    def total_blocks(self) -> int:
-        return self.kv.total
-
-    @total_blocks.setter
-    def total_blocks(self, blocks: int) -> None:
-        self.kv.total = blocks
-
-    @property
-    def used_blocks(self) -> int:
-        return self.kv.used
-
-    def sync_view(self) -> None:
-        """Show the policy the pool and the draft model as they stand."""
-        v = self.view
-        v.free_blocks = self.kv.free
-        v.total_blocks = self.kv.total
-        v.draft_resident = self.draft_resident
-        v.draft_loading = self.draft_ready_at is not None
-        v._touch()
-
-    def admit(self, rid: int) -> None:
-        self.s.status[rid] = _WAITING
-        self.s.waiting.append(rid)
-        self.view._touch()
-
-    def has_work(self) -> bool:
-        return bool(self.s.waiting or self.s.running or self.s.swapped)
-
-    def step(self, now: float, until: float = math.inf, limit: float | None = None,
-             max_steps: int | None = None, arrivals: ArrivalFeed | None = None) -> float | None:
-        """Run one step starting at ``now``: schedule, execute, observe; return its end time, or ``None`` if the policy
-        idles. With the fast path, the steps it runs at once instead (:meth:`FastForward.run_ahead
-        <repro.sim.fastforward.FastForward.run_ahead>`: before ``until``, the next arrival, or through ``arrivals``;
-        by ``limit``; the replica's steps at most ``max_steps``): the end of the last."""
-        self._draft_arrived(now)
-        v = self.view
-        v.now = now
-        v.step_index = self.num_steps
-        observers = self.observers
-        wall_s = 0.0
-        if observers:  # the policy's own CPU time (AdaServe Fig. 9's "scheduling"), measured not modelled
-            t0 = time.perf_counter()
-            plan = self.policy.schedule(v)
-            wall_s = time.perf_counter() - t0
-        else:
-            plan = self.policy.schedule(v)
-        mem = plan.memory
-        if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
-            return None
-        if self.fast_forward:
-            end = self.fast_path.run_ahead(plan, now, until, limit,
-                                           None if max_steps is None else max_steps - self.num_steps, wall_s, arrivals)
-            if end is not None:
-                return end
-        result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
-        self.num_steps += 1
-        self.num_scheduled += int(pre.ids.size + dec.ids.size)
-        self.sync_view()
-        if observers:
-            event = StepEvent(self.index, plan, result, pre, dec, matched,
-                              fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s, v, arm_rewards)
-            for obs in observers:
-                obs.on_step(event)
-        self.policy.observe(result)
-        return result.end_at
-
-    def _execute(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
-                                                            ForwardCost | None, float, np.ndarray | None]:
-        """Check and charge ``plan``, apply its outcome; return what the policy observes, and for observers the
-        batches charged, the matched tokens, the target's pass, the host seconds of speculation and (``arms``) the
-        counterfactual goodput of every uniform chain length (:meth:`_arm_rewards`)."""
-        self._check_unique(plan.prefill_ids, plan.decode_ids)
-        prop = self._resolve(plan.proposer)
-        servers = self.proposers.placement(plan.draft_server, plan.decode_ids)
-        # (left to right: a swap moves the draft's KV too where the draft is resident after the memory actions)
-        memory_s = (self._memory_actions(plan, now) + self.kv.preempt(plan, self.backend, self.draft_resident)
-                    + self.kv.swap_in(plan, self.backend, self.draft_resident))
-        pre = self._begin_prefill(plan)
-        dec = self._begin_decode(plan, prop)
-        if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and dec.k.any():
-            raise PlanError(f"engine {self.cost.engine.name}: a step cannot both prefill and speculate (the engine "
-                            "runs speculation without chunked prefill)")
-        # time: drafting, then one target forward over every scheduled token
-        real = self.backend.run_step(self.s, plan, prop, pre, dec) if self.backend is not None else None
-        if real is not None:  # measured on real models
-            draft_s, verify_s, num_tokens, fwd, host_s = real.draft_s, real.verify_s, real.num_tokens, None, 0.0
-        else:
-            drafting = bool(dec.drafted.any()) or plan.draft_sync
-            draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
-                                          pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
-            shape, host_s = verify_pass(self.cost.engine, pre, dec)
-            fwd = self.cost.forward(shape) if shape.num_seqs else None
-            verify_s = fwd.total_s + host_s if fwd is not None else 0.0
-            num_tokens = shape.num_tokens
-        if plan.host_s < 0.0:
-            raise PlanError("host_s must be >= 0")
-        draft_s += plan.host_s  # the policy's own host work before drafting, reported with the drafting
-        end_at = now + memory_s + draft_s + verify_s
-        arm_rewards = self._arm_rewards(plan, prop, pre, dec, memory_s) \
-            if self.arms is not None and dec.ids.size and not dec.trees and servers is None and real is None else None
-        service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
-        if dec.ids.size:
-            service[dec.ids] += draft_s + verify_s
-        if pre.ids.size:
-            service[pre.ids] += draft_s + verify_s
-        # outcome: the oracle's (or the real models') acceptance, tokens emitted, requests finished
-        if real is not None:
-            proposed, accepted, matched, send_s = real.proposed, real.accepted, real.matched, 0.0
-            accept_prob = real.accept_prob if self.policy.observes_accept_prob else None
-        else:
-            proposed, accepted, matched = self.proposers.score(self.oracle, prop, servers, dec)
-            send_s = self.proposers.downlink_s(servers, dec, accepted)
-            accept_prob = (self.proposers.accept_prob(self.oracle, prop, servers, dec)
-                           if self.policy.observes_accept_prob else None)
-        end_at += send_s
-        emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
-        done_pre = self._apply_prefill(plan, prop, pre, end_at)
-        fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
-        if fin.size:
-            self.finish(fin, end_at)
-        self.kv.check()
-        result = StepResult(
-            start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
-            num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
-        return result, pre, dec, matched, fwd, host_s, arm_rewards
-
-    def _arm_rewards(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
-                     memory_s: float) -> np.ndarray:
-        """The goodput (tokens emitted / step seconds) this step would have realized had every decoding request
-        speculated a chain of γ, for γ = 0..``arms``: the same batch, memory actions and host work, the same text
-        (the oracle's common random numbers), drafting and verification charged as for a real step. NaN for a γ the
-        step could not run (a draft that is not resident; KV slots that do not fit). Nothing is applied."""
-        s, n = self.s, dec.ids.size
-        arms = self.arms or 0
-        out = np.full(arms + 1, np.nan)
-        remaining = s.output_len[dec.ids] - dec.gen
-        bs = self.kv.block_size
-        free = self.kv.free
-        have = s.kv_blocks[dec.ids]
-        for g in range(arms + 1):
-            k = np.full(n, g, dtype=np.int64)
-            if g:
-                if prop.which is not None and prop.resident and not self.draft_resident:
-                    continue
-                need = np.maximum(-(-(dec.ctx + g + 1) // bs) - have, 0).sum()
-                if need > free:
-                    continue
-            drafted = k > 0
-            alt = DecodeBatch(dec.ids, dec.gen, dec.ctx, k, drafted, {}, None)
-            draft_s = plan.host_s + (self.coster.draft_s(prop, plan, dec.ids, dec.ctx, k, drafted, {}, pre.ids,
-                                                         pre.tokens, draft_resident=self.draft_resident)
-                                     if g or plan.draft_sync else 0.0)
-            shape, host_s = verify_pass(self.cost.engine, pre, alt)
-            secs = memory_s + draft_s + self.cost.forward(shape).total_s + host_s
-            accepted = self.oracle.score_chain(dec.ids, dec.gen, k, prop)[1] if g else np.zeros(n, dtype=np.int64)
-            out[g] = float(np.minimum(accepted + 1, remaining).sum()) / secs
-        return out
-
-    def _begin_prefill(self, plan: StepPlan) -> PrefillBatch:
-        """Admit and check the prefill chunks; allocate their KV."""
-        s, pids, ptok = self.s, plan.prefill_ids, plan.prefill_tokens
-        if pids.size == 0:
-            return PrefillBatch(pids, ptok, 0.0, _NO_BOOL)
-        if ptok.shape != pids.shape or (ptok <= 0).any():
-            raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
-        st = s.status[pids]
-        bad = (st != _WAITING) & (st != _RUNNING)
-        if bad.any():
-            raise PlanError(f"prefill of requests not waiting/running: {pids[bad]}")
-        for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
-            s.waiting.remove(rid)
-            s.running.append(rid)
-        s.status[pids] = _RUNNING
-        pc = s.num_computed[pids]
-        ntok = s.prompt_len[pids] + s.num_generated[pids]
-        if (pc + ptok > ntok).any():
-            raise PlanError("a prefill chunk goes past the request's tokens")
-        self.kv.allocate(pids, pc + ptok)
-        return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok,
-                            float(pc.sum()))
-
-    def _begin_decode(self, plan: StepPlan, prop: Proposer) -> DecodeBatch:
-        """Check the decoding requests and their speculation; allocate KV for 1 + speculated tokens each."""
-        s, dids = self.s, plan.decode_ids
-        trees = plan.trees or {}
-        n = int(dids.size)
-        if n == 0:
-            return DecodeBatch(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
-        gen = s.num_generated[dids]
-        dc = s.num_computed[dids]
-        if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
-            raise PlanError("decode of requests that are not running or whose prefill has not finished")
-        if plan.k is None:
-            k = np.zeros(n, dtype=np.int64)
-        else:
-            k = np.asarray(plan.k, dtype=np.int64)
-            if k.shape != dids.shape or k.min() < 0:
-                raise PlanError("k must be a non-negative int per decode id")
-        drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
-        first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if prop.proposes_first and drafted.any() and not trees:
-            # prompt lookup runs before verification: only the tokens a match proposed are verified (and need KV)
-            if plan.draft_server is not None:
-                raise PlanError(f"proposer {prop.name!r} proposes before verification and cannot share a step "
-                                "with remote draft servers")
-            proposed = np.zeros(n, dtype=np.int64)
-            if self.backend is not None:  # the real tokens' match; accepted when the target verifies them
-                proposed[drafted] = self.backend.lookup(dids[drafted], k[drafted])
-            else:
-                accepted = np.zeros(n, dtype=np.int64)
-                matched = np.zeros(n, dtype=np.int64)
-                proposed[drafted], accepted[drafted], matched[drafted] = self.oracle.score_chain(
-                    dids[drafted], gen[drafted], k[drafted], prop)
-                first = (proposed, accepted, matched)
-            k = proposed
-        if trees:
-            k = k.copy()
-            for i, rid in enumerate(dids.tolist()):
-                t = trees.get(rid)
-                if t is not None:
-                    t.check(rid, int(gen[i]))
-                    k[i] = t.num_nodes
-                    drafted[i] = t.cand.draft_depth > 0
-        self.kv.allocate(dids, dc + k + 1)
-        return DecodeBatch(dids, gen, dc, k, drafted, trees, first)
-
-    def _apply_decode(self, plan: StepPlan, prop: Proposer, dec: DecodeBatch, proposed: np.ndarray,
-                      accepted: np.ndarray, matched: np.ndarray, start_at: float,
-                      end_at: float) -> tuple[np.ndarray, np.ndarray]:
-        """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
-        emitted and the requests that finished."""
-        s, dids = self.s, dec.ids
-        if dids.size == 0:
-            return _NO_INT, _NO_INT
-        gen = dec.gen
-        remaining = s.output_len[dids] - gen
-        emitted = np.minimum(accepted + 1, remaining)
-        s.num_generated[dids] = gen + emitted
-        new_computed = dec.ctx + emitted
-        s.num_computed[dids] = new_computed
-        self.kv.shrink_to(dids, new_computed)  # rejected speculation frees its KV slots
-        if prop.keeps_kv:  # the draft's cache now holds what the target's does
-            sync = dec.drafted | plan.draft_sync
-            s.num_draft_computed[dids[sync]] = new_computed[sync]
-        if proposed.any():
-            s.num_proposed[dids] += proposed
-            s.num_accepted[dids] += accepted
-            s.num_matched[dids] += matched
-            s.num_spec_steps[dids[proposed > 0]] += 1
-        s.num_decode_steps[dids] += 1
-        new = dids[np.isnan(s.first_decode_at[dids]) & (gen > 0)]  # a decode step after the first token
-        s.first_decode_at[new] = start_at
-        s.last_token_at[dids] = end_at
-        fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
-        if fresh.any():
-            s.first_token_at[dids[fresh]] = end_at
-        return emitted, dids[emitted == remaining]
-
-    def _apply_prefill(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, end_at: float) -> np.ndarray:
-        """Advance the prefill chunks; a chunk that completes its request's tokens samples one token. Returns the
-        requests that finished."""
-        s, pids = self.s, pre.ids
-        if pids.size == 0:
-            return _NO_INT
-        s.num_computed[pids] += pre.tokens
-        if plan.draft_sync and prop.keeps_kv:
-            s.num_draft_computed[pids] = s.num_computed[pids]
-        cids = pids[pre.completes]
-        if cids.size == 0:
-            return _NO_INT
-        first = s.num_generated[cids] == 0
-        s.first_token_at[cids[first]] = end_at
-        s.num_generated[cids] += 1
-        s.last_token_at[cids] = end_at
-        return cids[s.num_generated[cids] >= s.output_len[cids]]
-
-    def _check_unique(self, pids: np.ndarray, dids: np.ndarray) -> None:
-        """No request twice in one step (a later write of ``mark`` hides an earlier duplicate)."""
-        both = dids if not pids.size else (pids if not dids.size else np.concatenate([pids, dids]))
-        n = both.size
-        if n < 2:
-            return
-        pos = self._arange[:n] if n <= self._arange.size else np.arange(n)
-        self._mark[both] = pos
-        if (self._mark[both] != pos).any():
-            raise PlanError("a request appears twice in one step")
-
-    def finish(self, rids: np.ndarray, at: float | np.ndarray) -> None:
-        """Requests ``rids`` finish at ``at`` (one time, or each its own): their KV and oracle draws are freed."""
-        s = self.s
-        s.status[rids] = _FINISHED
-        s.finish_at[rids] = at
-        if self.finished is not None:
-            self.finished.append(rids)
-        self.kv.release(rids)
-        gone = set(rids.tolist())
-        s.running = [r for r in s.running if r not in gone]
-        for rid in gone:
-            self.oracle.release(rid)
-            if self.backend is not None:
-                self.backend.release(rid)
-
-    def _memory_actions(self, plan: StepPlan, now: float) -> float:
-        """Apply the plan's :class:`~repro.sim.plan.MemoryAction`; return the seconds it adds to the step."""
-        mem = plan.memory
-        if mem is None:
-            return 0.0
-        t = 0.0
-        resident_after = self.draft_resident
-        if mem.offload_draft:
-            if not self.draft_resident:
-                raise PlanError("offloading a draft model that is not resident")
-            self.draft_resident = resident_after = False  # evicted at once: a host copy is kept (Nightjar §5.4)
-            self.s.num_draft_computed[:] = 0  # its KV cache is dropped with it
-        if mem.reload_draft:
-            if self.draft_resident or self.draft_ready_at is not None or self.cost.draft is None:
-                raise PlanError("reloading a draft model that is resident or loading (or not configured)")
-            t += self.cost.engine.reload_dispatch_s  # the copy itself runs on its own stream
-            self.draft_ready_at = now + self.cost.draft_transfer_s()
-            resident_after = True  # its memory is taken now
-        old, used = self.kv.total, self.kv.used
-        self.kv.resize(mem.kv_pool_blocks, resident_after)
-        if self.kv.total > old:
-            t += self.cost.engine.kv_expand_s
-        elif self.kv.total < old and used:
-            # used blocks sit uniformly over the pool: those in the reclaimed region [total, old) move below it
-            moved = round(used * (old - self.kv.total) / old)
-            t += self.cost.kv_migrate_s(moved, self.kv.block_size)
-        return t
-
-    def _draft_arrived(self, now: float) -> None:
-        """A reload started earlier completes once its transfer time has passed."""
-        if self.draft_ready_at is not None and now >= self.draft_ready_at:
-            self.draft_ready_at = None
-            self.draft_resident = True
-            self.sync_view()
 
 
 class Engine:

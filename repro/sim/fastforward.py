@@ -1,6 +1,6 @@
 """The fast path: a replica's repeated decode step and its repetitions, computed at once instead of one by one.
 
-A :class:`~repro.sim.engine.Replica` owns a :class:`FastForward`; its step offers it the plan the policy made, and
+A :class:`~repro.sim.replica.Replica` owns a :class:`FastForward`; its step offers it the plan the policy made, and
 :meth:`FastForward.run_ahead` either runs a stretch of steps (returning the end of the last) or declines (``None``,
 nothing changed) and the step path runs the plan. What a caller must know:
 
@@ -64,7 +64,7 @@ _RUN_STEPS = 512  # the most steps of a request scored in a run through arrivals
 
 
 class Host(Protocol):
-    """What the fast path reads and writes of the replica that owns it (:class:`repro.sim.engine.Replica`)."""
+    """What the fast path reads and writes of the replica that owns it (:class:`repro.sim.replica.Replica`)."""
 
     index: int
     s: RequestState
