@@ -20,9 +20,10 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   prefill were mutually exclusive).
 - **start-up memory** (``kv_accounting``): how the engine sizes its KV cache at start-up
   (:meth:`repro.cost.model.CostModel.non_kv_bytes`). ``reserve``: total × utilization − weights − a flat
-  activation reserve per GPU (``CostModel.activation_reserve_gb``, 2 GiB; the suite's first model, kept by the vLLM
-  v0 and FlexFlow profiles).
-  ``profile_run``: vLLM V1's ``determine_available_memory``: total × utilization − weights (target, draft model or
+  activation reserve per GPU (``CostModel.activation_reserve_gb``, 2 GiB; the suite's first model, kept by the
+  FlexFlow Serve and ``pytorch_mq`` profiles, engines that do not size their KV cache by vLLM's rule).
+  ``profile_run``: vLLM's start-up account (V1's ``determine_available_memory``, v0's
+  ``determine_num_available_blocks``, the same rule): total × utilization − weights (target, draft model or
   EAGLE head) − the peak activations of a profiling pass over ``profile_tokens`` tokens (``max_num_batched_tokens``)
   and of the sampler over ``profile_seqs`` sequences (``max_num_seqs``) − ``cuda_graph_gib`` (the captured graphs'
   pool) − ``non_torch_gib`` (cuBLAS workspaces and other allocations outside PyTorch's allocator), per GPU. The pool

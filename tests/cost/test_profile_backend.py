@@ -13,6 +13,7 @@ import pytest
 from repro.core.errors import ConfigError
 from repro.cost.model import CostModel
 from repro.cost.profile import ProfileCostModel
+from repro.cost.serving import EngineProfile
 from repro.cost.spec import ModelSpec, load_hardware, load_model
 from repro.experiments.simulate import build, compose, run_point
 
@@ -54,11 +55,11 @@ def test_cost_profile_reads_the_target_from_the_table(table: Path) -> None:
     # the draft and the memory model stay analytic
     assert cost.forward_s(8, 8, kv_read_tokens=800, which="draft") == cm_with_draft().forward_s(
         8, 8, kv_read_tokens=800, which="draft")
-    assert cost.kv_capacity_blocks() == cm_with_draft().kv_capacity_blocks()
+    assert cost.kv_capacity_blocks() == cm_with_draft(cost.engine).kv_capacity_blocks()
 
 
-def cm_with_draft() -> CostModel:
-    return CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"))
+def cm_with_draft(engine: EngineProfile | None = None) -> CostModel:
+    return CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"), engine=engine)
 
 
 def test_a_profile_of_the_analytic_model_reproduces_its_runs(table: Path) -> None:

@@ -1,4 +1,4 @@
-"""vLLM V1's start-up KV accounting, CUDA-graph padding and async scheduling (conf/engine/vllm_v1.yaml)."""
+"""vLLM's start-up KV accounting (V1 and v0), CUDA-graph padding and async scheduling (conf/engine/vllm_v*.yaml)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ def test_vllm_v1_kv_capacity_by_hand() -> None:
 
 
 def test_vllm_v0_profile_run_by_hand() -> None:
-    """vLLM v0's own start-up account (the profile run, without CUDA graphs: v0 captures them after allocating the KV
-    cache), which the vllm_v0 profiles do not use yet (they keep the flat reserve: the switch moves Nightjar's and
-    TurboSpec's references, docs/validation.md): Llama-2-7B on an A100-80GB, worked by hand.
+    """vLLM v0's own start-up account (conf/engine/vllm_v0.yaml: the profile run, without CUDA graphs: v0 captures them
+    after allocating the KV cache): Llama-2-7B on an A100-80GB, worked by hand.
 
     - requested = 0.9 x 80 GiB = 77,309,411,328 B
     - weights: 32 x (4 x 4096² + 3 x 4096 x 11008 = 202,375,168) + 2 x 32,000 x 4096 = 6,738,149,376 params x 2 B
@@ -50,8 +49,8 @@ def test_vllm_v0_profile_run_by_hand() -> None:
     - available = 63,280,722,739.2 B over 16 x 524,288 B per block = 7,543 blocks
     """
     hw, model = load_hardware("a100-80g"), load_model("llama2-7b")
-    v0 = dataclasses.replace(load_engine("vllm_v0"), kv_accounting="profile_run", profile_tokens=4096,
-                             profile_seqs=256, cuda_graph_gib=0.0, non_torch_gib=0.2)
+    v0 = load_engine("vllm_v0")
+    assert (v0.kv_accounting, v0.profile_tokens, v0.profile_seqs) == ("profile_run", 4096, 256)
     cost = CostModel(hw, model, engine=v0)
     parts = cost.non_kv_bytes(False)
     assert parts["weights"] == 13_476_298_752 and parts["activations"] == 337_641_472
@@ -59,9 +58,17 @@ def test_vllm_v0_profile_run_by_hand() -> None:
     assert cost.kv_capacity_blocks(draft_resident=False) == 7543
 
 
-@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v0_eager", "turbospec_mq", "flexflow", "pytorch_mq"])
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v0_eager", "turbospec_mq", "vllm_v1"])
+def test_every_vllm_profile_sizes_its_kv_by_a_profile_run(engine: str) -> None:
+    """Every vLLM-based profile follows vLLM's start-up account; only V1 charges CUDA graphs out of it."""
+    e = load_engine(engine)
+    assert e.kv_accounting == "profile_run" and e.non_torch_gib > 0
+    assert (e.cuda_graph_gib > 0) == (engine == "vllm_v1")
+
+
+@pytest.mark.parametrize("engine", ["flexflow", "pytorch_mq"])
 def test_reserve_accounting_keeps_the_flat_reserve(engine: str) -> None:
-    """Every profile but vllm_v1 keeps total x utilization - weights - 2 GiB per GPU."""
+    """FlexFlow Serve and the papers' own PyTorch engines keep total x utilization - weights - 2 GiB per GPU."""
     hw, model = load_hardware("a100-80g"), load_model("llama2-7b")
     cost = CostModel(hw, model, engine=load_engine(engine))
     free = 80 * GiB * 0.9 - model.weight_bytes - 2 * GiB
