@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,18 @@ from repro.sim.engine import Engine, SimOutput
 from repro.sim.plan import CandidateTree, StepPlan, StepResult, TreeSpec
 from repro.sim.policy import Policy
 from repro.sim.state import View
+from tests import data_record
+from workloads.datasets import trace_data_root
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    data_record.add_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    data_record.register(config)
+
+
 
 
 class FixedOracle:
@@ -182,12 +195,8 @@ def data_root() -> Path | None:
     missing or empty (``REPRO_DATA=$(mktemp -d) python -m pytest`` runs the suite with no data)."""
     env = os.environ.get("REPRO_DATA")
     root = Path(env) if env else SHARED_DATA
+    trace_data_root(root if root.is_dir() else None)  # tests/data_record.py: this test reads the data folder
     return root if root.is_dir() and any(root.iterdir()) else None
-
-
-def env_data_mode() -> str:
-    """The mode an unpinned run gets here: ``files`` with a data folder, else ``none``."""
-    return "files" if data_root() is not None else "none"
 
 
 @contextmanager
@@ -195,7 +204,7 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
     """Set ``$REPRO_DATA`` for ``mode`` (``files``: the real folder, or skip naming it; ``none``: ``empty``)."""
     if mode not in DATA_MODES:
         raise ValueError(f"data mode {mode!r}: expected one of {DATA_MODES}")
-    root = data_root()
+    root = data_root() if mode == "files" else None  # "none" never looks (tests/data_record.py)
     if mode == "files" and root is None:
         pytest.skip(f"needs the data folder ($REPRO_DATA or {SHARED_DATA}, laid out as in docs/data.md)")
     empty.mkdir(parents=True, exist_ok=True)
@@ -212,7 +221,9 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
 
 class QuickRuns:
     """Quick-mode experiment runs, each made once per test session and data mode and shared by the tests that read
-    it (the reference check and the claims tests)."""
+    it (the reference check and the claims tests). Under pytest-xdist the workers share them too: the first to need
+    one runs it under a file lock and leaves it pickled in the session's shared folder; the others wait for the lock
+    and read it (the points are read back from points.csv either way, so every worker sees the same frame)."""
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -221,14 +232,41 @@ class QuickRuns:
     def get(self, exp: str, data: str) -> runner.ExperimentResult:
         key = (exp, data)
         if key not in self.done:
-            with pinned_data(data, self.tmp / "empty_data"):
-                self.done[key] = run_quick(exp, self.tmp / data)
+            with pinned_data(data, self.tmp / "empty_data"), _locked(self.tmp / f"{exp}.{data}.lock"):
+                saved = self.tmp / f"{exp}.{data}.pickle"
+                if saved.is_file():
+                    self.done[key] = pickle.loads(saved.read_bytes())
+                else:
+                    self.done[key] = run_quick(exp, self.tmp / data)
+                    saved.write_bytes(pickle.dumps(self.done[key]))
         return self.done[key]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (none without ``fcntl``: each worker then runs its own)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
 def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> QuickRuns:
-    return QuickRuns(tmp_path_factory.mktemp("quick_runs"))
+    """The session's quick runs; under xdist in the folder every worker of this session shares (the parent of the
+    workers' own base folders, which is this session's alone)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return QuickRuns(tmp_path_factory.mktemp("quick_runs"))
+    shared = tmp_path_factory.getbasetemp().parent / "quick_runs"
+    shared.mkdir(exist_ok=True)
+    return QuickRuns(shared)
 
 
 @pytest.fixture(scope="module", params=DATA_MODES)

@@ -89,12 +89,22 @@ def default_data_root(data_dir: str | None = None) -> Path | None:
     is valid: every loader then falls back to the embedded statistics.
     """
     if data_dir:
-        return _existing_dir(Path(data_dir), f"workload.data_dir={data_dir}")
+        return trace_data_root(_existing_dir(Path(data_dir), f"workload.data_dir={data_dir}"))
     env = os.environ.get("REPRO_DATA")
     if env:
-        return _existing_dir(Path(env), f"REPRO_DATA={env}")
+        return trace_data_root(_existing_dir(Path(env), f"REPRO_DATA={env}"))
     guess = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return guess if guess.is_dir() else None
+    return trace_data_root(guess if guess.is_dir() else None)
+
+
+def trace_data_root(root: Path | None) -> Path | None:
+    """``root``, appended as one line to the file ``$REPRO_DATA_TRACE`` names, if set (child processes inherit it):
+    the test suite's record of which tests read which data folder (tests/data_record.py)."""
+    trace = os.environ.get("REPRO_DATA_TRACE")
+    if trace:
+        with open(trace, "a", encoding="utf-8") as f:
+            f.write(f"{root.resolve() if root is not None else ''}\n")
+    return root
 
 
 def check_data_root(data_dir: str | None = None) -> Path | None:

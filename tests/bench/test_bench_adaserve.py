@@ -1,10 +1,10 @@
 """AdaServe's per-iteration selection speed next to the simulated iteration it plans.
 
-Run with ``python -m pytest tests/bench/test_bench_adaserve.py -m bench --benchmark-enable -s``. Setting: 64 decoding
-requests, B = 582 (H100, AdaServe Table 1), d = 8, w = 4 (Eq. 8–9 with D_max = 8, W_max = 4 at n = 64), candidate
-trees from the token oracle built once in setup. Selection = ranking + SLO-customized + throughput-optimized steps +
-TreeSpecs. ``extra_info`` reports the mean selection time beside the cost model's iteration (Llama-2-7B on an H100,
-prompt 512 + 128 generated tokens per request: the beam search's 8 draft passes plus the 582-token verify pass),
+Run with ``python -m pytest tests/bench/test_bench_adaserve.py -m bench --benchmark-enable -n 0 -s``. Setting: 64
+decoding requests, B = 582 (H100, AdaServe Table 1), d = 8, w = 4 (Eq. 8–9 with D_max = 8, W_max = 4 at n = 64),
+candidate trees from the token oracle built once in setup. Selection = ranking + SLO-customized + throughput-optimized
+steps + TreeSpecs. ``extra_info`` reports the mean selection time beside the cost model's iteration (Llama-2-7B on an
+H100, prompt 512 + 128 generated tokens per request: the beam search's 8 draft passes plus the 582-token verify pass),
 and the selection's ratio to the reference loop (``bench_cases.py``), comparable with ``baseline.json``.
 """
 

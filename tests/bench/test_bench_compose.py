@@ -1,7 +1,7 @@
 """Point set-up speed: composing a sweep's points (issue 15: at most about 10 ms per point).
 
-Run with ``pytest tests/bench -m bench --benchmark-enable``. ``extra_info['ms_per_point']`` is the runner's composer
-(config groups composed once by Hydra, then each point's overrides applied and the config hashed);
+Run with ``pytest tests/bench -m bench --benchmark-enable -n 0``. ``extra_info['ms_per_point']`` is the runner's
+composer (config groups composed once by Hydra, then each point's overrides applied and the config hashed);
 ``extra_info['hydra_ms_per_point']`` is a full Hydra composition per point, what the runner did before.
 """
 

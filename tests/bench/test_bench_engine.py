@@ -1,6 +1,6 @@
 """Engine speed: 1,000 ShareGPT requests, Poisson 4 req/s, Llama-2-7B on one A100-80G.
 
-Run with ``pytest tests/bench -m bench --benchmark-enable``. ``extra_info['sim_per_wall']`` is simulated seconds
+Run with ``pytest tests/bench -m bench --benchmark-enable -n 0``. ``extra_info['sim_per_wall']`` is simulated seconds
 per wall-clock second (the issue's targets: >= 200x with vllm, >= 100x with static_sd_k3, one process);
 ``extra_info['ratio_to_reference']`` is a run's CPU time over the reference loop's (``bench_cases.py``), timed
 between the rounds.

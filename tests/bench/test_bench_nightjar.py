@@ -1,7 +1,7 @@
 """Nightjar's arm selection speed (§4.2: "approximately 1e-5 seconds, while the average generation time per token
 is 0.034 seconds").
 
-Run with ``python -m pytest tests/bench/test_bench_nightjar.py -m bench --benchmark-enable -s``. One decision =
+Run with ``python -m pytest tests/bench/test_bench_nightjar.py -m bench --benchmark-enable -n 0 -s``. One decision =
 Algorithm 1's select (bin type, uniform draw or Eq. 3 over Γ_max + 1 = 6 arms with the switching term) plus the
 reward update, for batch sizes cycling over 1..64 after 10,000 warm-up steps.
 """

@@ -1,6 +1,6 @@
 """Token-oracle speed: the per-step queries the engine and tree policies make.
 
-Run with ``pytest tests/bench/test_bench_oracle.py -m bench --benchmark-enable``. Targets: ``accept_chain`` for 64
+Run with ``pytest tests/bench/test_bench_oracle.py -m bench --benchmark-enable -n 0``. Targets: ``accept_chain`` for 64
 requests with k = 4 in ≲ 30 µs (amortised over a decode run, chunk generation included); ``candidates_batch``
 for 64 requests with depth 8 and width 4 in ≲ 2 ms. ``extra_info['ratio_to_reference']`` is the case's time over
 the reference loop's (``bench_cases.py``), comparable with ``baseline.json``.

@@ -1,7 +1,7 @@
 """Issue 15's speed targets, end to end: the smoke experiment's points at least 1,000x faster than real time, and a
 whole one-point process of 1,000 requests in about 1.4 s on two cores.
 
-Run with ``pytest tests/bench -m bench --benchmark-enable -k smoke -s``. Each smoke point (conf/exp/smoke.yaml: 200
+Run with ``pytest tests/bench -m bench --benchmark-enable -n 0 -k smoke -s``. Each smoke point (conf/exp/smoke.yaml: 200
 ShareGPT requests, Llama-2-7B on one A100-80G, vllm / sarathi / static_sd_k3 at 1, 2 and 4 req/s) records
 ``extra_info['sim_per_wall']``, simulated seconds per wall second of ``Engine.run`` (best of the rounds), beside the
 same run step by step (``fast_forward=False``, ``extra_info['stepwise_sim_per_wall']``); the process benchmark

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from workloads.datasets import trace_data_root
+
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def data_root() -> Path:
     """The data folder the tests read: ``$REPRO_DATA`` if set, else ``../shared/data`` (which may not exist)."""
     env = os.environ.get("REPRO_DATA")
-    return Path(env) if env else DEFAULT_DATA
+    root = Path(env) if env else DEFAULT_DATA
+    trace_data_root(root if root.is_dir() else None)  # tests/data_record.py: this test reads the data folder
+    return root
 
 
 def pytest_configure(config: pytest.Config) -> None:
