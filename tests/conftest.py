@@ -219,6 +219,14 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
             os.environ["REPRO_DATA"] = old
 
 
+@pytest.fixture
+def no_data(tmp_path: Path) -> Iterator[None]:
+    """``$REPRO_DATA`` pinned to an empty folder (embedded statistics) for a test whose subject does not depend on the
+    data: it then runs alike on every machine, and CI's no-data pass need not repeat it (tests/data_record.py)."""
+    with pinned_data("none", tmp_path / "no_data"):
+        yield
+
+
 class QuickRuns:
     """Quick-mode experiment runs, each made once per test session and data mode and shared by the tests that read
     it (the reference check and the claims tests). Under pytest-xdist the workers share them too: the first to need

@@ -27,6 +27,9 @@ from repro.sim.state import RequestState
 from repro.sim.stepcost import StepCoster, decode_runs_s, draft_runs_s
 from tests.conftest import make_cost
 
+# the invariants hold whatever the workload's source: pinned to the embedded statistics (conftest.no_data)
+pytestmark = pytest.mark.usefixtures("no_data")
+
 STATE = ("status", "num_generated", "num_computed", "num_draft_computed", "kv_blocks", "first_token_at",
          "first_decode_at", "finish_at", "last_token_at", "num_proposed", "num_accepted", "num_matched",
          "num_decode_steps", "num_spec_steps", "num_preemptions", "service_s", "swap_s")

@@ -11,6 +11,9 @@ from repro.experiments.simulate import build, compose, requests_frame
 from repro.sim.plan import StepResult
 from repro.sim.state import Status
 
+# the invariants hold whatever the workload's source: pinned to the embedded statistics (conftest.no_data)
+pytestmark = pytest.mark.usefixtures("no_data")
+
 SYSTEMS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "system").glob("*.yaml"))
 
 # Systems that only run on a deployment of their own: GoodSpeed's need a remote draft server per client
