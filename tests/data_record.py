@@ -64,11 +64,6 @@ def fixture_key(item: Any, fixturedef: Any) -> tuple[str, str, tuple[tuple[str, 
     return fixturedef.baseid, fixturedef.argname, tuple(sorted((n, indices[n]) for n in closure if n in indices))
 
 
-def record_key(nodeid: str) -> str:
-    """A test's key in the record: its nodeid without the ``@group`` that ``--dist loadgroup`` appends."""
-    return nodeid.partition("@")[0]
-
-
 class DataRecord:
     """The recording half (every process that runs tests) and the selecting half (the controlling process)."""
 
@@ -139,7 +134,7 @@ class DataRecord:
             return
         props = dict(report.user_properties)
         if PROPERTY in props:
-            self.seen[record_key(report.nodeid)] = bool(props[PROPERTY])
+            self.seen[report.nodeid] = bool(props[PROPERTY])
 
     # -------------------------------------------------------------------- selecting
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -149,7 +144,7 @@ class DataRecord:
         record = cache.get(CACHE_KEY, {}) if cache is not None else {}
         keep, drop = [], []
         for item in items:
-            (drop if record.get(record_key(item.nodeid)) is False else keep).append(item)
+            (drop if record.get(item.nodeid) is False else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
