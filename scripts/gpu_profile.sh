@@ -53,6 +53,8 @@ fi
 ctx="0 64 128 512 1024 2048"
 # TurboSpec and AdaServe: Llama-2-7B with its Llama-160M / Llama-68M drafts (docs/calibration.md's H100 anchors)
 profile llama2-7b 140 --model llama2-7b --draft llama-160m --contexts $ctx --k 1 3 5 --mixed
+# AdaServe Fig. 4's middle case: Llama-2-13B with Llama-68M (added on the second lent H100, 2026-11-27)
+profile llama2-13b 130 --model llama2-13b --draft llama-68m --contexts $ctx --k 1 3 5 --mixed
 # Nightjar: Qwen2.5-7B with Qwen2.5-0.5B
 profile qwen2.5-7b 100 --model qwen2.5-7b --draft qwen2.5-0.5b --contexts $ctx --k 1 3 5
 # SpecDecode-Bench's target (issue 30): Llama-3.1-8B

@@ -86,6 +86,8 @@ class _Row:
     ratio: bool = False  # a ratio of two passes: the error is on its excess over 1 (ratio − 1)
     band: tuple[float, float] | None = None  # an unchecked row's stated error band (lo, hi), monitored by the tests
     modelled_gpu: float = float("nan")  # a profile row: the model's GPU work alone (the pass less its fixed costs)
+    modelled_bare: float = float("nan")  # a profile row: the pass less the serving engine's host work per step and per
+    # sequence (input preparation, sampling, scheduling), which the profiler's bare decoder does not do
     pass_kind: str = ""  # a profile row: prefill | decode | verify
     context: float = float("nan")  # a profile row: cached tokens per sequence
 
@@ -455,6 +457,7 @@ def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
         role: Which = "draft" if info.get("role") == "draft" else "target"
         target = str(info.get("target", info["model"])) if role == "draft" else str(info["model"])
         cm = _cm(hw, target, draft=str(info["model"]) if role == "draft" else None)
+        hw_spec = cm.hardware
         with path.open(newline="") as fh:
             for r in csv.DictReader(fh):
                 n, c, ms = int(float(r["num_tokens"])), int(float(r["context"])), float(r["latency_ms"])
@@ -466,10 +469,12 @@ def _profile_rows(folder: Path = PROFILES_DIR) -> list[_Row]:
                                                lm_head_tokens=n if kind == "verify" else seqs, decode_only=graph),
                                   which=role)
                 how = "CUDA graph" if graph else "eager"
+                host_s = hw_spec.step_overhead_s + seqs * hw_spec.request_overhead_s
                 rows.append(_Row(f"{info.get('gpu')} {info['model']} profile", "tokens", n, ms, cost.total_s * 1e3,
                                  PROFILE_TOL, "profile", f"{path.name}: context {c}, {seqs} sequences; random weights, "
                                  f"plain PyTorch, {how} (python -m repro.profile, {info.get('date', '?')})",
-                                 checked=False, modelled_gpu=(cost.total_s - cost.overhead_s) * 1e3, pass_kind=kind,
+                                 checked=False, modelled_gpu=(cost.total_s - cost.overhead_s) * 1e3,
+                                 modelled_bare=(cost.total_s - host_s) * 1e3, pass_kind=kind,
                                  context=c))
     return rows
 
@@ -492,6 +497,7 @@ def calibration_table(profiles: Path = PROFILES_DIR) -> pd.DataFrame:
             "band_lo": [r.band[0] if r.band else float("nan") for r in rows],
             "band_hi": [r.band[1] if r.band else float("nan") for r in rows],
             "modelled_gpu_ms": [r.modelled_gpu for r in rows],
+            "modelled_bare_ms": [r.modelled_bare for r in rows],
             "pass": [r.pass_kind for r in rows],
             "context": [r.context for r in rows],
         }

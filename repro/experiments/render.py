@@ -202,17 +202,20 @@ def _profile_summary(rows: pd.DataFrame) -> str:
         return ""
     whole = rows["modelled_ms"] / rows["measured_ms"] - 1.0
     gpu = rows["modelled_gpu_ms"] / rows["measured_ms"] - 1.0
-    d = rows.assign(whole=whole * 100, gpu=gpu * 100)
+    bare = rows["modelled_bare_ms"] / rows["measured_ms"] - 1.0 if "modelled_bare_ms" in rows else whole * float("nan")
+    d = rows.assign(whole=whole * 100, gpu=gpu * 100, bare=bare * 100)
     table = d.groupby(["table", "pass"], sort=False).agg(
         passes=("x", "size"), measured_ms=("measured_ms", lambda s: f"{s.min():.3g}-{s.max():.3g}"),
-        whole_median=("whole", "median"), gpu_median=("gpu", "median"), gpu_min=("gpu", "min"),
+        whole_median=("whole", "median"), bare_median=("bare", "median"), gpu_median=("gpu", "median"),
+        gpu_min=("gpu", "min"),
         gpu_max=("gpu", "max")).round(1).reset_index()
     return (
         "\n\n## Committed GPU profiles (profiles/, unchecked)\n\n"
         "Passes of the papers' architectures with random weights, measured by `python -m repro.profile` (a plain "
         "PyTorch decoder, no serving engine around it; CUDA graphs where the profile says so), against the analytic "
         "model of the same pass on that GPU. `whole`: the model's pass with its fixed costs (per step, layer and "
-        "sequence: a serving engine's, fitted to vLLM), in %; `gpu`: its GPU work alone (linear layers, attention, "
+        "sequence: a serving engine's, fitted to vLLM), in %; `bare`: that pass less the engine's host work per step "
+        "and sequence, which the bare decoder does not do, in %; `gpu`: its GPU work alone (linear layers, attention, "
         "LM head), in %. Every pass is a row of points.csv; one figure per profile.\n\n"
         + markdown_table(table, index=False)
     )

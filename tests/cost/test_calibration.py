@@ -102,12 +102,15 @@ def test_the_committed_gpu_profiles_are_usable_tables_with_provenance() -> None:
                                                     _PROFILES.rename(columns={"pass": "pass_"}).itertuples()}))
 def test_the_model_stays_near_real_h100_passes(table: str, kind: str) -> None:
     """The analytic H100 model against the measured passes of the papers' architectures (random weights, CUDA
-    graphs): each kind of pass within 35 % on the median, whole pass with its fixed costs; for the 7B-32B targets
-    (bandwidth-bound, where the roofline is the whole story) the GPU work alone within 25 %. Small drafts are
-    launch-bound: their GPU work is a third of the pass, which the fixed costs carry."""
+    graphs): each kind of pass within 35 % on the median, the pass with its per-layer launch costs but without the
+    serving engine's host work per step and sequence (the profiler's bare decoder does none: for Llama-68M's two
+    layers that work alone is more than the measured pass); for the 7B-32B targets (bandwidth-bound, where the
+    roofline is the whole story) the GPU work alone within 25 %. Small drafts are launch-bound: their GPU work is a
+    third of the pass, which the per-layer costs carry."""
     rows = _PROFILES[(_PROFILES["table"] == table) & (_PROFILES["pass"] == kind)]
-    whole = (rows["modelled_ms"] / rows["measured_ms"] - 1).median()
-    assert abs(whole) <= 0.35, f"{table} {kind}: whole pass {whole:+.0%}"
+    bare = (rows["modelled_bare_ms"] / rows["measured_ms"] - 1).median()
+    assert abs(bare) <= 0.35, f"{table} {kind}: pass without the engine's host work {bare:+.0%}"
+    assert (rows["modelled_ms"] > rows["modelled_bare_ms"]).all()  # the host work is charged in every run
     if rows["measured_ms"].min() > 5.0:  # a 7B-or-larger target on an H100
         gpu = (rows["modelled_gpu_ms"] / rows["measured_ms"] - 1).median()
         assert abs(gpu) <= 0.25, f"{table} {kind}: GPU work {gpu:+.0%}"
