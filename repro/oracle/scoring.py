@@ -39,24 +39,35 @@ class _Beam:
 def _top(x: np.ndarray, width: int) -> np.ndarray:
     """Per row of ``x`` (n, m), the column indices of its ``width`` largest values, ties to the lower index, in
     increasing order: ``np.sort(np.argsort(-x, axis=1, kind="stable")[:, :width], axis=1)``, which it equals
-    exactly. Over wide rows a partition finds each row's ``width``-th largest value t; the picks are then the values
-    above t and, in index order, as many equal to t as are still needed."""
+    exactly."""
     n, m = x.shape
     if width >= m:
         return np.repeat(_AR[None, :m], n, axis=0)
+    return _top_flat(x, width) - _row_starts(n, m)
+
+
+def _top_flat(x: np.ndarray, width: int) -> np.ndarray:
+    """:func:`_top` of ``x`` (n, m), ``width`` < m, as flat indices into ``x`` (C order). Over wide rows a partition
+    finds each row's ``width``-th largest value t; the picks are then the values above t and, in index order, as
+    many equal to t as are still needed."""
+    n, m = x.shape
     if x.size < 512:
         pick = np.argsort(-x, axis=1, kind="stable")[:, :width]
         pick.sort(axis=1)
-        return pick
-    neg = -x
-    t = np.partition(neg, width - 1, axis=1)[:, width - 1:width]
-    sel = neg <= t  # at least width per row: more in a row where values tie at t
+        return pick + _row_starts(n, m)
+    t = np.partition(x, m - width, axis=1)[:, m - width:m - width + 1]
+    sel = x >= t  # at least width per row: more in a row where values tie at t
     if np.count_nonzero(sel) != n * width:  # ties at t beyond the width: the lower indices
-        above = neg < t
-        tied = neg == t
+        above = x > t
+        tied = x == t
         more = width - above.sum(axis=1)
         sel = above | (tied & (np.cumsum(tied, axis=1) <= more[:, None]))
-    return np.nonzero(sel)[1].reshape(n, width)
+    return np.flatnonzero(sel).reshape(n, width)
+
+
+def _row_starts(n: int, m: int) -> np.ndarray:
+    """The flat index of each row's first element in an (n, m) array, as an (n, 1) column."""
+    return _AR[:n, None] * m if n <= _AR.size else np.arange(n)[:, None] * m
 
 
 def beam_layers(reads: TreeReads, depth: int, width: int, reported: Reported) -> _Beam:
@@ -65,36 +76,61 @@ def beam_layers(reads: TreeReads, depth: int, width: int, reported: Reported) ->
     Only each parent's first ``width`` ranks are scored: a parent's reported probabilities do not increase
     with rank, so a rank at or past ``width`` could be picked only after the ``width`` ranks before it (no
     less probable, and first on ties), which already fill the layer. The picks are those of all ``W``."""
-    p0_true, rank_true, alt, alt_idx, div = reads
-    n = p0_true.shape[0]
-    out_parent = np.empty((n, depth * width), dtype=np.int64)
-    out_rank = np.empty((n, depth * width), dtype=np.int64)
-    out_prob = np.empty((n, depth * width))
-    out_pp = np.empty((n, depth * width))
-    on = np.ones((n, 1), dtype=bool)
-    pp = np.ones((n, 1))
-    h = np.zeros((n, 1), dtype=np.uint64)
-    rows = _AR[:n, None] if n <= _AR.size else np.arange(n)[:, None]  # x[rows, j]: take_along_axis(x, j, 1)
-    for i in range(depth):
-        # children of the previous layer sit at position pos + i
-        node_p0 = p0_true[:, i:i + 1] if i == 0 else np.where(
-            on, p0_true[:, i:i + 1], alt[alt_idx[:, i:i + 1], (h & _ALT_MASK).astype(np.int64)])
-        rep3 = reported(node_p0, width)  # (n, nodes, width): each node's top width of its W
-        cpp = (pp[:, :, None] * rep3).reshape(n, node_p0.shape[1] * width)
-        rep = rep3.reshape(n, node_p0.shape[1] * width)
-        pick = _top(cpp, width)  # BFS: parent-major, then rank
-        slot, rk = pick // width, pick % width
-        par_on = on[rows, slot]
-        base = np.where(par_on, div[:, i:i + 1], h[rows, slot])
-        h = _mix(base ^ _RANK_SALT[rk])
+    _, rank_true, alt, _, div = reads
+    n = rank_true.shape[0]
+    table, true_row, alt_row = _reported_table(reads, depth, width, reported)
+    mask = alt.shape[1] - 1  # the off-path pool's count per position, a power of two
+    # the outputs layer by layer (each layer's block contiguous), laid out as (n, depth·width) at the end
+    out_parent = np.empty((depth, n, width), dtype=np.int64)
+    out_rank = np.empty((depth, n, width), dtype=np.int64)
+    out_prob = np.empty((depth, n, width))
+    out_pp = np.empty((depth, n, width))
+    # layer 0: the root's first width ranks, all picked (path probability 1·p = p)
+    rk = _AR[:width]
+    out_prob[0] = table[true_row[:, 0]]
+    pp = out_pp[0]
+    pp[:] = out_prob[0]
+    out_parent[0] = -1
+    out_rank[0] = rk
+    h = _mix(div[:, 0:1] ^ _RANK_SALT[rk])
+    on = rk == rank_true[:, 0:1]
+    for i in range(1, depth):
+        # children of the previous layer sit at position pos + i: an on-path node's distribution is the true one,
+        # an off-path node's the pool draw its context hash picks (the hash's low bits, read as a signed view)
+        row = np.where(on, true_row[:, i:i + 1], alt_row[:, i - 1:i] + (h.view(np.int64) & mask))
+        rep = table[row]  # (n, width, width): each node's top width of its W
+        cpp = pp[:, :, None] * rep
+        pick = _top_flat(cpp.reshape(n, width * width), width)  # BFS: parent-major, then rank
+        at, rk = np.divmod(pick, width, out=(out_parent[i], out_rank[i]))  # parents' flat indices in (n, width)
+        par_on = on.take(at)
+        h = _mix(np.where(par_on, div[:, i:i + 1], h.take(at)) ^ _RANK_SALT[rk])
         on = par_on & (rk == rank_true[:, i:i + 1])
-        pp = cpp[rows, pick]
-        cols = slice(i * width, (i + 1) * width)
-        out_parent[:, cols] = slot + (i - 1) * width if i else -1
-        out_rank[:, cols] = rk
-        out_prob[:, cols] = rep[rows, pick]
-        out_pp[:, cols] = pp
-    return _Beam(out_parent, out_rank, out_prob, out_pp)
+        pp = cpp.take(pick, out=out_pp[i])
+        rep.take(pick, out=out_prob[i])
+    # a parent's flat index r·width + slot to its index in the request's tree, (i - 1)·width + slot
+    out_parent[1:] -= _row_starts(n, width) - _AR[:depth - 1, None, None] * width
+    return _Beam(*(a.transpose(1, 0, 2).reshape(n, depth * width) for a in (out_parent, out_rank, out_prob, out_pp)))
+
+
+def _reported_table(reads: TreeReads, depth: int, width: int,
+                    reported: Reported) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every reported distribution a beam over ``reads`` can read, as rows of a (rows, ``width``) table: the row of
+    each (request, layer)'s true distribution, (n, depth), and of its first off-path one from layer 1 on,
+    (n, depth − 1); a position's off-path distributions follow one another.
+
+    A node's top-1 probability at layer i is its request's true p0 there or one of the position's off-path draws,
+    so the distributions are computed once per beam rather than once per node and layer (the same values: a node's
+    reported probabilities depend on its p0 alone)."""
+    p0_true, _, alt, alt_idx, _ = reads
+    n, k = p0_true.shape[0], alt.shape[1]
+    num_true = n * depth
+    cand = np.empty(num_true + n * (depth - 1) * k)
+    cand[:num_true] = p0_true[:, :depth].ravel()
+    cand[num_true:] = alt[alt_idx[:, 1:depth]].ravel()  # layer 0 has only the root's children, on the path
+    table = reported(cand, width)
+    true_row = np.arange(num_true).reshape(n, depth)
+    alt_row = np.arange(num_true, cand.size, k).reshape(n, depth - 1)
+    return table, true_row, alt_row
 
 
 def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Reported) -> tuple[_Beam, np.ndarray]:
