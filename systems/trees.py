@@ -58,6 +58,11 @@ def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
     m = int(size.max()) if n else 0
     if n and (size == m).all():  # the drafter's batches: one (depth × width) shape, stack without padding
         pp = np.stack([c.path_prob for c in cands]).astype(np.float64, copy=False)
+        shared = cands[0].depth
+        if all(c.depth is shared for c in cands) and (shared[1:] >= shared[:-1]).all():
+            # one depth array, in breadth-first order: nodes tied in pp are in (depth, index) order already
+            node = np.argsort(-pp, axis=1, kind="stable")
+            return Ranked(cands, node, np.take_along_axis(pp, node, axis=1), shared[node], size)
         depth = np.stack([c.depth for c in cands])
     else:
         pp = np.full((n, m), -np.inf)
@@ -132,9 +137,15 @@ def select_global(ranked: Ranked, counts: np.ndarray, budget: int) -> np.ndarray
     rest = (cols >= out[:, None]) & (cols < ranked.size[:, None])
     flat = np.flatnonzero(rest)
     if flat.size > budget:
-        pp, depth = ranked.pp.ravel()[flat], ranked.depth.ravel()[flat]
-        # Eq. (6): maximise Σ f(v); keep the top `budget` by (−f, depth, request, rank)
-        flat = flat[np.lexsort((flat, depth, -pp))[:budget]]
+        # Eq. (6): maximise Σ f(v); keep the top `budget` by (−f, depth, request, rank): those above the
+        # budget-th largest f, t, and the first of those at t by (depth, request, rank)
+        pp = ranked.pp.ravel()[flat]
+        t = np.partition(pp, flat.size - budget)[flat.size - budget]
+        tied = flat[pp == t]
+        flat = flat[pp > t]
+        if tied.size > budget - flat.size:
+            tied = tied[np.lexsort((tied, ranked.depth.ravel()[tied]))]
+        flat = np.concatenate([flat, tied[:budget - flat.size]])
     out += np.bincount(flat // ranked.pp.shape[1], minlength=ranked.n)
     return out
 

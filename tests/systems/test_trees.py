@@ -247,3 +247,44 @@ def test_slo_selection_stops_when_a_prefix_meets_the_target_exactly() -> None:
                     depth=np.array([[1, 1, 2]]), size=np.array([3]))
     slo = select_slo_customized(ranked, np.array([1.0]), np.array([2.0]), order="descending", n_max=3, budget=5)
     assert slo.tolist() == [2]
+
+
+def _rank_reference(cands: list[CandidateTree]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rank_nodes as a lexsort by (−pp, depth, index), for comparison with its shortcut for shared BFS depths."""
+    pp = np.stack([c.path_prob for c in cands])
+    depth = np.stack([c.depth for c in cands])
+    node = np.lexsort((np.broadcast_to(np.arange(pp.shape[1]), pp.shape), depth, -pp), axis=-1)
+    return node, np.take_along_axis(pp, node, axis=1), np.take_along_axis(depth, node, axis=1)
+
+
+def _global_reference(ranked: Ranked, counts: np.ndarray, budget: int) -> np.ndarray:
+    """select_global as a lexsort of every node left by (−pp, depth, request, rank), the first ``budget`` taken."""
+    out = counts.copy()
+    cols = np.arange(ranked.pp.shape[1])
+    flat = np.flatnonzero((cols >= counts[:, None]) & (cols < ranked.size[:, None]))
+    pp, depth = ranked.pp.ravel()[flat], ranked.depth.ravel()[flat]
+    flat = flat[np.lexsort((flat, depth, -pp))[:budget]]
+    return out + np.bincount(flat // ranked.pp.shape[1], minlength=ranked.n)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(n=st.integers(1, 8), depth=st.integers(1, 5), width=st.integers(1, 6), budget=st.integers(0, 120),
+       coarse=st.booleans(), seed=st.integers(0, 2**16))
+def test_ranking_and_global_selection_equal_the_lexsorts_they_replace(n: int, depth: int, width: int, budget: int,
+                                                                     coarse: bool, seed: int) -> None:
+    """Beams sharing one breadth-first depth array (the drafter's batches) rank by a stable sort of −pp, and the
+    global step keeps the nodes above its threshold plus the first tied ones: both equal their lexsorts exactly,
+    ties across depths, requests and ranks included."""
+    rng = np.random.default_rng(seed)
+    m = depth * width
+    node_depth = np.repeat(np.arange(1, depth + 1), width)
+    pp = rng.random((n, m))
+    if coarse:
+        pp = np.round(pp, 1) + 0.05  # many equal path probabilities, at equal and different depths
+    cands = [CandidateTree(i, 0, np.full(m, -1), node_depth, np.zeros(m, dtype=np.int64), pp[i], pp[i], depth, width)
+             for i in range(n)]
+    ranked = rank_nodes(cands)
+    for got, want in zip((ranked.node, ranked.pp, ranked.depth), _rank_reference(cands), strict=True):
+        np.testing.assert_array_equal(got, want)
+    counts = rng.integers(0, m + 1, n)
+    np.testing.assert_array_equal(select_global(ranked, counts, budget), _global_reference(ranked, counts, budget))
