@@ -179,6 +179,9 @@ def _parts(
     return linear, attention, lm_head, allreduce, overhead
 
 
+_FIXED_CACHE = 1 << 16  # shapes whose fixed parts a cost model keeps
+
+
 class TargetProfile(Protocol):
     """Measured latencies of the target's passes (:class:`repro.cost.profile.ProfileCostModel`)."""
 
@@ -261,18 +264,12 @@ class CostModel:
             return ForwardCost(self.forward_s(shape.num_tokens, shape.num_seqs, shape.kv_read_tokens,
                                               shape.prefill_attn_pairs, shape.lm_head_tokens, shape.decode_only,
                                               shape.query_pairs, which), 0.0, 0.0, 0.0, 0.0)
-        return ForwardCost(
-            *_parts(
-                self._c(which),
-                shape.num_tokens,
-                shape.num_seqs,
-                shape.kv_read_tokens,
-                shape.prefill_attn_pairs,
-                shape.lm_head_tokens,
-                shape.decode_only,
-                shape.query_pairs,
-            )
-        )
+        linear, lm_head, allreduce, overhead = self._fixed(which, shape.num_tokens, shape.num_seqs,
+                                                           shape.lm_head_tokens, shape.decode_only)
+        c = self._coeffs[which]
+        attention = max(kv_read_s(c, shape.kv_read_tokens), c.pair_s * shape.query_pairs) \
+            + c.pair_s * shape.prefill_attn_pairs
+        return ForwardCost(linear, attention, lm_head, allreduce, overhead)  # _parts', fixed ones once per shape
 
     def forward_s(
         self,
@@ -288,17 +285,11 @@ class CostModel:
         """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
         if self._profiles and which in self._profiles:
             return self._profiles[which].forward_s(num_tokens, num_seqs, kv_read_tokens)
-        a, b, c, d, e = _parts(
-            self._c(which),
-            num_tokens,
-            num_seqs,
-            kv_read_tokens,
-            prefill_attn_pairs,
-            lm_head_tokens,
-            decode_only,
-            query_pairs,
-        )
-        return a + b + c + d + e
+        # _parts' terms, in its order, its fixed ones worked out once per shape
+        linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, num_seqs, lm_head_tokens, decode_only)
+        c = self._coeffs[which]
+        attention = max(kv_read_s(c, kv_read_tokens), c.pair_s * query_pairs) + c.pair_s * prefill_attn_pairs
+        return linear + attention + lm_head + allreduce + overhead
 
     def forward_s_many(self, num_tokens: int, num_seqs: int, kv_read_tokens: np.ndarray,
                        query_pairs: np.ndarray | float = 0.0, lm_head_tokens: int = -1, decode_only: bool = False,
@@ -406,6 +397,8 @@ class CostModel:
         key = (which, num_tokens, num_seqs, lm_head_tokens, decode_only)
         fixed = self._fixed_parts.get(key)
         if fixed is None:
+            if len(self._fixed_parts) >= _FIXED_CACHE:  # a long run of ever new prefill shapes: start afresh
+                self._fixed_parts.clear()
             linear, _, lm_head, allreduce, overhead = _parts(self._c(which), num_tokens, num_seqs, 0.0, 0.0,
                                                              lm_head_tokens, decode_only, 0.0)
             fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)

@@ -66,7 +66,7 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
     qmax = float(q.max()) if q.size else 1.0
     if profile.scorer == "batch_expansion" and n_spec:
         be = spec if multi_query is None else spec & ~multi_query
-        if be.any():
+        if np.count_nonzero(be):
             qb, cb = q[be], ctx[be]
             rest = ~be
             qr, cr = q[rest], ctx[rest]

@@ -78,7 +78,7 @@ class _ChunkStore:
         common case), that chunk's slot is looked up once per request instead of once per position."""
         ar = _AR[:length] if length <= _AR.size else np.arange(length)
         head, tail = first >> self._shift, last >> self._shift
-        if not (head == tail).all():
+        if np.count_nonzero(head != tail):
             for d in range(int((tail - head).max()) + 1):  # each request's chunks, generated a column at a time
                 self._slots(rids, np.minimum(head + d, tail))
             return self.locate(rids[:, None], np.minimum(first[:, None] + ar, last[:, None]))

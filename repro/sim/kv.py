@@ -86,7 +86,7 @@ class KvPool:
         if ids_.size == 0:
             return 0.0
         s = self.s
-        if (s.status[ids_] != _RUNNING).any():
+        if np.count_nonzero(s.status[ids_] != _RUNNING):
             raise PlanError("preempting requests that are not running")
         gone = set(ids_.tolist())
         s.running = [r for r in s.running if r not in gone]
@@ -114,7 +114,7 @@ class KvPool:
         if ids_.size == 0:
             return 0.0
         s = self.s
-        if (s.status[ids_] != _SWAPPED).any():
+        if np.count_nonzero(s.status[ids_] != _SWAPPED):
             raise PlanError("swapping in requests that are not swapped out")
         back = set(ids_.tolist())
         s.swapped = [r for r in s.swapped if r not in back]

@@ -171,7 +171,7 @@ class Replica:
                     + self.kv.swap_in(plan, self.backend, self.draft_resident))
         pre = self._begin_prefill(plan)
         dec = self._begin_decode(plan, prop)
-        if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and dec.k.any():
+        if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and np.count_nonzero(dec.k):
             raise PlanError(f"engine {self.cost.engine.name}: a step cannot both prefill and speculate (the engine "
                             "runs speculation without chunked prefill)")
         # time: drafting, then one target forward over every scheduled token
@@ -179,7 +179,7 @@ class Replica:
         if real is not None:  # measured on real models
             draft_s, verify_s, num_tokens, fwd, host_s = real.draft_s, real.verify_s, real.num_tokens, None, 0.0
         else:
-            drafting = bool(dec.drafted.any()) or plan.draft_sync
+            drafting = bool(np.count_nonzero(dec.drafted)) or plan.draft_sync
             draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
                                           pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
             shape, host_s = verify_pass(self.cost.engine, pre, dec)
@@ -256,11 +256,11 @@ class Replica:
         s, pids, ptok = self.s, plan.prefill_ids, plan.prefill_tokens
         if pids.size == 0:
             return PrefillBatch(pids, ptok, 0.0, _NO_BOOL)
-        if ptok.shape != pids.shape or (ptok <= 0).any():
+        if ptok.shape != pids.shape or np.count_nonzero(ptok <= 0):
             raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
         st = s.status[pids]
         bad = (st != _WAITING) & (st != _RUNNING)
-        if bad.any():
+        if np.count_nonzero(bad):
             raise PlanError(f"prefill of requests not waiting/running: {pids[bad]}")
         for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
             s.waiting.remove(rid)
@@ -268,7 +268,7 @@ class Replica:
         s.status[pids] = _RUNNING
         pc = s.num_computed[pids]
         ntok = s.prompt_len[pids] + s.num_generated[pids]
-        if (pc + ptok > ntok).any():
+        if np.count_nonzero(pc + ptok > ntok):
             raise PlanError("a prefill chunk goes past the request's tokens")
         self.kv.allocate(pids, pc + ptok)
         return PrefillBatch(pids, ptok, float((ptok * (pc + (ptok + 1) / 2.0)).sum()), pc + ptok == ntok,
@@ -283,7 +283,7 @@ class Replica:
             return DecodeBatch(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
         gen = s.num_generated[dids]
         dc = s.num_computed[dids]
-        if ((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)).any():
+        if np.count_nonzero((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)):
             raise PlanError("decode of requests that are not running or whose prefill has not finished")
         if plan.k is None:
             k = np.zeros(n, dtype=np.int64)
@@ -293,7 +293,7 @@ class Replica:
                 raise PlanError("k must be a non-negative int per decode id")
         drafted = k > 0  # requests the proposer drafts for (a tree pays its beam search even if nothing is kept)
         first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if prop.proposes_first and drafted.any() and not trees:
+        if prop.proposes_first and np.count_nonzero(drafted) and not trees:
             # prompt lookup runs before verification: only the tokens a match proposed are verified (and need KV)
             if plan.draft_server is not None:
                 raise PlanError(f"proposer {prop.name!r} proposes before verification and cannot share a step "
@@ -336,8 +336,11 @@ class Replica:
         self.kv.shrink_to(dids, new_computed)  # rejected speculation frees its KV slots
         if prop.keeps_kv:  # the draft's cache now holds what the target's does
             sync = dec.drafted | plan.draft_sync
-            s.num_draft_computed[dids[sync]] = new_computed[sync]
-        if proposed.any():
+            if np.count_nonzero(sync) == sync.size:
+                s.num_draft_computed[dids] = new_computed
+            else:
+                s.num_draft_computed[dids[sync]] = new_computed[sync]
+        if np.count_nonzero(proposed):
             s.num_proposed[dids] += proposed
             s.num_accepted[dids] += accepted
             s.num_matched[dids] += matched
@@ -347,7 +350,7 @@ class Replica:
         s.first_decode_at[new] = start_at
         s.last_token_at[dids] = end_at
         fresh = gen == 0  # a prompt's last token decoded like any other: its sample is the first token
-        if fresh.any():
+        if np.count_nonzero(fresh):
             s.first_token_at[dids[fresh]] = end_at
         return emitted, dids[emitted == remaining]
 
@@ -377,7 +380,7 @@ class Replica:
             return
         pos = self._arange[:n] if n <= self._arange.size else np.arange(n)
         self._mark[both] = pos
-        if (self._mark[both] != pos).any():
+        if np.count_nonzero(self._mark[both] != pos):
             raise PlanError("a request appears twice in one step")
 
     def finish(self, rids: np.ndarray, at: float | np.ndarray) -> None:

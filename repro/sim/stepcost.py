@@ -187,7 +187,7 @@ class StepCoster:
                 kv1 += float(c_rest.sum()) + n_rest
                 have = s.num_draft_computed[dids[rest]]
                 lag = c_rest - have  # what the draft missed while these requests did not speculate
-                if lag.any():
+                if np.count_nonzero(lag):
                     tok1 += int(lag.sum())
                     pairs += float(((lag + 1) * (have + (lag + 2) / 2.0)).sum())
             if pids.size:

@@ -129,9 +129,10 @@ class StepTracer:
         n_pre, n_dec = pre.ids.size, dec.ids.size
         rec = StepRecord(
             res.start_at, res.end_at - res.start_at, n_pre + n_dec, n_dec, n_pre, res.num_batched_tokens,
-            int(res.num_emitted.sum()) + int(pre.completes.sum()), int(res.num_proposed.sum()),
+            int(res.num_emitted.sum()) + int(np.count_nonzero(pre.completes)), int(res.num_proposed.sum()),
             int(res.num_accepted.sum()), int(event.num_matched.sum()), res.draft_s, res.verify_s, event.overhead_s,
-            res.memory_s, res.send_s, float(dec.k.mean()) if n_dec else 0.0, event.replica, event.schedule_wall_s)
+            res.memory_s, res.send_s, int(dec.k.sum()) / n_dec if n_dec else 0.0, event.replica,
+            event.schedule_wall_s)  # (the integer sum / n: k.mean() bit for bit)
         self._records.setdefault(event.replica, []).append(rec)
         tel = _telemetry(event.plan)
         if event.arm_rewards is not None:
