@@ -66,7 +66,12 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
     qmax = float(q.max()) if q.size else 1.0
     if profile.scorer == "batch_expansion" and n_spec:
         be = spec if multi_query is None else spec & ~multi_query
-        if np.count_nonzero(be):
+        n_be = np.count_nonzero(be)
+        if n_be == be.size:  # every request expands (the terms below with nothing left: + 0)
+            expanded = float(q.sum())
+            kv_be = float(((1.0 + (q - 1) * profile.expand_reread) * ctx).sum() + (q * (q + 1)).sum() / 2.0)
+            return expanded + 0.0, kv_be + 0.0, kv_be + 0.0, host + profile.expand_seq_s * expanded, 1.0
+        if n_be:
             qb, cb = q[be], ctx[be]
             rest = ~be
             qr, cr = q[rest], ctx[rest]

@@ -122,7 +122,7 @@ class _TokenStream:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        idx = self.store.window(rids, pos, kmax + 1, pos + kmax)  # may grow the pools
+        idx = self.store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])  # may grow the pools
         hit = self.store.pools["hit"][idx] & (_AR[:kmax + 1] < k[:, None])  # last column: always False
         return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them
 
@@ -264,6 +264,6 @@ class _PldStream:
             return proposed, np.zeros_like(proposed), np.zeros_like(proposed)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        idx = store.window(rids, pos, kmax + 1, pos + kmax)
+        idx = store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])
         hit = store.pools["ok"][idx] & (_AR[:kmax + 1] < proposed[:, None])  # last column: always False
         return proposed, hit.argmin(axis=1), hit.sum(axis=1)  # leading accepted tokens, every matching one
