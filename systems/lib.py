@@ -147,7 +147,10 @@ def expected_accepted(alpha: float | np.ndarray, k: np.ndarray | int) -> np.ndar
 
     Leviathan et al.; TurboSpec Eq. 4.
     """
-    a = np.clip(np.asarray(alpha, dtype=np.float64), 1e-9, 1 - 1e-9)
+    if isinstance(alpha, float):  # a per-step controller's α: np.clip's dispatch would cost more than the formula
+        a: float | np.ndarray = min(max(alpha, 1e-9), 1 - 1e-9)
+    else:
+        a = np.clip(np.asarray(alpha, dtype=np.float64), 1e-9, 1 - 1e-9)
     return (1.0 - a ** (np.asarray(k) + 1)) / (1.0 - a)
 
 

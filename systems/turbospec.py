@@ -63,8 +63,11 @@ Deviations:
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,10 +97,26 @@ class LatencyFit:
     alpha: np.ndarray
     gamma: np.ndarray
     delta: np.ndarray
+    _lower: list[float] = field(init=False, repr=False, compare=False)  # edges but the last, for bisect
+    _coef: list[tuple[float, float, float]] = field(init=False, repr=False, compare=False)  # (α, γ, δ) per bucket
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lower", self.edges[:-1].tolist())
+        object.__setattr__(self, "_coef", list(zip(self.alpha.tolist(), self.gamma.tolist(), self.delta.tolist(),
+                                                   strict=True)))
 
     def __call__(self, n_context: np.ndarray | float, n_batched: np.ndarray | float) -> np.ndarray:
         b = np.minimum(np.searchsorted(self.edges, n_batched), self.edges.size - 1)
         return self.alpha[b] * np.asarray(n_context) + self.gamma[b] * np.asarray(n_batched) + self.delta[b]
+
+    def at(self, n_context: float, n_batched: Iterable[float]) -> list[float]:
+        """``self(n_context, n_batched)`` in Python floats: the same operations, so the same values, at a fraction
+        of numpy's per-call cost for the few points the controller evaluates per step."""
+        out = []
+        for n in n_batched:
+            a, g, d = self._coef[bisect_left(self._lower, n)]  # = min(searchsorted(edges), the last bucket)
+            out.append(a * n_context + g * n + d)
+        return out
 
 
 def fit_linear(n_context: np.ndarray, n_batched: np.ndarray, latency_s: np.ndarray,
@@ -174,6 +193,21 @@ class StepLatencyModel:
             draft = np.where(spec, self.round_s + k * self.drafter(ctx_spec, num_spec), 0.0)
         return t + draft
 
+    def step_times(self, max_len: int, batch: int, num_spec: int, context: float, verify_frac: float = 1.0
+                   ) -> list[float]:
+        """``step_s(arange(max_len + 1), ...)`` as a list of Python floats (the same operations in the same order,
+        so the same values)."""
+        per_k = num_spec * verify_frac
+        t = self.target.at(context, [batch + per_k * k for k in range(max_len + 1)])
+        if num_spec <= 0:
+            return t
+        if self.proposer == "pld":
+            pld = self.pld_fixed_s + self.pld_per_seq_s * num_spec
+            return t[:1] + [x + pld for x in t[1:]]
+        assert self.drafter is not None
+        d = self.drafter.at(context * num_spec / max(batch, 1), (num_spec,))[0]
+        return t[:1] + [t[k] + (self.round_s + k * d) for k in range(1, max_len + 1)]
+
 
 def profile(cost: CostModel, proposer: ProposerName, max_len: int, max_batch: int) -> StepLatencyModel:
     """The offline profiler (§5.2): fit the target and the proposer, time the per-round and PLD costs."""
@@ -186,12 +220,13 @@ def profile(cost: CostModel, proposer: ProposerName, max_len: int, max_batch: in
 # --- online adaptor (§4.1.3 Eq. 4, Listing 2) -------------------------------------------------------------------
 
 
-def expected_generated(alpha: float, k: np.ndarray, batch: int, num_spec: int, match_rate: float = 1.0
-                       ) -> np.ndarray:
-    """Eq. (4) summed over the batch: non-speculating requests generate 1 token, speculating ones
-    1 + m·(l(α, k) − 1) with l(α, k) = (1 − α^(k+1))/(1 − α) and m the fraction that find a proposal."""
-    gain = expected_accepted(alpha, np.asarray(k)) - 1.0
-    return (batch - num_spec) + num_spec * (1.0 + match_rate * gain)
+def expected_generated(alpha: float, max_len: int, batch: int, num_spec: int, match_rate: float = 1.0
+                       ) -> list[float]:
+    """Eq. (4) summed over the batch, for each k = 0..max_len: non-speculating requests generate 1 token,
+    speculating ones 1 + m·(l(α, k) − 1) with l(α, k) = (1 − α^(k+1))/(1 − α) and m the fraction that find a
+    proposal. Python floats past the power (a few points per step: numpy's per-call cost would dominate)."""
+    return [(batch - num_spec) + num_spec * (1.0 + match_rate * (acc - 1.0))
+            for acc in expected_accepted(alpha, np.arange(max_len + 1)).tolist()]
 
 
 def kv_blocks_needed(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.ndarray, block_size: int,
@@ -201,8 +236,8 @@ def kv_blocks_needed(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.n
     1 + k slots per speculating request, 1 per other, given each request's computed tokens and allocated blocks.
     """
     k = np.arange(max_len + 1)[:, None]
-    slots = num_computed[None, :] + 1 + k * spec[None, :].astype(np.int64)
-    need = (slots + block_size - 1) // block_size - kv_blocks[None, :]
+    # ⌈(computed + 1 + k·spec) / block⌉ = (computed + block + k·spec) // block: the constants added before broadcasting
+    need = (num_computed + block_size + k * spec) // block_size - kv_blocks
     return np.maximum(need, 0).sum(axis=1)
 
 
@@ -216,13 +251,21 @@ def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyMod
     (``blocks_needed[k] > free_blocks``) is skipped.
     """
     ns = batch if num_spec is None else num_spec
-    ks = np.arange(max_len + 1)
-    goodput = expected_generated(alpha, ks, batch, ns, match_rate) / fit.step_s(ks, batch, ns, context, verify_frac)
-    goodput[:min_k] = -np.inf
-    if free_blocks is not None and blocks_needed is not None:  # line 5: OOM guard
-        goodput[np.asarray(blocks_needed)[: max_len + 1] > free_blocks] = -np.inf
-    best = int(np.argmax(goodput))  # ties → the smallest k
-    return best if np.isfinite(goodput[best]) else 0
+    # in Python floats (max_len + 1 points: numpy's per-call cost would dominate), with the operations of the array
+    # form in its order, so the same values and choice (tests/systems/test_turbospec.py holds it to that form)
+    gen = expected_generated(alpha, max_len, batch, ns, match_rate)
+    step = fit.step_times(max_len, batch, ns, context, verify_frac)
+    need = None if free_blocks is None or blocks_needed is None else np.asarray(blocks_needed).tolist()
+    best, best_g = 0, -math.inf
+    for k in range(min_k, max_len + 1):
+        if need is not None and need[k] > free_blocks:  # line 5: OOM guard
+            continue
+        g = gen[k] / step[k] if step[k] else math.inf  # numpy's x / 0 for x ≥ 1 generated token
+        if not g < math.inf:  # NaN or +inf: numpy's argmax would pick it, and it is not finite
+            return 0
+        if g > best_g:  # ties → the smallest k
+            best, best_g = k, g
+    return best
 
 
 class AcceptanceTracker:
@@ -238,22 +281,28 @@ class AcceptanceTracker:
             raise ValueError("window must be >= 1 and init_acceptance in [0, 1)")
         self.window = window
         self.init_acceptance = init_acceptance
-        self._steps: deque[np.ndarray] = deque()
-        self._sum = np.zeros(6, dtype=np.int64)  # accepted, tested, matched, asked, scored, planned
+        # per step and summed, as Python ints (six numbers a step): accepted, tested, matched, asked, scored, planned
+        self._steps: deque[tuple[int, int, int, int, int, int]] = deque()
+        self._sum = [0] * 6
 
     def update(self, k: np.ndarray, num_proposed: np.ndarray, num_accepted: np.ndarray, scored: int) -> None:
         asked = k > 0
-        if not asked.any():
+        num_asked = int(np.count_nonzero(asked))
+        if not num_asked:
             return
-        tested = num_accepted + (num_accepted < num_proposed)  # the first rejection ends the chain
-        row = np.array([num_accepted.sum(), tested.sum(), np.count_nonzero(num_proposed[asked] > 0),
-                        np.count_nonzero(asked), scored, k.sum()], dtype=np.int64)
+        accepted = int(num_accepted.sum())
+        tested = accepted + int(np.count_nonzero(num_accepted < num_proposed))  # the first rejection ends the chain
+        proposed = num_proposed if num_asked == k.size else num_proposed[asked]
+        row = (accepted, tested, int(np.count_nonzero(proposed > 0)), num_asked, int(scored), int(k.sum()))
         self._steps.append(row)
-        self._sum += row
+        total = self._sum
+        for i, x in enumerate(row):
+            total[i] += x
         # drop the oldest steps while the rest still hold a full window (at most ``window`` steps)
         while len(self._steps) > self.window or (
-                len(self._steps) > 1 and self._sum[1] - self._steps[0][1] >= self.window):
-            self._sum -= self._steps.popleft()
+                len(self._steps) > 1 and total[1] - self._steps[0][1] >= self.window):
+            for i, x in enumerate(self._steps.popleft()):
+                total[i] -= x
 
     @staticmethod
     def _filled(hits: int, n: int, prior: float, window: int) -> float:
@@ -261,15 +310,15 @@ class AcceptanceTracker:
 
     @property
     def alpha(self) -> float:
-        return self._filled(int(self._sum[0]), int(self._sum[1]), self.init_acceptance, self.window)
+        return self._filled(self._sum[0], self._sum[1], self.init_acceptance, self.window)
 
     @property
     def match_rate(self) -> float:
-        return self._filled(int(self._sum[2]), int(self._sum[3]), 1.0, self.window)
+        return self._filled(self._sum[2], self._sum[3], 1.0, self.window)
 
     @property
     def verify_frac(self) -> float:
-        return float(self._sum[4] / self._sum[5]) if self._sum[5] else 1.0
+        return self._sum[4] / self._sum[5] if self._sum[5] else 1.0
 
 
 # --- the system (Listing 1) ---------------------------------------------------------------------------------------
@@ -332,32 +381,35 @@ class TurboSpec(Policy):
             return IDLE
         spec = np.fromiter((r not in self.no_proposer for r in decode.tolist()), dtype=bool, count=decode.size) \
             if self.no_proposer else np.ones(decode.size, dtype=bool)
-        probe = 0 < self.probe_steps <= self._plain_steps and spec.any()
-        k = self._goodput_k(view, decode, spec, preempt, min_k=1 if probe else 0)  # lines 10 and 15
-        self._plain_steps = self._plain_steps + 1 if k == 0 and spec.any() else 0
+        num_spec = int(np.count_nonzero(spec))
+        probe = 0 < self.probe_steps <= self._plain_steps and num_spec > 0
+        k = self._goodput_k(view, decode, spec, num_spec, preempt, min_k=1 if probe else 0)  # lines 10 and 15
+        self._plain_steps = self._plain_steps + 1 if k == 0 and num_spec else 0
         self._lookahead = k
         if k == 0:  # lines 11–13: normal decode; remember the batch size at which speculation stopped paying
-            if spec.any() and self.proposer != "pld":  # PLD's proposal length is fixed, never 0 (line 26)
+            if num_spec and self.proposer != "pld":  # PLD's proposal length is fixed, never 0 (line 26)
                 self.disable_batch_size = decode.size
             return StepPlan(decode_ids=decode, preempt_ids=preempt, proposer=self.proposer)
         ks = np.where(spec, k, 0).astype(np.int64)  # lines 14–16: propose and score
         self._last_k = ks
         return StepPlan(decode_ids=decode, k=ks, proposer=self.proposer, preempt_ids=preempt)
 
-    def _goodput_k(self, view: View, decode: np.ndarray, spec: np.ndarray, preempt: np.ndarray,
+    def _goodput_k(self, view: View, decode: np.ndarray, spec: np.ndarray, num_spec: int, preempt: np.ndarray,
                    min_k: int = 0) -> int:
-        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals.
+        """GetProposedLen / GetVerificationLen: ArgMaxGoodput for draft and EAGLE proposals (``num_spec`` of the
+        ``decode`` requests, those of ``spec``, speculate).
 
         For PLD the proposal is FIXED_PROPOSED_LEN and ArgMaxGoodput picks the verification length (≤ the proposal).
         """
-        if decode.size == 0 or not spec.any():
+        if decode.size == 0 or not num_spec:
             return 0
         max_len = min(self.max_len, self.pld_proposed_len) if self.proposer == "pld" else self.max_len
-        free = view.free_blocks + int(view.kv_blocks[preempt].sum())
-        need = kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode], spec, view.block_size, max_len)
+        free = view.free_blocks + (int(view.kv_blocks[preempt].sum()) if preempt.size else 0)
+        computed = view.num_computed[decode]
+        need = kv_blocks_needed(computed, view.kv_blocks[decode], spec, view.block_size, max_len)
         acc = self.acceptance
-        return argmax_goodput(acc.alpha, int(decode.size), float(view.num_computed[decode].sum()), self.latency,
-                              max_len, free, need, num_spec=int(spec.sum()),
+        return argmax_goodput(acc.alpha, int(decode.size), float(computed.sum()), self.latency,
+                              max_len, free, need, num_spec=num_spec,
                               match_rate=acc.match_rate if self.proposer == "pld" else 1.0,
                               verify_frac=acc.verify_frac, min_k=min_k)
 

@@ -107,6 +107,64 @@ def test_oom_guard_caps_k() -> None:
     assert argmax_goodput(0.9, 1, 512, FIT, 7, 0, need) == 0
 
 
+def argmax_goodput_arrays(alpha: float, batch: int, context: float, fit: StepLatencyModel, max_len: int,
+                          free_blocks: int | None = None, blocks_needed: np.ndarray | None = None, *,
+                          num_spec: int | None = None, match_rate: float = 1.0, verify_frac: float = 1.0,
+                          min_k: int = 0) -> int:
+    """Listing 2 over numpy arrays, every k at once (the clear form :func:`argmax_goodput` computes in floats)."""
+    ns = batch if num_spec is None else num_spec
+    ks = np.arange(max_len + 1)
+    a = np.clip(np.asarray(alpha, dtype=np.float64), 1e-9, 1 - 1e-9)
+    gen = (batch - ns) + ns * (1.0 + match_rate * ((1.0 - a ** (ks + 1)) / (1.0 - a) - 1.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        goodput = gen / fit.step_s(ks, batch, ns, context, verify_frac)
+    goodput[:min_k] = -np.inf
+    if free_blocks is not None and blocks_needed is not None:
+        goodput[np.asarray(blocks_needed)[: max_len + 1] > free_blocks] = -np.inf
+    best = int(np.argmax(goodput))
+    return best if np.isfinite(goodput[best]) else 0
+
+
+@pytest.mark.parametrize("proposer", ["draft", "pld"])
+def test_argmax_goodput_equals_the_array_form(proposer: str) -> None:
+    # the per-step form (Python floats) against the array form: the same floats, so the same k, over the profiled
+    # piecewise fit (every bucket), OOM guards, probes and degenerate latencies (0: goodput +inf, NaN)
+    cost = make_cost("a100-80g", "llama2-7b", "llama-160m")
+    fits = [profile(cost, proposer, 7, 256), FIT,
+            StepLatencyModel("draft", plane(0.0, 0.0, 0.0), plane(0, 0, 0), 0, 0, 0),
+            StepLatencyModel("draft", plane(1e-7, -1e-4, 1e-3), plane(0, 0, 0), 1e-4, 0, 0),
+            StepLatencyModel("draft", plane(np.nan, 1e-5, 1e-3), plane(0, 0, 0), 1e-4, 0, 0)]
+    rng = np.random.default_rng(3)
+    for i in range(3000):
+        fit = fits[i % len(fits)]
+        batch = int(rng.integers(1, 300))
+        ns = int(rng.integers(0, batch + 1))
+        alpha = float(rng.choice([0.0, 1.0, rng.random()]))
+        max_len = int(rng.integers(1, 11))
+        need = np.cumsum(rng.integers(0, 3, max_len + 1))
+        free = int(rng.integers(0, 2 * need[-1] + 1)) if rng.random() < 0.5 else None
+        kw = dict(num_spec=ns, match_rate=float(rng.random()), verify_frac=float(rng.random()),
+                  min_k=int(rng.integers(0, 2)))
+        context = float(rng.integers(0, 4096) * batch)
+        assert argmax_goodput(alpha, batch, context, fit, max_len, free, need, **kw) \
+            == argmax_goodput_arrays(alpha, batch, context, fit, max_len, free, need, **kw)
+        assert np.array_equal(fit.step_times(max_len, batch, ns, context, kw["verify_frac"]),
+                              fit.step_s(np.arange(max_len + 1), batch, ns, context, kw["verify_frac"]), equal_nan=True)
+
+
+def test_kv_blocks_needed_equals_the_slot_form() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n, bs, max_len = int(rng.integers(1, 50)), int(rng.choice([1, 4, 16])), int(rng.integers(0, 10))
+        computed = rng.integers(0, 3000, n)
+        blocks = (computed + 1 + bs - 1) // bs + rng.integers(-1, 2, n)
+        spec = rng.random(n) < 0.7
+        k = np.arange(max_len + 1)[:, None]
+        slots = computed[None, :] + 1 + k * spec[None, :].astype(np.int64)  # 1 + k slots per speculating request
+        want = np.maximum((slots + bs - 1) // bs - blocks[None, :], 0).sum(axis=1)
+        assert kv_blocks_needed(computed, blocks, spec, bs, max_len).tolist() == want.tolist()
+
+
 FIT_TOL = 0.06  # Eq. 3 is linear in the batch's context; the KV read's efficiency η(V) is not (up to 4.9 % here)
 
 
