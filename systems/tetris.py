@@ -58,9 +58,33 @@ from systems.trees import rank_nodes, select_global, tree_specs
 def select_drafts(cands: Sequence[CandidateTree], budget: int) -> dict[int, TreeSpec]:
     """The ``budget`` draft tokens of the batch with the highest path probability (ties toward shallower tokens,
     then earlier requests), as one prefix-closed ``TreeSpec`` per request (possibly empty)."""
-    ranked = rank_nodes(cands)
-    counts = select_global(ranked, np.zeros(ranked.n, dtype=np.int64), budget)
-    return tree_specs(ranked, counts)
+    counts = chain_counts(cands, budget)
+    if counts is None:
+        ranked = rank_nodes(cands)
+        return tree_specs(ranked, select_global(ranked, np.zeros(ranked.n, dtype=np.int64), budget))
+    prefixes = np.arange(cands[0].size + 1)
+    prefixes.flags.writeable = False  # every tree's nodes are a view of it: 0..count-1
+    nodes = [prefixes[:c] for c in range(prefixes.size)]
+    return {cand.rid: TreeSpec(cand, nodes[c]) for cand, c in zip(cands, counts.tolist(), strict=True)}
+
+
+def chain_counts(cands: Sequence[CandidateTree], budget: int) -> np.ndarray | None:
+    """:func:`select_drafts`'s prefix length per request when every candidate is a chain of one length whose path
+    probability never rises along it (a calibrated draft's: each token multiplies in a probability ≤ 1); else None.
+
+    Each chain then is already in rank order (−path probability, depth, index), and the batch's ranking is one
+    stable sort of the tokens listed depth by depth (ties: shallower, then earlier requests).
+    """
+    if not cands:
+        return None
+    n, m = len(cands), cands[0].path_prob.size
+    if not all(c.draft_width == 1 and c.path_prob.size == m for c in cands):
+        return None
+    pp = np.concatenate([c.path_prob for c in cands]).reshape(n, m)
+    if not (pp[:, 1:] <= pp[:, :-1]).all():
+        return None
+    best = np.argsort(-pp.T.ravel(), kind="stable")[: max(budget, 0)]  # index = (depth − 1)·n + request
+    return np.bincount(best % n, minlength=n)
 
 
 def ranking_host_s(num_ranked: int, fixed_s: float, per_token_log_s: float) -> float:
@@ -104,6 +128,6 @@ class TETRIS(Policy):
         budget = self.budget(int(decode.size))
         trees = select_drafts(cands, budget)
         host_s = ranking_host_s(int(decode.size) * self.gamma, self.host_fixed_s, self.host_per_token_log_s)
-        verified = sum(t.num_nodes for t in trees.values())
+        verified = sum(t.nodes.size for t in trees.values())
         return StepPlan(decode_ids=decode, trees=trees, proposer="draft", draft_sync=True, preempt_ids=preempt,
                         host_s=host_s, telemetry={"budget": float(budget), "verified": float(verified)})

@@ -18,7 +18,8 @@ from repro.sim.trace import StepRecord
 from systems.banditspec import UCB, BanditSpec
 from systems.dsd import DSD
 from systems.static_sd import StaticSD
-from systems.tetris import TETRIS, ranking_host_s, select_drafts
+from systems.tetris import TETRIS, chain_counts, ranking_host_s, select_drafts
+from systems.trees import rank_nodes, select_global, tree_specs
 from systems.turbospec import LatencyFit, StepLatencyModel
 from tests.conftest import FixedOracle, make_engine, make_requests, run, spy
 
@@ -266,6 +267,29 @@ def test_tetris_ties_go_to_shallower_tokens_then_earlier_requests() -> None:
     assert {r: t.nodes.tolist() for r, t in select_drafts(cands, 3).items()} == {0: [0], 1: [0, 1], 2: []}
     # 0.25 twice: request 2's depth-1 token before request 0's depth-2 one
     assert {r: t.nodes.tolist() for r, t in select_drafts(cands, 4).items()} == {0: [0], 1: [0, 1], 2: [0]}
+
+
+def test_tetris_chain_ranking_equals_the_tree_ranking() -> None:
+    # chain_counts (one sort of the batch's chains) against the general ranking of candidate trees (systems.trees):
+    # the same prefixes, ties (rounded probabilities) and degenerate budgets included
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n, m = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+        cands = [chain(i, np.round(rng.random(m), int(rng.integers(1, 3))).tolist()) for i in range(n)]
+        budget = int(rng.integers(-1, n * m + 3))
+        ranked = rank_nodes(cands)
+        want = select_global(ranked, np.zeros(n, dtype=np.int64), budget)
+        got = chain_counts(cands, budget)
+        assert got is not None and got.tolist() == want.tolist()
+        assert {r: t.nodes.tolist() for r, t in select_drafts(cands, budget).items()} \
+            == {r: t.nodes.tolist() for r, t in tree_specs(ranked, want).items()}
+    up = CandidateTree(1, 0, np.array([-1, 0]), np.array([1, 2]), np.zeros(2, dtype=np.int64), np.array([0.5, 1.0]),
+                       np.array([0.5, 0.6]), 2, 1)
+    rising = [chain(0, [0.5, 0.5]), up]
+    assert chain_counts(rising, 2) is None  # a path probability that rises: ranked as a tree
+    ranked = rank_nodes(rising)
+    assert {r: t.nodes.tolist() for r, t in select_drafts(rising, 2).items()} \
+        == {r: t.nodes.tolist() for r, t in tree_specs(ranked, select_global(ranked, np.zeros(2, int), 2)).items()}
 
 
 def oracle_and_drafter(n: int) -> tuple[TokenOracle, Drafter]:
