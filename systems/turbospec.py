@@ -241,6 +241,13 @@ def kv_blocks_needed(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.n
     return np.maximum(need, 0).sum(axis=1)
 
 
+def kv_blocks_needed_at(num_computed: np.ndarray, kv_blocks: np.ndarray, spec: np.ndarray, block_size: int,
+                        k: int) -> int:
+    """``kv_blocks_needed(...)[k]``: the extra KV blocks of one proposal length."""
+    need = (num_computed + block_size + k * spec) // block_size - kv_blocks
+    return int(np.maximum(need, 0).sum())
+
+
 def argmax_goodput(alpha: float, batch: int, context: float, fit: StepLatencyModel, max_len: int,
                    free_blocks: int | None = None, blocks_needed: np.ndarray | None = None, *,
                    num_spec: int | None = None, match_rate: float = 1.0, verify_frac: float = 1.0,
@@ -405,8 +412,10 @@ class TurboSpec(Policy):
             return 0
         max_len = min(self.max_len, self.pld_proposed_len) if self.proposer == "pld" else self.max_len
         free = view.free_blocks + (int(view.kv_blocks[preempt].sum()) if preempt.size else 0)
-        computed = view.num_computed[decode]
-        need = kv_blocks_needed(computed, view.kv_blocks[decode], spec, view.block_size, max_len)
+        computed, blocks, bs = view.num_computed[decode], view.kv_blocks[decode], view.block_size
+        # no request needs fewer blocks for a longer proposal: when the longest fits, the guard drops no k
+        fits = kv_blocks_needed_at(computed, blocks, spec, bs, max_len) <= free
+        need = None if fits else kv_blocks_needed(computed, blocks, spec, bs, max_len)
         acc = self.acceptance
         return argmax_goodput(acc.alpha, int(decode.size), float(computed.sum()), self.latency,
                               max_len, free, need, num_spec=num_spec,

@@ -15,6 +15,7 @@ from systems.turbospec import (
     StepLatencyModel,
     argmax_goodput,
     kv_blocks_needed,
+    kv_blocks_needed_at,
     profile,
 )
 from tests.conftest import make_cost
@@ -163,6 +164,7 @@ def test_kv_blocks_needed_equals_the_slot_form() -> None:
         slots = computed[None, :] + 1 + k * spec[None, :].astype(np.int64)  # 1 + k slots per speculating request
         want = np.maximum((slots + bs - 1) // bs - blocks[None, :], 0).sum(axis=1)
         assert kv_blocks_needed(computed, blocks, spec, bs, max_len).tolist() == want.tolist()
+        assert [kv_blocks_needed_at(computed, blocks, spec, bs, k) for k in range(max_len + 1)] == want.tolist()
 
 
 FIT_TOL = 0.06  # Eq. 3 is linear in the batch's context; the KV read's efficiency η(V) is not (up to 4.9 % here)
