@@ -166,7 +166,7 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
                      free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
     if adm.rids.size:
         return adm, EMPTY, EMPTY
-    decode, _ = split_running(view)
+    decode = running[pending_tokens(view, running) == 1]  # split_running's decode-ready half
     if decode.size == 0:
         return NO_ADMISSION, EMPTY, EMPTY
     kept, preempted, _ = make_room(view, decode, 1 + lookahead, view.free_blocks)

@@ -302,14 +302,11 @@ class AcceptanceTracker:
         proposed = num_proposed if num_asked == k.size else num_proposed[asked]
         row = (accepted, tested, int(np.count_nonzero(proposed > 0)), num_asked, int(scored), int(k.sum()))
         self._steps.append(row)
-        total = self._sum
-        for i, x in enumerate(row):
-            total[i] += x
+        self._sum = [t + x for t, x in zip(self._sum, row, strict=True)]
         # drop the oldest steps while the rest still hold a full window (at most ``window`` steps)
         while len(self._steps) > self.window or (
-                len(self._steps) > 1 and total[1] - self._steps[0][1] >= self.window):
-            for i, x in enumerate(self._steps.popleft()):
-                total[i] -= x
+                len(self._steps) > 1 and self._sum[1] - self._steps[0][1] >= self.window):
+            self._sum = [t - x for t, x in zip(self._sum, self._steps.popleft(), strict=True)]
 
     @staticmethod
     def _filled(hits: int, n: int, prior: float, window: int) -> float:
