@@ -3,9 +3,9 @@
     python scripts/step_speed.py                      # this tree: Engine.run seconds per point, median of 5
     python scripts/step_speed.py --baseline de78dab   # and a worktree of that commit, alternating in the same minutes
 
-Each point is composed from its experiment as the runner composes it (full mode), its engine built untimed, and
-``Engine.run`` timed in wall seconds in a fresh child process per tree and repeat (imports and caches warm in
-neither). The trees alternate (this, baseline, this, ...), so a machine's drift hits both alike. Prints each point's
+Each point is composed from its experiment as the runner composes it (full mode, on this checkout's data folder in
+both trees), its engine built untimed, and ``Engine.run`` timed in wall seconds in a fresh child process per tree
+and repeat (imports and caches warm in neither). The trees alternate (this, baseline, this, ...), so a machine's drift hits both alike. Prints each point's
 median, the baseline's, and the ratio.
 """
 
@@ -66,12 +66,25 @@ print(json.dumps({"run_s": time.perf_counter() - t0}))
 """
 
 
+def data_folder() -> str:
+    """This checkout's data folder (``$REPRO_DATA``, else ``../shared/data`` beside it; empty: none), handed to both
+    trees: a baseline checked out elsewhere has no ``../shared`` beside it and would time another workload."""
+    env = os.environ.get("REPRO_DATA")
+    if env:
+        return env
+    shared = ROOT.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else tempfile.mkdtemp(prefix="no_data_")
+
+
 def run_once(tree: Path, point: tuple[str, str, list[str]]) -> float:
     res = subprocess.run([sys.executable, "-c", CHILD, json.dumps(point)], cwd=tree, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tree)})
+                         env={**os.environ, "PYTHONPATH": str(tree), "REPRO_DATA": DATA})
     if res.returncode != 0:
         raise SystemExit(f"{tree}: {point[0]} failed:\n{res.stderr[-2000:]}")
     return float(json.loads(res.stdout.strip().splitlines()[-1])["run_s"])
+
+
+DATA = data_folder()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ from repro.experiments.compose import compose_config, hydra_context
 from repro.experiments.launch import Outcome, execute_ray
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# the subject does not depend on where the workload comes from: pinned to the embedded statistics
+# (conftest.no_data), so CI's no-data pass need not repeat it
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_data")]
 RAY = "launcher=ray needs Ray: pip install -e '.[ray]'"
 
 

@@ -22,6 +22,10 @@ from repro.experiments.results import CONF_DIR, default_out_dir
 from repro.experiments.stopping import Interrupted
 from repro.metrics.summary import POINT_METRICS, summarize
 
+# the subject does not depend on where the workload comes from: pinned to the embedded statistics
+# (conftest.no_data), so CI's no-data pass need not repeat it
+pytestmark = pytest.mark.usefixtures("no_data")
+
 TEST_EXP = """\
 # @package _global_
 # Runner test grid: two systems (one with a label and overrides) x rps x draft, two seeds.

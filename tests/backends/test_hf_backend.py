@@ -21,6 +21,10 @@ import torch
 from repro.core.errors import ConfigError
 from repro.experiments.simulate import build, compose, requests_frame, run_point
 
+# the subject does not depend on where the workload comes from: pinned to the embedded statistics
+# (conftest.no_data), so CI's no-data pass need not repeat it
+pytestmark = pytest.mark.usefixtures("no_data")
+
 PROMPT, OUTPUT, N = 20, 24, 5
 DEVICE = os.environ.get("REPRO_TEST_DEVICE", "cpu")
 BASE = ("model=llama-68m", "model@draft=llama-68m", "workload=fixed", f"workload.input_len={PROMPT}",

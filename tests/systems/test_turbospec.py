@@ -20,6 +20,10 @@ from systems.turbospec import (
 )
 from tests.conftest import make_cost
 
+# the subject does not depend on where the workload comes from: pinned to the embedded statistics
+# (conftest.no_data), so CI's no-data pass need not repeat it
+pytestmark = pytest.mark.usefixtures("no_data")
+
 
 def plane(alpha: float, gamma: float, delta: float) -> LatencyFit:
     """Eq. (3) as one plane (a single bucket)."""
