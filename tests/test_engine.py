@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
+from repro.core.speculation import check_trees
 from repro.sim.engine import SimulationError
 from repro.sim.plan import CandidateTree, MemoryAction, PlanError, StepPlan, TreeSpec, ids
 from repro.sim.policy import Policy, ReplicaSpec
@@ -151,6 +154,40 @@ def test_tree_must_be_connected_to_its_root() -> None:
                                                    trees={0: TreeSpec(cand, ids([0, 2, 3]))}))
     out = run(ok, make_requests(1, output_len=6), oracle=FixedOracle(5))
     assert out.state.num_proposed[0] == 3 and out.state.num_accepted[0] == 2  # path 0 -> 2 is rank 0 twice
+
+
+def _first_error(check: Callable[..., None], *args: object) -> str | None:
+    try:
+        check(*args)
+    except PlanError as e:
+        return str(e)
+    return None
+
+
+def _one_by_one(specs: list[TreeSpec], rids: list[int], poss: list[int]) -> None:
+    for t, r, p in zip(specs, rids, poss, strict=True):
+        t.check(r, p)
+
+
+def test_trees_are_checked_together_as_each_alone() -> None:
+    """check_trees (the engine's check of a step's trees in one go) raises exactly when a tree's own check would, with
+    the first failing tree's message: random trees, some with unknown nodes, a gap to the root or the wrong request."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        specs, rids, poss = [], [], []
+        for j in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(1, 9))
+            cand = _tree(j, 3, [-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+            nodes = np.flatnonzero(rng.random(n) < 0.6)
+            kind = rng.random()
+            if kind < 0.05:
+                nodes = np.append(nodes, n if rng.random() < 0.5 else -1)  # an unknown node
+            elif kind < 0.15 and nodes.size:  # maybe a gap: a node without its parent
+                nodes = np.delete(nodes, int(rng.integers(nodes.size)))
+            specs.append(TreeSpec(cand, nodes.astype(np.int64)))
+            rids.append(j if rng.random() > 0.03 else j + 1)
+            poss.append(3)
+        assert _first_error(check_trees, specs, rids, poss) == _first_error(_one_by_one, specs, rids, poss)
 
 
 def test_swap_preemption_charges_the_host_link_both_ways() -> None:

@@ -161,6 +161,10 @@ def test_accept_trees_scores_each_tree_as_on_its_own() -> None:
         nodes = np.arange(cand.size) if j % 2 else zero_chain(cand)[: max(depth - 1, 0)]
         trees.append(TreeSpec(cand, nodes))
     trees.append(TreeSpec(oracle.candidates(19, 5, 3, 2), np.zeros(0, dtype=np.int64)))
+    rng = np.random.default_rng(2)
+    for j in range(24):  # random subsets, parents kept or not, in any order (the reference sorts them)
+        cand = oracle.candidates(j % 20, int(rng.integers(0, 900)), int(rng.integers(1, 8)), int(rng.integers(1, 6)))
+        trees.append(TreeSpec(cand, rng.permutation(np.flatnonzero(rng.random(cand.size) < 0.7))))
     want = []
     for t in trees:
         truth = stream.true_ranks(np.array(t.cand.rid), t.cand.pos + np.arange(t.cand.draft_depth))
@@ -172,7 +176,7 @@ def test_accept_trees_scores_each_tree_as_on_its_own() -> None:
         want.append(best)
     assert oracle.accept_trees(trees) == want == [oracle.accept_tree(t) for t in trees]
     assert oracle.accept_trees(trees[::-1]) == want[::-1]
-    assert any(want) and want[-1] == 0
+    assert any(want) and want[6] == 0
 
 
 # --- calibration --------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -75,3 +76,27 @@ class TreeSpec:
         sel[nodes] = True
         if not sel[cand.parent[nodes]].all():
             raise PlanError(f"tree of request {rid} is not connected to its root")
+
+
+def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Sequence[int]) -> None:
+    """:meth:`TreeSpec.check` of many trees (``specs[i]`` for request ``rids[i]`` at ``positions[i]``) in a few array
+    operations over all their nodes at once; where one fails, the first failing tree's own check raises its error."""
+    if not specs:
+        return
+    bad = sum(t.cand.rid != rid or t.cand.pos != pos for t, rid, pos in zip(specs, rids, positions, strict=True))
+    counts = np.fromiter((t.nodes.shape[0] for t in specs), dtype=np.int64, count=len(specs))
+    sizes = np.fromiter((t.cand.size for t in specs), dtype=np.int64, count=len(specs))
+    nodes = np.concatenate([t.nodes for t in specs])
+    base = np.cumsum(sizes + 1) - (sizes + 1)  # tree i's slots: base[i] + node, its root at base[i] + sizes[i]
+    owner = np.repeat(np.arange(len(specs)), counts)
+    bad = bad or int(np.count_nonzero((nodes < 0) | (nodes >= sizes[owner])))
+    if not bad:
+        parent = np.concatenate([t.cand.parent for t in specs])[(base - np.arange(len(specs)))[owner] + nodes]
+        sel = np.zeros(int(base[-1] + sizes[-1]) + 1, dtype=bool)
+        sel[base + sizes] = True
+        sel[base[owner] + nodes] = True
+        bad = int(np.count_nonzero(~sel[np.where(parent < 0, (base + sizes)[owner], base[owner] + parent)]))
+    if bad:  # each tree's own check, in order: the first failing one raises
+        for t, rid, pos in zip(specs, rids, positions, strict=True):
+            t.check(rid, pos)
+        raise AssertionError("check_trees found a fault no tree's check raises")

@@ -338,25 +338,39 @@ class TokenOracle:
 
     def accept_trees(self, trees: list[TreeSpec], proposer: str | HasStream = DRAFT) -> list[int]:
         """:meth:`accept_tree` of several trees, their true ranks read in one pass (each tree's positions only)."""
-        sel = [np.sort(np.asarray(t.nodes, dtype=np.int64)) for t in trees]
         out = [0] * len(trees)
-        some = [j for j, nodes in enumerate(sel) if nodes.size]
+        some = [j for j, t in enumerate(trees) if t.nodes.size]
         if not some:
             return out
-        reach = np.array([int(trees[j].cand.depth[sel[j]].max()) for j in some])
-        rids = np.array([trees[j].cand.rid for j in some], dtype=np.int64)
-        pos = np.array([trees[j].cand.pos for j in some], dtype=np.int64)
+        cands = [trees[j].cand for j in some]
+        n = len(some)
+        counts = np.fromiter((trees[j].nodes.shape[0] for j in some), dtype=np.int64, count=n)
+        sizes = np.fromiter((c.size for c in cands), dtype=np.int64, count=n)
+        base = np.cumsum(sizes) - sizes  # tree i's candidates at base[i] + index in the flat arrays below
+        owner = np.repeat(np.arange(n), counts)  # each selected node's tree
+        flat = base[owner] + np.concatenate([trees[j].nodes for j in some]).astype(np.int64)
+        depth = np.concatenate([c.depth for c in cands])[flat]
+        parent = np.concatenate([c.parent for c in cands])[flat]
+        reach = np.maximum.reduceat(depth, np.cumsum(counts) - counts)  # each tree's deepest selected node
+        rids = np.fromiter((c.rid for c in cands), dtype=np.int64, count=n)
+        pos = np.fromiter((c.pos for c in cands), dtype=np.int64, count=n)
         grid = pos[:, None] + np.minimum(_AR[:int(reach.max())], reach[:, None] - 1)  # past its reach: its last
         truth = self._stream(proposer).true_ranks(rids[:, None], grid)
-        for j, row in zip(some, truth, strict=True):
-            cand, nodes = trees[j].cand, sel[j]
-            on_path = {-1}
-            best = 0
-            for i in nodes[cand.rank[nodes] == row[cand.depth[nodes] - 1]].tolist():  # BFS order: parents first
-                if int(cand.parent[i]) in on_path:
-                    on_path.add(i)
-                    best = max(best, int(cand.depth[i]))
-            out[j] = best
+        hit = np.concatenate([c.rank for c in cands])[flat] == truth[owner, depth - 1]  # the target's token
+        # a node is on the accepted path when it is the target's token and its parent is (the root always is),
+        # settled a depth at a time: every parent is one layer up
+        root = int(sizes.sum())
+        on = np.zeros(root + 1, dtype=bool)
+        on[root] = True
+        up = np.where(parent < 0, root, base[owner] + parent)
+        for d in range(1, int(reach.max()) + 1):
+            layer = depth == d
+            on[flat[layer]] = hit[layer] & on[up[layer]]
+        accepted = on[flat]
+        best = np.zeros(n, dtype=np.int64)
+        np.maximum.at(best, owner[accepted], depth[accepted])  # the deepest accepted node of each tree
+        for j, b in zip(some, best.tolist(), strict=True):
+            out[j] = b
         return out
 
     def candidates(self, rid: int, pos: int, depth: int, width: int,

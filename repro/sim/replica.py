@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repro.core.speculation import TreeSpec, check_trees
 from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
 from repro.sim.kv import KvPool
@@ -310,12 +311,16 @@ class Replica:
             k = proposed
         if trees:
             k = k.copy()
+            specs: list[TreeSpec] = []
+            at: list[int] = []
             for i, rid in enumerate(dids.tolist()):
                 t = trees.get(rid)
                 if t is not None:
-                    t.check(rid, int(gen[i]))
+                    specs.append(t)
+                    at.append(i)
                     k[i] = t.num_nodes
                     drafted[i] = t.cand.draft_depth > 0
+            check_trees(specs, dids[at].tolist(), gen[at].tolist())
         self.kv.allocate(dids, dc + k + 1)
         return DecodeBatch(dids, gen, dc, k, drafted, trees, first)
 
