@@ -138,27 +138,39 @@ class LAPSSD(Policy):
         self.draft_s_sum = 0.0  # drafting seconds per speculated token, summed over rounds (T_SSM)
         self.verify_s_sum = 0.0  # verification seconds per round (T_LLM)
         self.rounds = 0
+        self._waiting: np.ndarray | None = None  # the waiting queue whose lengths are predicted (the view's array)
 
-    def order(self, view: View) -> np.ndarray:
-        """Every contender, highest priority first: queue (by perceived service T̃ if perceptible, else by attained
-        service), then perceptible by T̃ (SJF), then the rest FCFS."""
-        rids = contenders(view)
+    def order(self, view: View, rids: np.ndarray | None = None) -> np.ndarray:
+        """``rids`` (default: every contender), highest priority first: queue (by perceived service T̃ if
+        perceptible, else by attained service), then perceptible by T̃ (SJF), then the rest FCFS."""
+        if rids is None:
+            rids = contenders(view)
+        if rids.size < 2:
+            return rids
         per = self.perceptible[rids]
-        q = queue_of(np.where(per, self.estimate[rids], self.attained_s[rids]), self.upper_s)
-        key = np.where(per, self.estimate[rids], view.arrival_s[rids])
+        est = self.estimate[rids]
+        q = queue_of(np.where(per, est, self.attained_s[rids]), self.upper_s)
+        key = np.where(per, est, view.arrival_s[rids])
         return rids[np.lexsort((rids, key, ~per, q))]
 
     def schedule(self, view: View) -> StepPlan:
         self._grow(view.arrival_s.size)
-        new = view.waiting[self.pred_len[view.waiting] < 0]
-        if new.size:  # §4.3: the output length is predicted before scheduling
-            self.pred_len[new] = view.predicted_output_len(new, self.predictor)
-        order = self.order(view)
+        waiting = view.waiting
+        if waiting is not self._waiting:  # the view rebuilds a queue's array only when the queue changed
+            self._waiting = waiting
+            new = waiting[self.pred_len[waiting] < 0]
+            if new.size:  # §4.3: the output length is predicted before scheduling
+                self.pred_len[new] = view.predicted_output_len(new, self.predictor)
         running = view.running
         # only non-perceptible requests are preempted; one that became perceptible in the last round moves to its
         # perceived queue first (it is not pinned until it runs as a perceptible request)
-        pinned = running[self.perceptible[running] & ~self.fresh[running]] if running.size else running
-        self.fresh[running] = False
+        if running.size:
+            pinned = running[self.perceptible[running] & ~self.fresh[running]]
+            self.fresh[running] = False
+        else:
+            pinned = running
+        # pinned requests that fill the batch are the batch: only their own order matters, not the contenders'
+        order = self.order(view, pinned) if pinned.size >= self.max_batch else self.order(view)
         return serve_in_order(view, order, max_batch=self.max_batch, k=self.k, pinned=pinned)
 
     def request_columns(self) -> dict[str, np.ndarray]:
@@ -175,38 +187,43 @@ class LAPSSD(Policy):
                 "stable_tokens": np.where(stable, self.stable_tokens, np.nan)}
 
     def observe(self, result: StepResult) -> None:
-        ran = np.concatenate([result.prefill_ids, result.decode_ids])
-        if ran.size == 0:
-            return
-        self.attained_s[ran] += result.draft_s + result.verify_s  # §4.2: E_i, speculation + verification
-        dec = result.decode_ids
-        spec = result.num_proposed > 0
-        if not spec.any():
+        step_s = result.draft_s + result.verify_s  # §4.2: E_i, speculation + verification
+        for rid in result.prefill_ids.tolist():
+            self.attained_s[rid] += step_s
+        # request by request (the batch is small): the round's draft tokens proposed and accepted
+        rounds = list(zip(result.decode_ids.tolist(), result.num_proposed.tolist(), result.num_accepted.tolist(),
+                          strict=True))
+        for rid, _, _ in rounds:
+            self.attained_s[rid] += step_s
+        if not any(proposed > 0 for _, proposed, _ in rounds):
             return
         self.rounds += 1
         self.draft_s_sum += result.draft_s / self.k
         self.verify_s_sum += result.verify_s
-        self.proposed[dec] += result.num_proposed
-        self.accepted[dec] += result.num_accepted
-        self.spec_rounds[dec[spec]] += 1
-        for rid in dec[spec].tolist():
+        fresh: list[int] = []
+        for rid, proposed, accepted in rounds:
+            self.proposed[rid] += proposed
+            self.accepted[rid] += accepted
+            if proposed == 0:
+                continue
+            self.spec_rounds[rid] += 1
             if self.perceptible[rid]:
                 continue
+            total = int(self.accepted[rid])  # accepted since the request started
             hist = self.rates.setdefault(rid, deque(maxlen=self.gamma))
-            hist.append(self.accepted[rid] / self.proposed[rid])
+            hist.append(total / int(self.proposed[rid]))
             # Algorithm 1 lines 11-14, once the request has accepted a token (see Deviations)
-            if self.accepted[rid] > 0 and is_stable(hist, self.gamma, self.delta):
+            if total > 0 and is_stable(hist, self.gamma, self.delta):
                 self.perceptible[rid] = True
                 self.fresh[rid] = True
                 self.accept_pred[rid] = float(np.mean(hist))
                 self.stable_rounds[rid] = self.spec_rounds[rid]
-                self.stable_tokens[rid] = self.accepted[rid] + self.spec_rounds[rid] + 1
+                self.stable_tokens[rid] = total + self.spec_rounds[rid] + 1
                 del self.rates[rid]
-        fresh = dec[self.perceptible[dec] & ~np.isfinite(self.estimate[dec])]
-        if fresh.size:  # Eq. (6) with the observed T_SSM, T_LLM
-            self.estimate[fresh] = estimate_s(self.pred_len[fresh], self.accept_pred[fresh], self.k,
-                                              self.draft_s_sum / self.rounds, self.verify_s_sum / self.rounds)
+                fresh.append(rid)
+        if fresh:  # Eq. (6) with the observed T_SSM, T_LLM, for the requests that just became perceptible
+            rids = np.array(fresh, dtype=np.int64)
+            self.estimate[rids] = estimate_s(self.pred_len[rids], self.accept_pred[rids], self.k,
+                                             self.draft_s_sum / self.rounds, self.verify_s_sum / self.rounds)
         for rid in result.finished_ids.tolist():
             self.rates.pop(rid, None)
-
-

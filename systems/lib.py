@@ -375,29 +375,45 @@ def serve_in_order(view: View, order: np.ndarray, *, max_batch: int, k: int, pin
     """
     if order.size == 0:
         return StepPlan()
-    pin = set(pinned.tolist())
-    rest = [r for r in order.tolist() if r not in pin]
-    chosen = [r for r in order.tolist() if r in pin] + rest[: max(max_batch - len(pin), 0)]
-    running = view.running
+    if pinned.size:
+        pin = set(pinned.tolist())
+        top = order.tolist()
+        rest = [r for r in top if r not in pin]
+        # when every contender is pinned the batch is ``order`` itself (no new array)
+        cand = ids([r for r in top if r in pin] + rest[: max(max_batch - len(pin), 0)]) if rest else order
+    else:
+        pin = set()
+        cand = order[:max_batch]
+    chosen = cand.tolist()
     batch_set = set(chosen)
-    victims = ids([r for r in running.tolist() if r not in batch_set and r not in pin])
+    victims = [r for r in view.running.tolist() if r not in batch_set and r not in pin]
     # KV: keep the longest prefix of the batch that fits once the victims' blocks are freed
-    free = view.free_blocks + int(view.kv_blocks[victims].sum())
-    kept: list[int] = []
-    cand = ids(chosen)  # a swapped request holds no blocks: blocks_for counts its whole context
-    needs = view.blocks_for(cand, np.maximum(pending_tokens(view, cand), 1 + k)).tolist()
-    for rid, need in zip(chosen, needs, strict=True):
+    free = view.free_blocks
+    if victims:
+        preempt = ids(victims)
+        free += int(view.kv_blocks[preempt].sum())
+    else:
+        preempt = EMPTY
+    # per request (the batch is small): its pending tokens, and the KV blocks its step needs as View.blocks_for
+    # counts them (a swapped request holds none: its whole context)
+    bs, slots = view.block_size, 1 + k
+    todo = pending_tokens(view, cand).tolist()
+    comp = view.num_computed[cand].tolist()
+    have = view.kv_blocks[cand].tolist()
+    keep = 0
+    for rid, n, c, h in zip(chosen, todo, comp, have, strict=True):
+        need = max((c + max(n, slots) + bs - 1) // bs - h, 0)
         if need > free and rid not in pin:
             break
         free -= need
-        kept.append(rid)
-    batch = ids(kept)
-    st = view.status(batch)
-    back = batch[st == _SWAPPED]
-    todo = pending_tokens(view, batch)
-    pre = batch[(st != _SWAPPED) & (todo > 1) | (st == _WAITING)]
-    if pre.size:
-        return StepPlan(prefill_ids=pre, prefill_tokens=pending_tokens(view, pre), preempt_ids=victims,
-                        preempt_mode="swap", swap_in_ids=back, draft_sync=True)
-    return StepPlan(decode_ids=batch, k=np.full(batch.size, k, dtype=np.int64), preempt_ids=victims,
-                    preempt_mode="swap", swap_in_ids=back)
+        keep += 1
+    batch = cand[:keep]
+    status = view.status(batch).tolist()
+    back = [rid for rid, st in zip(chosen[:keep], status, strict=True) if st == _SWAPPED]
+    swap_in = ids(back) if back else EMPTY
+    prefill = [i for i, st in enumerate(status) if (st != _SWAPPED and todo[i] > 1) or st == _WAITING]
+    if prefill:
+        return StepPlan(prefill_ids=batch[prefill], prefill_tokens=ids([todo[i] for i in prefill]),
+                        preempt_ids=preempt, preempt_mode="swap", swap_in_ids=swap_in, draft_sync=True)
+    return StepPlan(decode_ids=batch, k=np.array([k] * keep, dtype=np.int64), preempt_ids=preempt, preempt_mode="swap",
+                    swap_in_ids=swap_in)

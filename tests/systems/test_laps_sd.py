@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from repro.sim.plan import StepPlan, StepResult
+from repro.sim.plan import StepPlan, StepResult, ids
 from repro.sim.policy import Policy
 from repro.sim.state import RequestState, Status, View
 from systems.fcfs import FCFS
 from systems.laps_sd import LAPSSD, estimate_s, is_stable, queue_of, thresholds
 from systems.las import LAS
-from systems.lib import LogNormalLengthPredictor
+from systems.lib import LogNormalLengthPredictor, pending_tokens, serve_in_order
 from systems.lp_sjf import LPSJF
 from tests.conftest import FixedOracle, make_cost, make_engine, make_requests, spy
 
@@ -328,6 +328,75 @@ def test_service_and_swap_time_per_request() -> None:
     assert first_out == [0] and s.swap_s[0] >= 2 * 32 * per_token_s  # out after its prefill, and back in
     metrics = summarize_requests(out)
     assert metrics["switch_overhead"] == pytest.approx(s.swap_s.sum() / s.service_s.sum())
+
+
+# --- serve_in_order: the per-request form against the vectorized one it replaced --------------------------------
+
+def _serve_in_order_reference(view: View, order: np.ndarray, *, max_batch: int, k: int,
+                              pinned: np.ndarray) -> StepPlan:
+    """serve_in_order as written before it went request by request (pending_tokens and View.blocks_for)."""
+    if order.size == 0:
+        return StepPlan()
+    pin = set(pinned.tolist())
+    rest = [r for r in order.tolist() if r not in pin]
+    chosen = [r for r in order.tolist() if r in pin] + rest[: max(max_batch - len(pin), 0)]
+    batch_set = set(chosen)
+    victims = ids([r for r in view.running.tolist() if r not in batch_set and r not in pin])
+    free = view.free_blocks + int(view.kv_blocks[victims].sum())
+    kept: list[int] = []
+    cand = ids(chosen)
+    needs = view.blocks_for(cand, np.maximum(pending_tokens(view, cand), 1 + k)).tolist()
+    for rid, need in zip(chosen, needs, strict=True):
+        if need > free and rid not in pin:
+            break
+        free -= need
+        kept.append(rid)
+    batch = ids(kept)
+    st = view.status(batch)
+    back = batch[st == Status.SWAPPED]
+    todo = pending_tokens(view, batch)
+    pre = batch[(st != Status.SWAPPED) & (todo > 1) | (st == Status.WAITING)]
+    if pre.size:
+        return StepPlan(prefill_ids=pre, prefill_tokens=pending_tokens(view, pre), preempt_ids=victims,
+                        preempt_mode="swap", swap_in_ids=back, draft_sync=True)
+    return StepPlan(decode_ids=batch, k=np.full(batch.size, k, dtype=np.int64), preempt_ids=victims,
+                    preempt_mode="swap", swap_in_ids=back)
+
+
+def _plan_fields(plan: StepPlan) -> dict[str, Any]:
+    return {name: (getattr(plan, name).tolist() if isinstance(getattr(plan, name), np.ndarray)
+                   else getattr(plan, name)) for name in StepPlan.__slots__}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_serve_in_order_matches_the_vectorized_reference(seed: int) -> None:
+    # random queues (waiting requests, running ones prefilling or decoding, swapped ones), KV, order and pins
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    state = RequestState(**make_requests(n, prompt_len=rng.integers(1, 80, n).tolist()))
+    status = rng.choice([Status.WAITING, Status.RUNNING, Status.SWAPPED], n)
+    state.status[:] = status
+    state.num_generated[:] = np.where(status == Status.WAITING, 0, rng.integers(0, 40, n))
+    tokens = state.prompt_len + state.num_generated
+    decoding = rng.random(n) < 0.7
+    state.num_computed[:] = np.where(status == Status.WAITING, 0,
+                                     np.where(decoding, tokens - 1, rng.integers(0, tokens)))
+    state.kv_blocks[:] = np.where(status == Status.RUNNING, -(-state.num_computed // 16) + rng.integers(0, 2, n), 0)
+    for rid in rng.permutation(n).tolist():
+        {Status.WAITING: state.waiting, Status.RUNNING: state.running,
+         Status.SWAPPED: state.swapped}[Status(int(status[rid]))].append(rid)
+    view = View(state, block_size=16, max_model_len=4096, cost=make_cost(**PAPER), drafter=None)
+    view.free_blocks = int(rng.integers(0, 12))
+    order = rng.permutation(n).astype(np.int64)
+    running = np.asarray(state.running, dtype=np.int64)
+    pinned = running[rng.random(running.size) < 0.5]
+    for max_batch, k in [(1, 4), (2, 1), (3, 5), (n, 2)]:
+        kw: dict[str, Any] = {"max_batch": max_batch, "k": k, "pinned": pinned}
+        assert _plan_fields(serve_in_order(view, order, **kw)) == _plan_fields(
+            _serve_in_order_reference(view, order, **kw))
+        kw["pinned"] = ids()
+        assert _plan_fields(serve_in_order(view, order, **kw)) == _plan_fields(
+            _serve_in_order_reference(view, order, **kw))
 
 
 # --- the baselines ---------------------------------------------------------------------------------------------
