@@ -61,7 +61,7 @@ from collections import deque
 
 import numpy as np
 
-from repro.sim.plan import StepPlan, StepResult
+from repro.sim.plan import StepPlan, StepResult, ids
 from repro.sim.policy import Policy, PolicyContext
 from repro.sim.state import View
 from systems.lib import LogNormalLengthPredictor, check_positive_int, contenders, length_predictor, serve_in_order
@@ -138,7 +138,6 @@ class LAPSSD(Policy):
         self.draft_s_sum = 0.0  # drafting seconds per speculated token, summed over rounds (T_SSM)
         self.verify_s_sum = 0.0  # verification seconds per round (T_LLM)
         self.rounds = 0
-        self._waiting: np.ndarray | None = None  # the waiting queue whose lengths are predicted (the view's array)
 
     def order(self, view: View, rids: np.ndarray | None = None) -> np.ndarray:
         """``rids`` (default: every contender), highest priority first: queue (by perceived service T̃ if
@@ -156,19 +155,20 @@ class LAPSSD(Policy):
     def schedule(self, view: View) -> StepPlan:
         self._grow(view.arrival_s.size)
         waiting = view.waiting
-        if waiting is not self._waiting:  # the view rebuilds a queue's array only when the queue changed
-            self._waiting = waiting
-            new = waiting[self.pred_len[waiting] < 0]
-            if new.size:  # §4.3: the output length is predicted before scheduling
-                self.pred_len[new] = view.predicted_output_len(new, self.predictor)
+        unseen = self.pred_len[waiting] < 0
+        if np.count_nonzero(unseen):  # §4.3: the output length is predicted before scheduling
+            new = waiting[unseen]
+            self.pred_len[new] = view.predicted_output_len(new, self.predictor)
         running = view.running
         # only non-perceptible requests are preempted; one that became perceptible in the last round moves to its
         # perceived queue first (it is not pinned until it runs as a perceptible request)
-        if running.size:
-            pinned = running[self.perceptible[running] & ~self.fresh[running]]
-            self.fresh[running] = False
-        else:
-            pinned = running
+        settled: list[int] = []
+        for rid in running.tolist():  # request by request: the batch is small
+            if self.fresh[rid]:
+                self.fresh[rid] = False
+            elif self.perceptible[rid]:
+                settled.append(rid)
+        pinned = running if len(settled) == running.size else ids(settled)  # all pinned: no new array
         # pinned requests that fill the batch are the batch: only their own order matters, not the contenders'
         order = self.order(view, pinned) if pinned.size >= self.max_batch else self.order(view)
         return serve_in_order(view, order, max_batch=self.max_batch, k=self.k, pinned=pinned)
@@ -190,22 +190,22 @@ class LAPSSD(Policy):
         step_s = result.draft_s + result.verify_s  # §4.2: E_i, speculation + verification
         for rid in result.prefill_ids.tolist():
             self.attained_s[rid] += step_s
-        # request by request (the batch is small): the round's draft tokens proposed and accepted
-        rounds = list(zip(result.decode_ids.tolist(), result.num_proposed.tolist(), result.num_accepted.tolist(),
-                          strict=True))
-        for rid, _, _ in rounds:
+        # request by request (the batch is small); a request that proposed nothing accepted nothing
+        spec: list[int] = []
+        for rid, proposed, accepted in zip(result.decode_ids.tolist(), result.num_proposed.tolist(),
+                                           result.num_accepted.tolist(), strict=True):
             self.attained_s[rid] += step_s
-        if not any(proposed > 0 for _, proposed, _ in rounds):
+            self.proposed[rid] += proposed
+            self.accepted[rid] += accepted
+            if proposed > 0:
+                spec.append(rid)
+        if not spec:
             return
         self.rounds += 1
         self.draft_s_sum += result.draft_s / self.k
         self.verify_s_sum += result.verify_s
         fresh: list[int] = []
-        for rid, proposed, accepted in rounds:
-            self.proposed[rid] += proposed
-            self.accepted[rid] += accepted
-            if proposed == 0:
-                continue
+        for rid in spec:
             self.spec_rounds[rid] += 1
             if self.perceptible[rid]:
                 continue

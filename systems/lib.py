@@ -394,19 +394,20 @@ def serve_in_order(view: View, order: np.ndarray, *, max_batch: int, k: int, pin
         free += int(view.kv_blocks[preempt].sum())
     else:
         preempt = EMPTY
-    # per request (the batch is small): its pending tokens, and the KV blocks its step needs as View.blocks_for
-    # counts them (a swapped request holds none: its whole context)
+    # request by request (the batch is small): its pending tokens (pending_tokens) and the KV blocks its step needs,
+    # as View.blocks_for counts them (a swapped request holds none: its whole context)
     bs, slots = view.block_size, 1 + k
-    todo = pending_tokens(view, cand).tolist()
-    comp = view.num_computed[cand].tolist()
-    have = view.kv_blocks[cand].tolist()
-    keep = 0
-    for rid, n, c, h in zip(chosen, todo, comp, have, strict=True):
-        need = max((c + max(n, slots) + bs - 1) // bs - h, 0)
+    prompt, generated, computed, blocks = view.prompt_len, view.num_generated, view.num_computed, view.kv_blocks
+    todo: list[int] = []
+    for rid in chosen:
+        done = int(computed[rid])
+        pending = int(prompt[rid]) + int(generated[rid]) - done
+        need = max((done + max(pending, slots) + bs - 1) // bs - int(blocks[rid]), 0)
         if need > free and rid not in pin:
             break
         free -= need
-        keep += 1
+        todo.append(pending)
+    keep = len(todo)
     batch = cand[:keep]
     status = view.status(batch).tolist()
     back = [rid for rid, st in zip(chosen[:keep], status, strict=True) if st == _SWAPPED]
