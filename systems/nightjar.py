@@ -77,7 +77,6 @@ from repro.sim.plan import IDLE, MemoryAction, StepPlan, StepResult
 from repro.sim.policy import Policy, PolicyContext
 from repro.sim.state import View
 from systems.lib import check_positive_int, prefill_prioritized
-from systems.turbospec import kv_blocks_needed
 
 Selector = Literal["adabingreedy", "adabingreedy_pow2", "adabingreedy_nocontext", "linucb", "lints", "authors"]
 
@@ -117,8 +116,10 @@ class BinGreedy:
 
     def update(self, arm: int, reward: float) -> None:
         """Lines 15-22: the incremental mean, then the round, bin and block counters."""
-        self.visits[arm] += 1
-        self.means[arm] += (reward - self.means[arm]) / self.visits[arm]
+        visits = int(self.visits[arm]) + 1
+        self.visits[arm] = visits
+        mean = float(self.means[arm])
+        self.means[arm] = mean + (reward - mean) / visits
         self.tau += 1
         root = math.sqrt(self.h)
         if self.tau > root:  # bin completed
@@ -132,10 +133,12 @@ class BinGreedy:
 
 def eq3(means: np.ndarray, switch_cost: np.ndarray) -> int:
     """Eq. 3: argmin over γ of 1/g̃_γ + switch_cost[γ] (∞ for an arm never observed; ties → the smallest γ)."""
-    with np.errstate(divide="ignore"):
-        inv = np.where(means > 0, 1.0 / np.maximum(means, 1e-300), np.inf)
-    obj = inv + switch_cost
-    return int(np.argmin(obj)) if np.isfinite(obj).any() else 0
+    best, best_obj = 0, math.inf  # arm by arm: a handful of arms (numpy's per-call cost dominates at this size)
+    for arm, (mean, cost) in enumerate(zip(means.tolist(), switch_cost.tolist(), strict=True)):
+        obj = (1.0 / max(mean, 1e-300) if mean > 0 else math.inf) + cost
+        if obj < best_obj:
+            best, best_obj = arm, obj
+    return best
 
 
 def switch_costs(num_arms: int, prev_gamma: int, c_prefill_s: float) -> np.ndarray:
@@ -458,23 +461,29 @@ class Nightjar(Policy):
                 self.prev_gamma = 0
                 return StepPlan(decode_ids=decode, preempt_ids=preempt, memory=mem,
                                 telemetry={"gamma": 0.0, "explore": 0.0})
-        lag = view.num_computed[decode] - view.num_draft_computed[decode]
-        c = self.c_prefill(int(lag.max()), batch) if self.use_switch_cost else 0.0
+        c = 0.0
+        if self.use_switch_cost and self.prev_gamma == 0:  # Eq. 3's switching term applies after a γ = 0 step only
+            lag = view.num_computed[decode] - view.num_draft_computed[decode]
+            c = self.c_prefill(int(lag.max()), batch)
         assert self.selector is not None  # made in bind
         gamma, explored = self.selector.select(batch, self.ctx.rng, switch_costs(self.num_arms, self.prev_gamma, c))
-        gamma = min(gamma, self._fits(view, decode, preempt))
+        gamma = self._fits(view, decode, preempt, gamma)
         self.prev_gamma = gamma
         self._played = (batch, gamma)
         return StepPlan(decode_ids=decode, k=np.full(batch, gamma, dtype=np.int64), preempt_ids=preempt,
                         memory=mem, telemetry={"gamma": float(gamma), "explore": float(explored)})
 
-    def _fits(self, view: View, decode: np.ndarray, preempt: np.ndarray) -> int:
-        """The largest γ whose KV slots fit once the preempted requests' blocks are freed."""
-        free = view.free_blocks + int(view.kv_blocks[preempt].sum())
-        need = kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode], np.ones(decode.size, dtype=bool),
-                                view.block_size, self.max_gamma)
-        ok = np.nonzero(need <= free)[0]
-        return int(ok.max()) if ok.size else 0
+    def _fits(self, view: View, decode: np.ndarray, preempt: np.ndarray, gamma: int) -> int:
+        """``gamma`` capped at the largest γ whose KV slots fit once the preempted requests' blocks are freed.
+
+        The batch scheduler kept ``decode`` with 1 + ``prev_gamma`` slots each within those blocks, and the blocks
+        needed grow with γ: a γ up to ``prev_gamma`` fits, a larger one steps down to the largest that fits."""
+        if gamma <= self.prev_gamma:
+            return gamma
+        free = view.free_blocks + (int(view.kv_blocks[preempt].sum()) if preempt.size else 0)
+        while gamma > self.prev_gamma and int(view.blocks_for(decode, 1 + gamma).sum()) > free:
+            gamma -= 1
+        return gamma
 
     def _arrival_rate(self, view: View) -> float:
         """Requests that arrived in the last ``rate_window_s`` seconds, per second (the hard rule's load)."""

@@ -110,6 +110,26 @@ def test_eq3(means: list[float], prev: int, c: float, expected: int) -> None:
     assert eq3(np.array(means), switch_costs(len(means), prev, c)) == expected
 
 
+def _eq3_vectorized(means: np.ndarray, switch_cost: np.ndarray) -> int:
+    """Eq. 3 as numpy writes it (what :func:`eq3`'s arm-by-arm loop replaced)."""
+    with np.errstate(divide="ignore"):
+        inv = np.where(means > 0, 1.0 / np.maximum(means, 1e-300), np.inf)
+    obj = inv + switch_cost
+    return int(np.argmin(obj)) if np.isfinite(obj).any() else 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_eq3_matches_the_vectorized_form(seed: int) -> None:
+    # unplayed arms (0), ties (repeated means, switching terms that even them out), tiny means and no switching term
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        arms = int(rng.integers(1, 8))
+        means = rng.choice([0.0, 0.0, 1e-310, 500.0, 1000.0, 1000.0, 1200.0], arms) * rng.choice([1.0, 1.0, 1.5])
+        means = np.where(rng.random(arms) < 0.3, rng.uniform(100.0, 2000.0, arms), means)
+        costs = switch_costs(arms, int(rng.integers(0, 2)), float(rng.choice([0.0, 1e-4, 4e-4, 1.0 / 6000.0])))
+        assert eq3(means, costs) == _eq3_vectorized(means, costs)
+
+
 def test_switch_term_only_when_speculation_resumes() -> None:
     assert switch_costs(4, 0, 0.03).tolist() == pytest.approx([0.0, 0.03, 0.015, 0.01])
     assert switch_costs(4, 2, 0.03).tolist() == [0.0] * 4
