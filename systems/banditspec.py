@@ -65,11 +65,23 @@ class UCB:
         return np.where(n > 0, ucb, np.inf)
 
     def select(self) -> int:
-        """The arm to play next, without changing state.
+        """The arm to play next, without changing state: argmax of :meth:`index`.
 
         Unplayed arms first, in order; then the largest index (ties → the smallest arm).
         """
-        return int(np.argmax(self.index()))
+        # arm by arm in Python floats, :meth:`index`'s operations in its order (numpy's per-call cost dominates at a
+        # handful of arms)
+        counts = self.counts.tolist()
+        log_t = math.log(max(sum(counts), 1))
+        scale = self.max_reward if self.max_reward > 0 else 1.0
+        best, best_ucb = 0, -math.inf
+        for arm, (n, total) in enumerate(zip(counts, self.sums.tolist(), strict=True)):
+            if n == 0:
+                return arm
+            ucb = total / n / scale + self.c * math.sqrt(2.0 * log_t / n)
+            if ucb > best_ucb:
+                best, best_ucb = arm, ucb
+        return best
 
     def update(self, arm: int, reward: float) -> None:
         if reward < 0:

@@ -175,6 +175,18 @@ def test_ucb_index_by_hand(history: list[tuple[int, float]], index: list[float],
     assert ucb.select() == arm
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_ucb_select_is_the_argmax_of_its_index(seed: int) -> None:
+    # select's arm-by-arm loop against numpy's argmax over index(): unplayed arms, equal arms (ties), c = 0
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        ucb = UCB(int(rng.integers(1, 7)), c=float(rng.choice([0.0, 0.5, 1.0])))
+        for _ in range(int(rng.integers(0, 30))):
+            arm = int(rng.integers(ucb.counts.size))
+            ucb.update(arm, float(rng.choice([0.0, 100.0, 250.0, rng.uniform(0.0, 500.0)])))
+        assert ucb.select() == int(np.argmax(ucb.index()))
+
+
 def test_ucb_is_scale_free_and_c_weighs_exploration() -> None:
     history = [(0, 2.0), (1, 4.0), (2, 1.0), (1, 4.0), (1, 0.0)]
     small, large, greedy = UCB(3), UCB(3), UCB(3, c=0.0)
