@@ -6,6 +6,7 @@ Usage::
     python scripts/bench_baseline.py            # measure every CI case --runs times, write the median ratios
     python scripts/bench_baseline.py --check    # measure once, print case | baseline | measured | slowdown;
                                                 # exit 1 if a slowdown exceeds bench_cases.FACTOR
+    python scripts/bench_baseline.py --case NAME --note WHY   # re-measure only NAME (repeatable), keep the rest
 
 Update the baseline on a quiet machine after a deliberate speed change (or a change of case), and commit it with
 the change that explains it. The test suite's ``tests/bench/test_speed_regression.py`` makes the same comparison.
@@ -92,6 +93,25 @@ def write_baseline(cases: list[Case], runs: int, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def update_baseline(cases: list[Case], runs: int, path: Path, note: str) -> None:
+    """Re-measure only ``cases`` (``runs`` times each) into the existing baseline, the others kept as they are;
+    the provenance's ``updated`` records when and why (``note``)."""
+    doc = load_baseline(path)
+    prov = doc["provenance"]
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for case in cases:
+        got = sorted(measure(case).ratio for _ in range(runs))
+        old = doc["ratios"].get(case.name)
+        doc["ratios"][case.name] = _sig(statistics.median(got))
+        prov["min_max"][case.name] = [_sig(got[0]), _sig(got[-1])]
+        was = f"{old:.5g} -> " if old is not None else "new case: "
+        prov.setdefault("updated", {})[case.name] = (f"{stamp}: {note} ({was}{doc['ratios'][case.name]:.5g}, median "
+                                                     f"of {runs})")
+        print(f"{case.name:<40} median ratio {doc['ratios'][case.name]:.5g} (min {got[0]:.5g}, max {got[-1]:.5g})")
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"updated {path}")
+
+
 def check(cases: list[Case], path: Path) -> int:
     """Compare each case with the baseline; 1 if one is slower than ``FACTOR`` times its baseline (or missing)."""
     ratios = load_baseline(path)["ratios"]
@@ -114,14 +134,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the baseline instead of writing it")
     parser.add_argument("--runs", type=int, default=5, help="measurements per case when writing (median kept)")
-    parser.add_argument("--case", action="append", default=[], help="with --check: only this case (repeatable)")
+    parser.add_argument("--case", action="append", default=[],
+                        help="only this case (repeatable); when writing, the others keep their baseline")
+    parser.add_argument("--note", help="when writing --case: why they were re-measured (kept in the provenance)")
     parser.add_argument("--path", type=Path, default=BASELINE_PATH, help="baseline file")
     args = parser.parse_args(argv)
-    if args.case and not args.check:
-        parser.error("--case needs --check: the baseline is written for every CI case at once")
+    unknown = sorted(set(args.case) - {c.name for c in CI_CASES})
+    if unknown:
+        parser.error(f"no CI case {', '.join(unknown)} (tests/bench/bench_cases.py)")
     cases = [c for c in CI_CASES if not args.case or c.name in args.case]
     if args.check:
         return check(cases, args.path)
+    if args.case:
+        if not args.note:
+            parser.error("--case without --check needs --note: why these cases were re-measured")
+        update_baseline(cases, args.runs, args.path, args.note)
+        return 0
     write_baseline(cases, args.runs, args.path)
     return 0
 

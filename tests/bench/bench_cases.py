@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,17 +220,71 @@ TABLE_HEADER = f"{'case':<36} | {'baseline ratio':>14} | {'measured ratio':>14} 
 # --- cases -----------------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _no_data_folder() -> Iterator[None]:
+    """``$REPRO_DATA`` at an empty folder: every loader serves its embedded statistics, so a case times the same
+    work on every machine, with or without the data folder."""
+    old = os.environ.get("REPRO_DATA")
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["REPRO_DATA"] = empty
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("REPRO_DATA", None)
+            else:
+                os.environ["REPRO_DATA"] = old
+
+
 def _engine_setup(system: str, num_requests: int, rps: float = 4.0) -> Callable[[], tuple[Any, ...]]:
-    """A setup building a fresh engine (the config is composed once: Hydra takes ~0.2 s, building ~10 ms)."""
+    """A setup building a fresh engine (the config is composed once: Hydra takes ~0.2 s, building ~10 ms) on the
+    embedded statistics (:func:`_no_data_folder`)."""
     cfg: list[Any] = []
 
     def setup() -> tuple[Any, ...]:
         from repro.experiments.simulate import build, compose
 
-        if not cfg:
-            cfg.append(compose([f"system={system}", "workload=sharegpt", f"rps={rps}",
-                                f"num_requests={num_requests}", "seed=0"]))
-        return (build(cfg[0]).engine,)
+        with _no_data_folder():
+            if not cfg:
+                cfg.append(compose([f"system={system}", "workload=sharegpt", f"rps={rps}",
+                                    f"num_requests={num_requests}", "seed=0"]))
+            return (build(cfg[0]).engine,)
+
+    return setup
+
+
+#: Issue 31's step-by-step points (scripts/step_speed.py's), one per family whose own system plans every step from
+#: what it observes: (experiment, system label, the point's grid values, overrides that scale it for the check).
+STEP_POINTS = {
+    "step_adaserve_fig4_7b": ("adaserve_fig4", "adaserve", ["model=llama2-7b", "rps=4.0"], ["num_requests=60"]),
+    "step_turbospec_table4_7b": ("turbospec_table4", "turbospec", ["dataset=sharegpt", "rps=4"], ["num_requests=150"]),
+    "step_nightjar_fig9_16": ("nightjar_fig9", "nightjar", ["rps=16"], []),
+    "step_laps_fig5_30": ("laps_fig5", "laps_sd", ["workload=chatbot_instruction_prompts", "num_requests=30",
+                                                   "arrivals=t0"], []),
+}
+
+
+def _point_setup(name: str) -> Callable[[], tuple[Any, ...]]:
+    """A setup building a fresh engine for one of :data:`STEP_POINTS`, composed once as the runner composes it
+    (full mode) with the case's scaling overrides, on the embedded statistics (:func:`_no_data_folder`)."""
+    exp, system, grid_values, scale = STEP_POINTS[name]
+    cfg: list[Any] = []
+
+    def setup() -> tuple[Any, ...]:
+        from repro.experiments.compose import Composer, compose_config, hydra_context, to_dict
+        from repro.experiments.expspec import ExpSpec, apply_quick
+        from repro.experiments.grid import expand_points, group_overrides
+        from repro.experiments.results import CONF_DIR
+        from repro.experiments.simulate import build
+
+        with _no_data_folder():
+            if not cfg:
+                with hydra_context():
+                    spec = ExpSpec.parse(apply_quick(to_dict(compose_config([f"+exp={exp}"]).exp), False)[0])
+                    point = next(p for p in expand_points(spec, group_overrides(CONF_DIR))
+                                 if f"system={system}" in p.overrides and all(v in p.overrides for v in grid_values))
+                    cfg.append(Composer()([f"+exp={exp}", *point.overrides, *scale]))
+            return (build(cfg[0]).engine,)
 
     return setup
 
@@ -243,11 +298,11 @@ PROCESS_ARGS = ("num_requests=1000", "rps=2")  # issue 15's whole-process compar
 
 def run_process(args: tuple[str, ...] = PROCESS_ARGS) -> float:
     """``python -m repro ARGS`` in a child process, docs/speed.md's one-point run (imports, composition, workload,
-    simulation, points.csv and summary.md); returns its wall seconds."""
-    with tempfile.TemporaryDirectory() as out:
+    simulation, points.csv and summary.md) on the embedded statistics; returns its wall seconds."""
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as empty:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "repro", *args, f"out_dir={out}"], cwd=ROOT, check=True,
-                       env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       env={**os.environ, "REPRO_DATA": empty}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return time.perf_counter() - t0
 
 
@@ -370,6 +425,9 @@ def _cases() -> dict[str, Case]:
              doc=f"{COMPOSE_POINTS} points of {COMPOSE_EXP} composed and hashed, their config groups cached"),
         Case("adaserve_selection_64_b582_d8_w4", adaserve_setup, adaserve_select, number=40,
              doc="AdaServe selection, 64 requests, B = 582, d = 8, w = 4"),
+        *(Case(name, _point_setup(name), _run_engine, fresh=True, repeats=3,
+               doc=f"{exp} point ({system}, {' '.join(values + scale)}) run step by step, embedded statistics")
+          for name, (exp, system, values, scale) in STEP_POINTS.items()),
     ]
     return {c.name: c for c in cases}
 
