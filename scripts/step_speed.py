@@ -5,8 +5,8 @@
 
 Each point is composed from its experiment as the runner composes it (full mode, on this checkout's data folder in
 both trees), its engine built untimed, and ``Engine.run`` timed in wall seconds in a fresh child process per tree
-and repeat (imports and caches warm in neither). The trees alternate (this, baseline, this, ...), so a machine's drift hits both alike. Prints each point's
-median, the baseline's, and the ratio.
+and repeat (imports and caches warm in neither). The trees alternate (this, baseline, this, ...), so a machine's
+drift hits both alike. Prints each point's median, the baseline's, and the ratio.
 """
 
 from __future__ import annotations
