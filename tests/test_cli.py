@@ -68,6 +68,7 @@ def test_unknown_command_is_one_line_exit_2(args: list[str]) -> None:
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.usefixtures("no_data")  # the cost model's calibration reads no workload: no need to run it twice
 def test_calibration_and_redraw(tmp_path: Path) -> None:
     out = tmp_path / "cal"
     res = cli("-m", "repro", "+exp=calibration", f"out_dir={out}")

@@ -19,7 +19,9 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# the subject does not depend on where the workload comes from: pinned to the embedded statistics
+# (conftest.no_data), so CI's no-data pass need not repeat it
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_data")]
 
 
 def recipes_section() -> str:
