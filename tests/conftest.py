@@ -24,7 +24,7 @@ from repro.sim.plan import CandidateTree, StepPlan, StepResult, TreeSpec
 from repro.sim.policy import Policy
 from repro.sim.state import View
 from tests import data_record
-from workloads.datasets import trace_data_root
+from workloads.datasets import data_folder, trace_data_root
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -208,15 +208,8 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
     if mode == "files" and root is None:
         pytest.skip(f"needs the data folder ($REPRO_DATA or {SHARED_DATA}, laid out as in docs/data.md)")
     empty.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("REPRO_DATA")
-    os.environ["REPRO_DATA"] = str(root if mode == "files" else empty)
-    try:
+    with data_folder(root if mode == "files" and root is not None else empty):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("REPRO_DATA", None)
-        else:
-            os.environ["REPRO_DATA"] = old
 
 
 @pytest.fixture

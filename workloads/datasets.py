@@ -37,7 +37,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,21 @@ def default_data_root(data_dir: str | None = None) -> Path | None:
         return trace_data_root(_existing_dir(Path(env), f"REPRO_DATA={env}"))
     guess = Path(__file__).resolve().parents[1].parent / "shared" / "data"
     return trace_data_root(guess if guess.is_dir() else None)
+
+
+@contextmanager
+def data_folder(path: str | Path) -> Iterator[None]:
+    """``$REPRO_DATA`` set to ``path`` inside the block (an empty folder: every loader serves its embedded
+    statistics), restored after it."""
+    old = os.environ.get("REPRO_DATA")
+    os.environ["REPRO_DATA"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("REPRO_DATA", None)
+        else:
+            os.environ["REPRO_DATA"] = old
 
 
 def trace_data_root(root: Path | None) -> Path | None:

@@ -224,16 +224,10 @@ TABLE_HEADER = f"{'case':<36} | {'baseline ratio':>14} | {'measured ratio':>14} 
 def _no_data_folder() -> Iterator[None]:
     """``$REPRO_DATA`` at an empty folder: every loader serves its embedded statistics, so a case times the same
     work on every machine, with or without the data folder."""
-    old = os.environ.get("REPRO_DATA")
-    with tempfile.TemporaryDirectory() as empty:
-        os.environ["REPRO_DATA"] = empty
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("REPRO_DATA", None)
-            else:
-                os.environ["REPRO_DATA"] = old
+    from workloads.datasets import data_folder
+
+    with tempfile.TemporaryDirectory() as empty, data_folder(empty):
+        yield
 
 
 def _engine_setup(system: str, num_requests: int, rps: float = 4.0) -> Callable[[], tuple[Any, ...]]:
