@@ -5,8 +5,10 @@
 
 Each point is composed from its experiment as the runner composes it (full mode, on this checkout's data folder in
 both trees), its engine built untimed, and ``Engine.run`` timed in wall seconds in a fresh child process per tree
-and repeat (imports and caches warm in neither). The trees alternate (this, baseline, this, ...), so a machine's
-drift hits both alike. Prints each point's median, the baseline's, and the ratio.
+and repeat, twice: "cold", the process's first point (its one-off costs included: lazy imports, compiled kernels
+loaded from Numba's cache), and "warm", a second engine of the same point in the same process (what each further
+point of a sweep's worker costs). The trees alternate (this, baseline, this, ...), so a machine's drift hits both
+alike. Prints each point's medians, the baseline's, and the ratios.
 """
 
 from __future__ import annotations
@@ -59,10 +61,13 @@ with compose.hydra_context():
     if not chosen:
         raise SystemExit(f"{exp}: no point of {system} with {filters}")
     cfg = compose.Composer()([f"+exp={exp}", *chosen[0].overrides])
-engine = simulate.build(cfg).engine
-t0 = time.perf_counter()
-engine.run()
-print(json.dumps({"run_s": time.perf_counter() - t0}))
+times = []
+for _ in range(2):  # cold: the process's first point (one-off costs: lazy imports, compiled kernels loaded); warm
+    engine = simulate.build(cfg).engine
+    t0 = time.perf_counter()
+    engine.run()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"run_s": times[0], "warm_s": times[1]}))
 """
 
 
@@ -76,12 +81,13 @@ def data_folder() -> str:
     return str(shared) if shared.is_dir() else tempfile.mkdtemp(prefix="no_data_")
 
 
-def run_once(tree: Path, point: tuple[str, str, list[str]]) -> float:
+def run_once(tree: Path, point: tuple[str, str, list[str]]) -> tuple[float, float]:
     res = subprocess.run([sys.executable, "-c", CHILD, json.dumps(point)], cwd=tree, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(tree), "REPRO_DATA": DATA})
     if res.returncode != 0:
         raise SystemExit(f"{tree}: {point[0]} failed:\n{res.stderr[-2000:]}")
-    return float(json.loads(res.stdout.strip().splitlines()[-1])["run_s"])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return float(out["run_s"]), float(out.get("warm_s", out["run_s"]))
 
 
 DATA = data_folder()
@@ -103,15 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         trees["baseline"] = Path(tmp)
     try:
         for point in points:
-            times: dict[str, list[float]] = {k: [] for k in trees}
+            times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
             for _ in range(args.repeats):
                 for name, tree in trees.items():
                     times[name].append(run_once(tree, point))
-            med = {k: statistics.median(v) for k, v in times.items()}
-            line = f"{point[0]:<18} {point[1]:<10} this {med['this']:.3f} s"
-            if "baseline" in med:
-                line += f"  {args.baseline} {med['baseline']:.3f} s  speed-up {med['baseline'] / med['this']:.2f}x"
-            print(line, flush=True)
+            for i, kind in enumerate(("cold", "warm")):
+                med = {k: statistics.median(t[i] for t in v) for k, v in times.items()}
+                line = f"{point[0]:<18} {point[1]:<10} {kind} this {med['this']:.3f} s"
+                if "baseline" in med:
+                    line += f"  {args.baseline} {med['baseline']:.3f} s  speed-up {med['baseline'] / med['this']:.2f}x"
+                print(line, flush=True)
     finally:
         if tmp:
             subprocess.run(["git", "worktree", "remove", "--force", tmp], cwd=ROOT, capture_output=True)

@@ -385,6 +385,32 @@ def test_beam_equals_scoring_every_rank(confidence: float, depth: int, width: in
             np.testing.assert_array_equal(got, ref, err_msg=name)
 
 
+@pytest.mark.parametrize("confidence", [1.0, 0.6])
+@pytest.mark.parametrize("mean", [0.05, 0.5, 0.95])
+def test_compiled_beam_equals_its_numpy_reference(monkeypatch: pytest.MonkeyPatch, confidence: float,
+                                                  mean: float) -> None:
+    """The compiled beam (repro.oracle.kernels.beam) gives the vectorized NumPy beam's trees bit for bit, ties
+    included (a weak drafter's top two ranks tie), over batches of every depth and width."""
+    pytest.importorskip("numba")
+    from repro.core import jit
+
+    oracle = make_oracle(40, mean, seed=3, confidence=confidence)
+    stream = oracle._stream("draft")
+    rng = np.random.default_rng(7)
+    for depth, width in [(1, 1), (1, 5), (2, 2), (5, 3), (8, 8), (4, 16), (7, 1)]:
+        n = int(rng.integers(1, 41))
+        rids, pos = rng.choice(40, n, replace=False), rng.integers(0, 1500, n)
+        beams = []
+        for flag in ("1", "0"):
+            monkeypatch.setenv("REPRO_JIT", flag)
+            assert jit.enabled() == (flag == "1")
+            beams.append(stream.beam(rids, pos, depth, width))
+        for name in ("parent", "rank", "prob", "path_prob"):
+            got, want = getattr(beams[0], name), getattr(beams[1], name)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} at depth {depth}, width {width}")
+
+
 def test_width_above_oracle_width_is_rejected() -> None:
     oracle = make_oracle(2, width=4)
     assert Drafter(oracle).max_width == 4

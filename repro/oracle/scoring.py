@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.core import jit
 from repro.oracle.store import _ALT_MASK, _AR, _RANK_SALT, _mix
 
 #: What a tree of ``depth`` layers over each request's next positions reads (``_TokenStream._positions``): the true p0
@@ -80,6 +81,13 @@ def beam_layers(reads: TreeReads, depth: int, width: int, reported: Reported) ->
     n = rank_true.shape[0]
     table, true_row, alt_row = _reported_table(reads, depth, width, reported)
     mask = alt.shape[1] - 1  # the off-path pool's count per position, a power of two
+    if jit.enabled():  # the same, one request at a time, compiled (repro.oracle.kernels.beam)
+        out = _Beam(np.empty((n, depth * width), dtype=np.int64), np.empty((n, depth * width), dtype=np.int64),
+                    np.empty((n, depth * width)), np.empty((n, depth * width)))
+        jit.kernel("repro.oracle.kernels", "beam")(np.ascontiguousarray(table, dtype=np.float64), true_row, alt_row,
+                                                   mask, rank_true, div, _RANK_SALT, depth, width, out.parent,
+                                                   out.rank, out.prob, out.path_prob)  # one signature: C arrays
+        return out
     # the outputs layer by layer (each layer's block contiguous), laid out as (n, depth·width) at the end
     out_parent = np.empty((depth, n, width), dtype=np.int64)
     out_rank = np.empty((depth, n, width), dtype=np.int64)

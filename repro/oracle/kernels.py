@@ -1,0 +1,93 @@
+"""The oracle's compiled kernels (:mod:`repro.core.jit`): per-request loops that give exactly what the vectorized NumPy
+functions of :mod:`repro.oracle.scoring` give, which remain their references (the tests compare the two).
+
+Each function is plain Python over arrays (it runs uncompiled too, only slowly); Numba compiles it on first use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int, rank_true: np.ndarray,
+         div: np.ndarray, salt: np.ndarray, depth: int, width: int, parent: np.ndarray, rank: np.ndarray,
+         prob: np.ndarray, path_prob: np.ndarray) -> None:
+    """:func:`repro.oracle.scoring.beam_layers`, one request at a time, into ``parent``, ``rank``, ``prob`` and
+    ``path_prob`` (each (n, depth·width), a request's nodes layer by layer).
+
+    A layer's ``width`` picks among its ``width²`` candidates (parent-major, then rank) are kept in a small buffer
+    ordered by path probability, ties to the lower candidate index (the reference's stable order), then emitted in
+    candidate order."""
+    def mix(z: np.uint64) -> np.uint64:  # splitmix64's finaliser on one value (repro.oracle.store._mix)
+        z = (z ^ (z >> _U30)) * _MIX_1
+        z = (z ^ (z >> _U27)) * _MIX_2
+        return z ^ (z >> _U31)
+
+    n = true_row.shape[0]
+    m = width * width
+    umask = np.uint64(mask)
+    on = np.empty(width, dtype=np.bool_)
+    h = np.empty(width, dtype=np.uint64)
+    new_on = np.empty(width, dtype=np.bool_)
+    new_h = np.empty(width, dtype=np.uint64)
+    rows = np.empty(width, dtype=np.int64)
+    cpp = np.empty(m)
+    top_v = np.empty(width)
+    top_i = np.empty(width, dtype=np.int64)
+    for j in range(n):
+        r0 = true_row[j, 0]
+        d0 = div[j, 0]
+        t0 = rank_true[j, 0]
+        for s in range(width):
+            v = table[r0, s]
+            prob[j, s] = v
+            path_prob[j, s] = v
+            parent[j, s] = -1
+            rank[j, s] = s
+            h[s] = mix(d0 ^ salt[s])
+            on[s] = s == t0
+        for i in range(1, depth):
+            prev = (i - 1) * width  # the previous layer's first node
+            for a in range(width):
+                row = true_row[j, i] if on[a] else alt_row[j, i - 1] + np.int64(h[a] & umask)
+                rows[a] = row
+                ppa = path_prob[j, prev + a]
+                for c in range(width):
+                    cpp[a * width + c] = ppa * table[row, c]
+            # the width largest, by value then lower index: insertion into a buffer sorted that way
+            count = 0
+            for q in range(m):
+                v = cpp[q]
+                if count < width:
+                    p = count
+                    count += 1
+                elif v > top_v[width - 1]:
+                    p = width - 1
+                else:
+                    continue
+                while p > 0 and top_v[p - 1] < v:
+                    top_v[p] = top_v[p - 1]
+                    top_i[p] = top_i[p - 1]
+                    p -= 1
+                top_v[p] = v
+                top_i[p] = q
+            top_i.sort()  # candidate order: parent-major, then rank
+            di = div[j, i]
+            ti = rank_true[j, i]
+            for s in range(width):
+                q = top_i[s]
+                at = q // width
+                rk = q - at * width
+                par_on = on[at]
+                new_h[s] = mix((di if par_on else h[at]) ^ salt[rk])
+                new_on[s] = par_on and rk == ti
+                node = i * width + s
+                parent[j, node] = prev + at
+                rank[j, node] = rk
+                path_prob[j, node] = cpp[q]
+                prob[j, node] = table[rows[at], rk]
+            on[:] = new_on
+            h[:] = new_h
