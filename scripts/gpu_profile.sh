@@ -2,7 +2,8 @@
 # Profile the papers' model architectures with random weights on this machine's GPU (python -m repro.profile), in
 # order of use, each model under its own time limit; the profiles, their provenance and a short device check (bf16
 # matrix throughput, copy bandwidth, nvidia-smi) are packed into $OUT/profiles.tgz after each model, so a run cut short
-# keeps what it finished. Usage: OUT=/some/folder bash scripts/gpu_profile.sh [quick]
+# keeps what it finished. Usage: OUT=/some/folder [GPU_TAG=h200] bash scripts/gpu_profile.sh [quick]
+# (GPU_TAG names the files, <tag>-<model>.csv; default h100)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu_profile}"
@@ -37,10 +38,11 @@ json.dump(info, open(sys.argv[1], "w"), indent=1); print(info)
 EOF
 pack
 
-profile() {  # NAME LIMIT_S ARGS...: one model (and its draft) into $work/h100-NAME.csv
+tag="${GPU_TAG:-h100}"
+profile() {  # NAME LIMIT_S ARGS...: one model (and its draft) into $work/$tag-NAME.csv
     local name=$1 limit=$2; shift 2
     echo "== $name ($(date -u +%T))"
-    timeout "$limit" "$py" -m repro.profile --device cuda --out "$work/h100-$name.csv" --repeat 7 "$@"
+    timeout "$limit" "$py" -m repro.profile --device cuda --out "$work/$tag-$name.csv" --repeat 7 "$@"
     echo "   exit $? ($(date -u +%T))"
     pack
 }

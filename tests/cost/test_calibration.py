@@ -81,18 +81,19 @@ def test_table_columns_and_summary() -> None:
 
 
 _PROFILES = _ALL[_ALL["kind"] == "profile"]
+_TARGETS = ("llama2-7b", "llama2-13b", "llama3-8b", "qwen2.5-7b", "qwen3-32b")  # the profiled 7B-32B targets
 
 
 def test_the_committed_gpu_profiles_are_usable_tables_with_provenance() -> None:
-    """Every committed profile (python -m repro.profile on a lent H100) loads as a cost=profile table and says where
-    it came from; its skipped large-context cells are extended, not invented."""
+    """Every committed profile (python -m repro.profile on a lent H100 or H200) loads as a cost=profile table and says
+    where it came from; its skipped large-context cells are extended, not invented."""
     import json
 
     tables = sorted(p for p in PROFILES_DIR.glob("*.csv") if not p.name.endswith(".mixed.csv"))
     assert len(tables) >= 8 and len(_PROFILES) >= 500
     for path in tables:
         info = json.loads(path.with_suffix(".csv.json").read_text())
-        assert info["complete"] and info["gpu"].startswith("NVIDIA H100") and info["dtype"] == "bfloat16"
+        assert info["complete"] and info["gpu"].startswith(("NVIDIA H100", "NVIDIA H200")) and info["dtype"] == "bfloat16"
         assert info["tp"] == 1 and info["weights"].startswith("random")
         prof = ProfileCostModel(path)
         assert len(prof.extended) <= len(info["skipped"]) + 1, path.name
@@ -100,8 +101,9 @@ def test_the_committed_gpu_profiles_are_usable_tables_with_provenance() -> None:
 
 @pytest.mark.parametrize(("table", "kind"), sorted({(r.table, r.pass_) for r in
                                                     _PROFILES.rename(columns={"pass": "pass_"}).itertuples()}))
-def test_the_model_stays_near_real_h100_passes(table: str, kind: str) -> None:
-    """The analytic H100 model against the measured passes of the papers' architectures (random weights, CUDA
+def test_the_model_stays_near_real_hopper_passes(table: str, kind: str) -> None:
+    """The analytic H100 and H200 models (the H200's efficiencies are the H100's, not fitted to it) against the
+    measured passes of the papers' architectures (random weights, CUDA
     graphs): each kind of pass within 35 % on the median, the pass with its per-layer launch costs but without the
     serving engine's host work per step and sequence (the profiler's bare decoder does none: for Llama-68M's two
     layers that work alone is more than the measured pass); for the 7B-32B targets (bandwidth-bound, where the
@@ -111,6 +113,6 @@ def test_the_model_stays_near_real_h100_passes(table: str, kind: str) -> None:
     bare = (rows["modelled_bare_ms"] / rows["measured_ms"] - 1).median()
     assert abs(bare) <= 0.35, f"{table} {kind}: pass without the engine's host work {bare:+.0%}"
     assert (rows["modelled_ms"] > rows["modelled_bare_ms"]).all()  # the host work is charged in every run
-    if rows["measured_ms"].min() > 5.0:  # a 7B-or-larger target on an H100
+    if any(f" {m} " in table for m in _TARGETS):  # a 7B-or-larger target
         gpu = (rows["modelled_gpu_ms"] / rows["measured_ms"] - 1).median()
         assert abs(gpu) <= 0.25, f"{table} {kind}: GPU work {gpu:+.0%}"
