@@ -10,6 +10,9 @@
 ``python -m repro check [NAME ...] [--quick] [--tolerance REL] [--update]``
     re-runs experiments and compares them with the committed references in ``results/``
     (:mod:`repro.experiments.check`).
+``python -m repro robustness NAME [--quick] [--samples N] [--seed S]``
+    runs the experiment over its declared open choices and says which paper claims hold robustly, depend on the
+    setting (and on which knob), or differ everywhere plausible (:mod:`repro.experiments.robustness`).
 ``python -m repro all [--quick]``
     regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.experiments.check`).
 
@@ -52,7 +55,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a run stops as stopping.py says
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
-COMMANDS = ("list", "check", "all")
+COMMANDS = ("list", "check", "all", "robustness")
 
 
 def _title(path: Path) -> str:
@@ -146,6 +149,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["list"]:
         print(list_configs())
+        return
+    if args[:1] == ["robustness"]:
+        from repro.experiments import robustness
+
+        guarded(lambda: sys.exit(robustness.main(args[1:])), None)
         return
     if args[:1] in (["check"], ["all"]):
         from repro.experiments import check

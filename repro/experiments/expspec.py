@@ -28,6 +28,9 @@ Real backends
     on ``backend=hf``): without them the runner refuses it with the install command and ``repro check`` / ``all``
     skip it, saying so (:meth:`ExpSpec.missing`). ``exp.compare`` restricts ``repro check`` to the points.csv
     columns a measured run reproduces (token counts, not latencies).
+Open choices
+    ``exp.open`` declares the values the paper leaves open, each with its plausible range and why
+    (:mod:`repro.experiments.openchoices`); ``python -m repro robustness NAME`` varies them.
 Figures, claims, derived columns
     ``exp.figures`` and ``exp.claims`` are lists of maps, checked where they are drawn
     (:mod:`repro.experiments.figures`) and evaluated (:mod:`repro.experiments.claims`); ``exp.derived`` entries are
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from repro.core.errors import ConfigError, suggest
+from repro.experiments.openchoices import OpenChoice, parse_open
 from repro.metrics.derived import Derived, check
 
 #: ``exp.quick`` keys that replace the experiment's own; any other ``exp.quick`` key is a config override.
@@ -105,6 +109,8 @@ class ExpSpec:
     derived: tuple[Derived, ...] = ()
     requires: tuple[str, ...] = ()  # Python modules the experiment needs (a real backend: torch, transformers)
     compare: tuple[str, ...] = ()  # points.csv columns `repro check` compares (empty: all but the wall-clock ones)
+    #: the values the paper leaves open, with their plausible ranges (repro.experiments.openchoices)
+    open: tuple[OpenChoice, ...] = ()
     source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -139,6 +145,7 @@ class ExpSpec:
             derived=tuple(Derived.parse(d) for d in _list(raw, "derived", "{name, metric, ...} maps")),
             requires=tuple(str(m) for m in _list(raw, "requires", "Python module names")),
             compare=tuple(str(c) for c in _list(raw, "compare", "points.csv column names")),
+            open=parse_open(raw.get("open")),
             source=raw,
         )
         if raw.get("systems") is not None and spec.kind in SYSTEM_KINDS and not spec.system_labels():

@@ -410,6 +410,7 @@ def run_experiment(
     progress: Callable[[], None] | None = None,
     composer: Composer | None = None,
     overwrite: bool = False,
+    render: bool = True,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
     summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.experiments.results.default_out_dir` (a folder
@@ -433,6 +434,7 @@ def run_experiment(
         composer: the :class:`~repro.experiments.compose.Composer` that composed ``cfg`` (on ``conf_dir``), whose Hydra
             compositions the points then reuse.
         overwrite: replace the run ``out_dir`` holds, whatever it is (the regeneration commands; ``overwrite=true``).
+        render: draw the figures and write summary.md (a robustness study's settings need points.csv only).
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
@@ -464,9 +466,10 @@ def run_experiment(
     warning = datasources.warning(manifest["data"])
     if warning:
         say(warning)
-    from repro.experiments import render
+    if render:
+        from repro.experiments import render as draw
 
-    render.render(ctx.out_dir, manifest, points)
+        draw.render(ctx.out_dir, manifest, points)
     verdicts = claim_verdicts(ctx.spec, points) if ctx.spec.kind != "calibration" else {}
     return ExperimentResult(ctx.spec.name, ctx.out_dir, points, manifest, num_run, time.perf_counter() - t0, verdicts)
 

@@ -1,0 +1,379 @@
+"""Does a paper claim hold, or only at the setting the suite picked? ``python -m repro robustness NAME``.
+
+The experiment's open choices (``exp.open``, :mod:`repro.experiments.openchoices`) are varied over their declared
+ranges; at each setting the whole experiment runs again with the same seeds (common random numbers: only the
+setting differs), and every paper claim is evaluated with the functions ``summary.md`` uses
+(:func:`repro.experiments.claims.evaluate`).
+
+Settings
+    the chosen one; one-at-a-time scans from it (each knob over its levels, the others at their chosen values); and
+    a joint design over all knobs: the full factorial where every knob is a set and the product is at most
+    ``--samples``, else a Latin hypercube of ``--samples`` settings (seeded by ``--seed``).
+Outputs (``runs/robustness/NAME/``, or ``--out``)
+    ``robustness.csv``: one row per claim × setting (the setting's values, the claim's value, held or not);
+    ``robustness.md``: per claim the share of settings where it holds, its class (*holds robustly*: ≥ 90 %;
+    *depends on the setting*, with the deciding knob and the values where it holds; *differs everywhere
+    plausible*: 0 %), the knob with the largest effect; the pairs of claims that never hold together; the knobs;
+    ``robustness.png``: claims × settings, held or not, the settings ordered by the knob that decides most claims.
+    Each setting's own run is kept under ``settings/`` (a stopped study resumes from them with ``--resume``).
+
+The points run on the experiment's launcher (``launcher=local|ray|submitit`` among the extra overrides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from repro.core.errors import ConfigError
+from repro.experiments.compose import compose_config, hydra_context, to_dict
+from repro.experiments.expspec import ExpSpec, apply_quick
+from repro.experiments.openchoices import OpenChoice
+from repro.experiments.results import atomic_write_text, display_path
+
+ROBUST, DEPENDS, NOWHERE = "holds robustly", "depends on the setting", "differs everywhere plausible"
+ROBUST_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of the open choices: ``kind`` chosen | oat | factorial | lhs, and every knob's value."""
+
+    id: str
+    kind: str
+    values: Mapping[str, Any]
+
+
+def design(choices: Sequence[OpenChoice], samples: int, seed: int, levels: int = 3) -> list[Setting]:
+    """The chosen setting, the one-at-a-time scans, then the joint design (see the module docstring); no setting
+    twice."""
+    chosen = {c.name: c.value for c in choices}
+    out: list[tuple[str, dict[str, Any]]] = [("chosen", chosen)]
+    for c in choices:
+        out += [("oat", {**chosen, c.name: v}) for v in c.levels(levels) if v != c.value]
+    discrete = all(c.values is not None for c in choices)
+    if discrete and math.prod(len(c.values or ()) for c in choices) <= samples:
+        out += [("factorial", dict(zip(chosen, combo, strict=True)))
+                for combo in itertools.product(*(c.values or () for c in choices))]
+    elif choices and samples > 0:
+        rng = np.random.default_rng(seed)
+        strata = [rng.permutation(samples) for _ in choices]
+        for i in range(samples):
+            out.append(("lhs", {c.name: c.at((float(s[i]) + rng.random()) / samples)
+                                for c, s in zip(choices, strata, strict=True)}))
+    seen: set[str] = set()
+    settings: list[Setting] = []
+    for kind, values in out:
+        key = json.dumps(values, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            settings.append(Setting(f"s{len(settings):03d}", kind, values))
+    return settings
+
+
+def apply_setting(exp: Mapping[str, Any], choices: Sequence[OpenChoice],
+                  values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``(exp, overrides)`` running the experiment at ``values``: a knob of every point becomes a command-line
+    override; a knob scoped to ``systems`` joins those entries' ``overrides`` in ``exp.systems``, every case's
+    ``systems`` and their quick versions."""
+    out_exp: dict[str, Any] = copy.deepcopy(dict(exp))
+    overrides: list[str] = []
+    scoped: dict[str, dict[str, Any]] = {}
+    for c in choices:
+        v = values[c.name]
+        if c.systems:
+            for label in c.systems:
+                scoped.setdefault(label, {})[c.key] = v
+        else:
+            overrides.append(f"{c.key}={_text(v)}")
+    if scoped:
+        def entries(block: Any) -> Any:
+            if not isinstance(block, list):
+                return block
+            out = []
+            for e in block:
+                entry: dict[str, Any] = {"system": e} if isinstance(e, str) else dict(e)
+                label = str(entry.get("label") or entry.get("system"))
+                if label in scoped:
+                    entry["overrides"] = {**dict(entry.get("overrides") or {}), **scoped[label]}
+                out.append(entry)
+            return out
+
+        holders: list[dict[str, Any]] = [out_exp, out_exp.get("quick") or {}]
+        for holder in holders:
+            if "systems" in holder:
+                holder["systems"] = entries(holder["systems"])
+            for case in holder.get("cases") or []:
+                if isinstance(case, dict) and "systems" in case:
+                    case["systems"] = entries(case["systems"])
+    return out_exp, overrides
+
+
+def _text(v: Any) -> str:
+    """A value as a command-line override writes it."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return repr(v)
+    return str(v)
+
+
+# ------------------------------------------------------------------------------------------------- analysis
+
+
+@dataclass(frozen=True)
+class ClaimRobustness:
+    """One claim over the settings."""
+
+    claim: str
+    chosen: str  # the chosen setting's verdict
+    share: float  # of the settings where it could be computed, the share where it holds (NaN: none)
+    klass: str
+    knob: str  # the knob whose levels change whether it holds the most (else: its value the most); "" if none
+    effect: float  # that knob's spread in the share held over its levels (0-1)
+    where: str  # for "depends": the knob's values where it holds in at least half the settings
+
+
+def classify(share: float) -> str:
+    if math.isnan(share):
+        return "n/a"
+    return ROBUST if share >= ROBUST_SHARE else NOWHERE if share == 0 else DEPENDS
+
+
+def _level_of(choice: OpenChoice, v: Any) -> Any:
+    """A setting's value as a level of its knob: a set's value itself; a range's nearest third (low | mid | high)."""
+    if choice.values is not None or choice.range is None:
+        return v
+    lo, hi = choice.range
+    u = (math.log(v / lo) / math.log(hi / lo)) if choice.scale == "log" else (float(v) - lo) / (hi - lo)
+    return ("low", "mid", "high")[min(int(u * 3), 2)]
+
+
+def analyse(table: pd.DataFrame, choices: Sequence[OpenChoice]) -> list[ClaimRobustness]:
+    """Per claim of ``table`` (robustness.csv's rows): share held, class, deciding knob and where it holds."""
+    out = []
+    for claim, rows in table.groupby("claim", sort=False):
+        chosen = rows[rows["kind"] == "chosen"]["verdict"]
+        known = rows[rows["verdict"].isin(["holds", "differs"])]
+        held = known["verdict"] == "holds"
+        share = float(held.mean()) if len(known) else float("nan")
+        best, effect, where = "", 0.0, ""
+        for c in choices:
+            if len(known) == 0:
+                break
+            level = known[c.name].map(lambda v, c=c: _level_of(c, v))
+            by = held.groupby(level).mean()
+            spread = float(by.max() - by.min()) if len(by) > 1 else 0.0
+            if spread > effect + 1e-12:
+                best, effect = c.name, spread
+                where = ", ".join(f"{k}" for k, v in by.items() if v >= 0.5)
+        if not best and len(known):  # whether it holds never moves: name the knob that moves its value most
+            values = pd.to_numeric(known["value"], errors="coerce")
+            spreads = {}
+            for c in choices:
+                means = values.groupby(known[c.name].map(lambda v, c=c: _level_of(c, v))).mean()
+                spreads[c.name] = float(means.max() - means.min()) if len(means) else float("nan")
+            spreads = {k: v for k, v in spreads.items() if math.isfinite(v)}
+            if spreads:
+                best = max(spreads, key=lambda k: spreads[k])
+        out.append(ClaimRobustness(str(claim), str(chosen.iloc[0]) if len(chosen) else "n/a", share, classify(share),
+                                   best, effect, where))
+    return out
+
+
+def conflicts(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """Pairs of claims that each hold somewhere but never in the same setting (where both are computable)."""
+    held = table.pivot_table(index="setting", columns="claim", values="held", aggfunc="first", sort=False)
+    known = table.assign(k=table["verdict"].isin(["holds", "differs"])).pivot_table(
+        index="setting", columns="claim", values="k", aggfunc="first", sort=False)
+    names = [c for c in held.columns if bool(held[c].fillna(False).astype(bool).any())]
+    out = []
+    for a, b in itertools.combinations(names, 2):
+        both = known[a].fillna(False).astype(bool) & known[b].fillna(False).astype(bool)
+        if both.any() and not (held[a].astype(bool) & held[b].astype(bool) & both).any():
+            out.append((a, b))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- running
+
+
+def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None = None,
+        extra: Sequence[str] = (), resume: bool = False, n_jobs: int | None = None,
+        only: Sequence[str] = (),
+        say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> Path:
+    """Run experiment ``name`` over its open choices (``only`` these knobs, if given; the others at their chosen
+    values); write robustness.csv, .md and .png; return the folder."""
+    from repro.experiments import claims as claims_mod
+    from repro.experiments import runner
+
+    t0 = time.perf_counter()
+    base = [f"+exp={name}", *(["quick=true"] if quick else []), *extra, *([f"n_jobs={n_jobs}"] if n_jobs else [])]
+    with hydra_context():
+        cfg = compose_config(base)
+    raw = to_dict(cfg.exp)
+    spec = ExpSpec.parse(raw)
+    if not spec.open:
+        raise ConfigError(f"experiment {name} declares no open choices (exp.open): nothing to vary")
+    unknown = sorted(set(only) - {c.name for c in spec.open})
+    if unknown:
+        raise ConfigError(f"robustness {name}: unknown knob(s) {', '.join(unknown)} (exp.open has "
+                          f"{', '.join(c.name for c in spec.open)})")
+    varied = [c for c in spec.open if not only or c.name in only]
+    fixed = {c.name: c.value for c in spec.open if c not in varied}
+    choices = spec.open
+    settings = [Setting(s.id, s.kind, {**fixed, **s.values}) for s in design(varied, samples, seed)]
+    out = Path(out_dir or Path("runs") / ("quick" if quick else "") / "robustness" / name)
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"robustness {name}: {len(choices)} open choices ({', '.join(c.name for c in choices)}), "
+        f"{len(settings)} settings ({_kinds(settings)}), same seeds -> {display_path(out)}")
+    run_spec = ExpSpec.parse(apply_quick(raw, quick)[0])
+    grid = run_spec.grid_columns()
+    rows: list[dict[str, Any]] = []
+    for i, s in enumerate(settings):
+        exp, overrides = apply_setting(raw, choices, s.values)
+        folder = out / "settings" / s.id
+        points_csv = folder / "points.csv"
+        if resume and points_csv.is_file() and (folder / "setting.json").is_file() and json.loads(
+                (folder / "setting.json").read_text()) == {k: _text(v) for k, v in s.values.items()}:
+            points = pd.read_csv(points_csv)
+        else:
+            with hydra_context():
+                scfg = compose_config([*base, *overrides])
+            scfg.exp = exp
+            res = runner.run_experiment(scfg, [*base, *overrides], out_dir=folder, overwrite=True, render=False,
+                                        log=lambda line: None, progress=lambda: None)
+            points = res.points
+            atomic_write_text(folder / "setting.json",
+                              json.dumps({k: _text(v) for k, v in s.values.items()}) + "\n")
+        table = claims_mod.evaluate(run_spec.claims, points, grid[0] if grid else None, run_spec.claims_also_for)
+        for r in table.itertuples(index=False):
+            rows.append({"setting": s.id, "kind": s.kind, **{c.name: s.values[c.name] for c in choices},
+                         "claim": r.claim, "value": r.reproduced, "verdict": r.verdict,
+                         "held": r.verdict == "holds"})
+        say(f"robustness {name}: setting {i + 1}/{len(settings)} ({s.kind}: "
+            f"{', '.join(f'{k}={_text(v)}' for k, v in s.values.items())}) "
+            f"{int((table['verdict'] == 'holds').sum())}/{len(table)} claims hold")
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out / "robustness.csv", index=False)
+    result = analyse(frame, choices)
+    pairs = conflicts(frame)
+    atomic_write_text(out / "robustness.md", markdown(name, spec, choices, settings, result, pairs,
+                                                     time.perf_counter() - t0, quick))
+    draw(frame, result, choices, out / "robustness.png")
+    counts = {k: sum(r.klass == k for r in result) for k in (ROBUST, DEPENDS, NOWHERE)}
+    say(f"robustness {name}: {len(result)} claims over {len(settings)} settings in {time.perf_counter() - t0:.0f} s: "
+        f"{counts[ROBUST]} hold robustly, {counts[DEPENDS]} depend on the setting, {counts[NOWHERE]} differ "
+        f"everywhere plausible; {len(pairs)} pairs never hold together -> {display_path(out / 'robustness.md')}")
+    return out
+
+
+def _kinds(settings: Sequence[Setting]) -> str:
+    counts: dict[str, int] = {}
+    for s in settings:
+        counts[s.kind] = counts.get(s.kind, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def markdown(name: str, spec: ExpSpec, choices: Sequence[OpenChoice], settings: Sequence[Setting],
+             result: Sequence[ClaimRobustness], pairs: Sequence[tuple[str, str]], wall_s: float, quick: bool) -> str:
+    """robustness.md."""
+    lines = [f"# Robustness: {name}{' (quick)' if quick else ''}", "",
+             f"{spec.title}", "",
+             f"The experiment ran at {len(settings)} settings of its {len(choices)} open choices ({_kinds(settings)}), "
+             f"every one with the same seeds, in {wall_s:.0f} s. A claim *holds robustly* where it holds in at least "
+             f"{ROBUST_SHARE:.0%} of the settings where it can be computed, *differs everywhere plausible* where it "
+             "holds in none, and otherwise *depends on the setting*: the deciding knob is the one whose values change "
+             "the share held the most (a range's values in thirds: low, mid, high), listed with the values where it "
+             "holds in at least half the settings.", "",
+             "| claim | chosen setting | held in | class | deciding knob | holds at |",
+             "|---|---|---|---|---|---|"]
+    for r in result:
+        share = "-" if math.isnan(r.share) else f"{r.share:.0%}"
+        knob = f"{r.knob} ({r.effect:.0%})" if r.knob and r.effect else (f"{r.knob} (value only)" if r.knob else "-")
+        lines.append(f"| {_cell(r.claim)} | {r.chosen} | {share} | {r.klass} | {knob} | "
+                     f"{r.where if r.klass == DEPENDS else '-'} |")
+    lines += ["", "## Claims that never hold together", ""]
+    lines += [f"- {_cell(a)} **and** {_cell(b)}" for a, b in pairs] or ["None: every pair of claims that holds "
+                                                                         "somewhere holds together somewhere."]
+    lines += ["", "## Open choices", "", "| knob | key | systems | chosen in | why |", "|---|---|---|---|---|"]
+    lines += [f"| {c.name} | `{c.key}` | {', '.join(c.systems) or 'all'} | {c.describe()} | {_cell(c.why)} |"
+              for c in choices]
+    lines += ["", "`robustness.csv` has every claim's value at every setting; `robustness.png` draws which hold.", ""]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def draw(frame: pd.DataFrame, result: Sequence[ClaimRobustness], choices: Sequence[OpenChoice], path: Path) -> None:
+    """Claims × settings, held (green) or not (red; grey: not computable), the settings ordered by the knob that
+    decides most claims, then the others."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    decisive: dict[str, int] = {}
+    for r in result:
+        if r.knob:
+            decisive[r.knob] = decisive.get(r.knob, 0) + 1
+    order = sorted((c.name for c in choices), key=lambda k: -decisive.get(k, 0))
+    settings = frame.drop_duplicates("setting").set_index("setting")
+    keyed = settings[order].apply(lambda col: col.map(lambda v: (str(type(v)), v)))
+    ids = sorted(settings.index, key=lambda s: tuple(keyed.loc[s]))
+    claims = [r.claim for r in result]
+    code = {"holds": 1.0, "differs": 0.0}
+    grid = np.full((len(claims), len(ids)), np.nan)
+    at = {(str(r.claim), str(r.setting)): code.get(str(r.verdict), np.nan) for r in frame.itertuples(index=False)}
+    for i, c in enumerate(claims):
+        for j, s in enumerate(ids):
+            grid[i, j] = at.get((c, s), np.nan)
+    fig, ax = plt.subplots(figsize=(max(6, 0.18 * len(ids) + 4), max(2.5, 0.32 * len(claims) + 1.5)))
+    cmap = matplotlib.colors.ListedColormap(["#d9534f", "#5cb85c"]).with_extremes(bad="#cccccc")
+    ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    ax.set_yticks(range(len(claims)), [c[:70] + ("…" if len(c) > 70 else "") for c in claims], fontsize=7)
+    head = order[0] if order else ""
+    ax.set_xticks(range(len(ids)), [f"{settings.loc[s, head]}" if head else s for s in ids], rotation=90, fontsize=6)
+    ax.set_xlabel(f"settings, ordered by {', '.join(order[:3])}" + (" ..." if len(order) > 3 else ""))
+    ax.set_title("claims held (green) or not (red) at each setting of the open choices", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m repro robustness NAME [--quick] [--samples N] [--seed S] [--out DIR] [--resume] [key=value ...]``"""
+    ap = argparse.ArgumentParser(prog="python -m repro robustness", description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="the experiment (conf/exp/NAME.yaml), which declares exp.open")
+    ap.add_argument("--quick", action="store_true", help="its quick grid")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="settings of the joint design (default 8 quick, 24 full)")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the space-filling design (not the runs)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default runs/[quick/]robustness/NAME)")
+    ap.add_argument("--resume", action="store_true", help="reuse the settings a stopped study finished")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel points (default: every core)")
+    ap.add_argument("--only", default="", help="vary these knobs only (comma-separated; the others stay chosen)")
+    args, extra = ap.parse_known_args(list(argv))
+    bad = [a for a in extra if "=" not in a]
+    if bad:
+        raise ConfigError(f"robustness: unknown argument {bad[0]!r} (extra arguments are key=value overrides)")
+    samples = args.samples if args.samples is not None else (8 if args.quick else 24)
+    run(args.name, quick=args.quick, samples=samples, seed=args.seed, out_dir=args.out, extra=extra,
+        resume=args.resume, n_jobs=args.jobs, only=[k for k in args.only.split(",") if k])
+    return 0
