@@ -160,14 +160,14 @@ def test_index_keeps_the_rows_of_experiments_not_rerun(tmp_path: Path) -> None:
     # `repro all NAME` rewrites NAME's row of the catalogue and keeps every other experiment's
     from repro.experiments.check import index_markdown, read_index_rows
 
-    old = {"smoke": "| [smoke](smoke/summary.md) | S | 9 | 0 | 0 | 7 | (none) |",
-           "calibration": "| [calibration](calibration/summary.md) | C | 62 | 0 | 0 | 2 | (none) |",
-           "gone": "| [gone](gone/summary.md) | G | 1 | 0 | 0 | 5 | (none) |"}
+    old = {"smoke": "| [smoke](smoke/summary.md) | S | 9 | 0 | 0 | - | 7 | (none) |",
+           "calibration": "| [calibration](calibration/summary.md) | C | 62 | 0 | 0 | - | 2 | (none) |",
+           "gone": "| [gone](gone/summary.md) | G | 1 | 0 | 0 | - | 5 | (none) |"}
     index = tmp_path / "INDEX.md"
-    index.write_text(index_markdown(old, quick=False))
+    index.write_text(index_markdown(old, quick=False, results=tmp_path))
     rows = read_index_rows(index)
     assert rows == old
-    rows["smoke"] = "| [smoke](smoke/summary.md) | S | 12 | 1 | 0 | 8 | (none) |"
-    text = index_markdown(rows, quick=False)
+    rows["smoke"] = "| [smoke](smoke/summary.md) | S | 12 | 1 | 0 | - | 8 | (none) |"
+    text = index_markdown(rows, quick=False, results=tmp_path)
     assert text.index("[calibration]") < text.index("[gone]") < text.index("[smoke]")
-    assert "| 12 | 1 | 0 | 8 |" in text and "Total wall time: 15 s." in text
+    assert "| 12 | 1 | 0 | - | 8 |" in text and "Total wall time: 15 s." in text

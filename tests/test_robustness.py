@@ -94,3 +94,53 @@ def test_robustness_runs_an_experiment_over_its_open_choices(tmp_path: Any) -> N
     md = (out / "robustness.md").read_text()
     assert "| selector | `system.selector` | nightjar |" in md and (out / "robustness.png").stat().st_size > 0
     assert lines[-1].startswith("robustness nightjar_fig9: ") and "claims over 2 settings" in lines[-1]
+
+
+def _study(claims: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"experiment": "x", "quick": True, "settings": 19, "claims": claims, "conflicts": []}
+
+
+def test_summary_shows_each_claims_robustness_and_the_papers_own_numbers(tmp_path: Any) -> None:
+    """summary.md's claims table gains the study's class per claim (this folder's, else the reference's) and each
+    claim's note on the paper's own numbers."""
+    import json
+    import shutil
+
+    from repro.experiments.check import reference_dir
+    from repro.experiments.render import redraw
+
+    ref = reference_dir("laps_fig2", True)
+    run = tmp_path / "run"
+    shutil.copytree(ref, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    claims = manifest["config"]["exp"]["claims"]
+    claims[0]["note"] = "the paper's 14.21 % and its Fig. 2 disagree"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    first = str(claims[0]["text"])
+    (run / "robustness.json").write_text(json.dumps(_study({
+        first: {"class": "depends on the setting", "share": 0.25, "knob": "link", "where": "high"}})))
+    redraw(run)
+    text = (run / "summary.md").read_text()
+    assert "| robustness | the paper's own numbers |" in text
+    assert "depends on the setting (25%; link: high) | the paper's 14.21 % and its Fig. 2 disagree |" in text
+    assert "Robustness: this folder's study (19 settings" in text
+
+
+def test_the_catalogue_counts_claims_per_class_and_upgrades_old_rows(tmp_path: Any) -> None:
+    import json
+
+    from repro.experiments.check import index_markdown
+
+    (tmp_path / "laps_fig5").mkdir()
+    (tmp_path / "laps_fig5" / "robustness.json").write_text(json.dumps(_study({
+        "a": {"class": "holds robustly"}, "b": {"class": "depends on the setting"},
+        "c": {"class": "differs everywhere plausible"}, "d": {"class": "depends on the setting"}})))
+    old_row = "| [laps_fig5](laps_fig5/summary.md) | t | 10 | 1 | 2 | 30 | (none) |"  # before the column
+    other = "| [smoke](smoke/summary.md) | s | 2 | 0 | 0 | 1 | (none) |"
+    text = index_markdown({"laps_fig5": old_row, "smoke": other}, quick=False, results=tmp_path)
+    assert "| [laps_fig5](laps_fig5/summary.md) | t | 10 | 1 | 2 | [1 robust, 2 depend, 1 nowhere]" \
+           "(laps_fig5/robustness.md) | 30 | (none) |" in text
+    assert "| [smoke](smoke/summary.md) | s | 2 | 0 | 0 | - | 1 | (none) |" in text
+    assert "1 experiments studied" in text and "- LAPS-SD: 1 holds robustly, 2 depends on the setting, 1 differs" \
+           " everywhere plausible" in text
+    assert "Total wall time: 31 s." in text

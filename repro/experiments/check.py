@@ -27,6 +27,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -256,7 +257,7 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
         p.name for p in result.out_dir.iterdir() if p.is_file())
     if dest.is_dir():
         for p in dest.iterdir():
-            if p.is_file():
+            if p.is_file() and p.name not in ROBUSTNESS_FILES:  # the robustness study is made on its own
                 p.unlink()
     dest.mkdir(parents=True, exist_ok=True)
     for n in names:
@@ -269,6 +270,52 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
     if not quick:
         render.redraw(dest)  # figure files and summary.md, drawn where they now live
     return dest
+
+
+#: A robustness study's files in a reference folder (:mod:`repro.experiments.robustness`), kept when the
+#: experiment's own reference is rewritten.
+ROBUSTNESS_FILES = ("robustness.csv", "robustness.md", "robustness.png", "robustness.json")
+#: The reference studies: the quick grid, this many settings of the joint design, seed 0.
+ROBUSTNESS_SAMPLES = 8
+
+
+def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
+    """The reference robustness study of ``name`` (quick grid, :data:`ROBUSTNESS_SAMPLES`) into ``ref``, its
+    summary.md redrawn with it; False for an experiment without open choices."""
+    from repro.experiments import render, robustness
+
+    if not spec_of(name, False).open:
+        return False
+    with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
+        robustness.run(name, quick=True, samples=ROBUSTNESS_SAMPLES, seed=0, out_dir=ref, settings_dir=Path(tmp),
+                       n_jobs=n_jobs, say=lambda line: tqdm.write(line, file=sys.stderr))
+    if (ref / "points.csv").is_file() and (ref / "manifest.json").is_file():
+        render.redraw(ref)
+    return True
+
+
+def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None,
+                     results: Path = RESULTS_DIR) -> list[Outcome]:
+    """``repro check --robustness``: re-run each committed robustness study and compare its robustness.csv."""
+    from repro.experiments import robustness
+
+    out: list[Outcome] = []
+    for name in names:
+        ref = reference_dir(name, False, results)
+        if not (ref / "robustness.csv").is_file():
+            continue
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
+            folder = robustness.run(name, quick=True, samples=ROBUSTNESS_SAMPLES, seed=0, out_dir=Path(tmp),
+                                    n_jobs=n_jobs, say=lambda line: None)
+            new = pd.read_csv(folder / "robustness.csv", dtype=str, keep_default_na=False)
+        old = pd.read_csv(ref / "robustness.csv", dtype=str, keep_default_na=False)
+        o = Outcome(f"{name} (robustness)", ref, compare(old, new, ["setting", "claim"], tol),
+                    wall_s=time.perf_counter() - t0, num_points=len(new))
+        print(f"{o.exp}: {'ok' if o.ok else f'{len(o.changes)} cells differ'} ({len(new)} claim x setting rows vs "
+              f"{display_path(ref / 'robustness.csv')}, {o.wall_s:.0f} s)", flush=True)
+        out.append(o)
+    return out
 
 
 def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: int | None = None,
@@ -363,8 +410,70 @@ def index_rows(done: Sequence[tuple[str, Path, Any]], quick: bool,
         v = result.verdicts
         title = str(result.manifest.get("title", "")).replace("|", "\\|")
         rows[name] = (f"| [{name}]({rel}/summary.md) | {title} | {len(result.points)} | {v.get('holds', 0)} | "
-                      f"{v.get('differs', 0)} | {result.wall_s:.0f} | {fig_links} |")
+                      f"{v.get('differs', 0)} | {robustness_column(results / name, rel)} | {result.wall_s:.0f} | "
+                      f"{fig_links} |")
     return rows
+
+
+def _classes(folder: Path) -> list[str] | None:
+    path = folder / "robustness.json"
+    if not path.is_file():
+        return None
+    return [str(c.get("class")) for c in (json.loads(path.read_text()).get("claims") or {}).values()]
+
+
+CLASS_SHORT = (("holds robustly", "robust"), ("depends on the setting", "depend"),
+               ("differs everywhere plausible", "nowhere"))
+
+
+def robustness_column(folder: Path, rel: Path) -> str:
+    """The catalogue's robustness cell: the claims per class of the experiment's study, linked; "-" without one."""
+    classes = _classes(folder)
+    if classes is None:
+        return "-"
+    counts = ", ".join(f"{classes.count(long)} {short}" for long, short in CLASS_SHORT)
+    return f"[{counts}]({rel}/robustness.md)"
+
+
+def robustness_totals(results: Path = RESULTS_DIR) -> str:
+    """INDEX.md's robustness paragraph: the claims per class, catalogue-wide and per paper."""
+    papers = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "laps": "LAPS-SD", "nightjar": "Nightjar",
+              "goodspeed": "GoodSpeed"}
+    per: dict[str, list[str]] = {}
+    studied = 0
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+        classes = _classes(folder)
+        if classes is None:
+            continue
+        studied += 1
+        paper = papers.get(folder.name.split("_")[0], "other")
+        per.setdefault(paper, []).extend(classes)
+        per.setdefault("all", []).extend(classes)
+    if not studied:
+        return ""
+
+    def line(classes: list[str]) -> str:
+        return ", ".join(f"{classes.count(long)} {long}" for long, _ in CLASS_SHORT)
+
+    out = [f"Robustness over the open choices (`python -m repro robustness NAME`; {studied} experiments studied, quick "
+           f"grid, {ROBUSTNESS_SAMPLES} joint settings plus one-at-a-time scans each): {line(per.pop('all'))}."]
+    out += [f"- {paper}: {line(classes)}" for paper, classes in per.items()]
+    return "\n".join(out) + "\n"
+
+
+def _with_robustness(row: str, results: Path, quick: bool) -> str:
+    """A catalogue row with its robustness cell as the experiment's study now stands (a row written before the
+    column existed gets it)."""
+    cells = row.split(" | ")
+    m = re.match(r"\| \[([^\]]+)\]\((.*)/summary\.md\)", cells[0])
+    if not m:
+        return row
+    cell = "-" if quick else robustness_column(results / m.group(1), Path(m.group(2)))
+    if len(cells) == 7:
+        cells.insert(5, cell)
+    elif len(cells) == 8:
+        cells[5] = cell
+    return " | ".join(cells)
 
 
 def read_index_rows(index: Path) -> dict[str, str]:
@@ -378,15 +487,18 @@ def read_index_rows(index: Path) -> dict[str, str]:
     return rows
 
 
-def index_markdown(rows: Mapping[str, str], quick: bool) -> str:
-    """results/INDEX.md: one row per experiment, in name order, and the total wall time."""
+def index_markdown(rows: Mapping[str, str], quick: bool, results: Path = RESULTS_DIR) -> str:
+    """results/INDEX.md: the robustness totals, one row per experiment, in name order, and the total wall time."""
+    totals = "" if quick else robustness_totals(results)
     lines = [
         f"# Catalogue{' (quick mode)' if quick else ''}\n",
         "Regenerated by `python -m repro all" + (" --quick" if quick else "") + "`; each row links the "
-        "experiment's summary.md (the paper's claims beside the reproduced values) and its figures.\n",
-        "| experiment | title | points | paper claims held | differ | wall (s) | figures |",
-        "|---|---|---|---|---|---|---|",
-        *(rows[name] for name in sorted(rows)),
+        "experiment's summary.md (the paper's claims beside the reproduced values) and its figures"
+        + ("" if quick else ", and its robustness study where it has one") + ".\n",
+        *([totals] if totals else []),
+        "| experiment | title | points | paper claims held | differ | robustness | wall (s) | figures |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_with_robustness(rows[name], results, quick) for name in sorted(rows)),
     ]
     total = 0.0
     for row in rows.values():
@@ -409,8 +521,13 @@ def main(argv: Sequence[str]) -> int:
         parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
         parser.add_argument("--tolerance", type=float, default=0.0, help="relative tolerance (default: exact)")
         parser.add_argument("--update", action="store_true", help="write the new runs as the references")
+        parser.add_argument("--robustness", action="store_true",
+                            help="re-run the committed robustness studies and compare their robustness.csv")
     else:
         parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
+        parser.add_argument("--robustness", action=argparse.BooleanOptionalAction, default=None,
+                            help="also (re)make the robustness studies of the experiments with open choices "
+                                 "(default: with a full regeneration, not with --quick)")
     parser.add_argument("--quick", action="store_true", help="quick mode (references in results/quick/)")
     parser.add_argument("--n-jobs", type=int, default=None, help="worker processes per experiment")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR,
@@ -424,19 +541,28 @@ def main(argv: Sequence[str]) -> int:
             raise ReproError(f"unknown experiment(s) {', '.join(bad)} (python -m repro list)")
         if cmd == "all":
             done = regenerate(names, args.quick, args.n_jobs, args.results)
+            robust = args.robustness if args.robustness is not None else not args.quick
+            if robust and not data_present():
+                print("robustness: skipped (the studies are made with the data folder)", file=sys.stderr)
+            elif robust:
+                for name, *_ in done:
+                    study(name, reference_dir(name, False, args.results), args.n_jobs)
             index = reference_dir("INDEX.md" if data_present() else "INDEX.nodata.md", args.quick,
                                          args.results)
             index.parent.mkdir(parents=True, exist_ok=True)
             # naming experiments updates their rows and keeps the others (of experiments that still exist)
             rows = {k: v for k, v in read_index_rows(index).items() if k in known} if args.names else {}
             rows.update(index_rows(done, args.quick, args.results))
-            index.write_text(index_markdown(rows, args.quick))
+            index.write_text(index_markdown(rows, args.quick, args.results))
             print(f"catalogue: {len(done)} experiments, {sum(len(r.points) for *_, r in done)} points in "
                   f"{sum(r.wall_s for *_, r in done):.0f} s -> {display_path(index)}")
             return 0
         if args.tolerance < 0:
             raise ReproError(f"--tolerance {args.tolerance}: must be >= 0")
-        outcomes = check(names, args.quick, args.tolerance, args.update, args.n_jobs, results=args.results)
+        if args.robustness:
+            outcomes = check_robustness(names, args.tolerance, args.n_jobs, args.results)
+        else:
+            outcomes = check(names, args.quick, args.tolerance, args.update, args.n_jobs, results=args.results)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,9 @@ values over x become one: ``max`` | ``min`` | ``mean`` | ``first`` (lowest x) | 
 ``lower_is_better`` (for "best" baseline: latency metrics), ``baselines`` (labels to compare against; default all
 other systems), ``baseline`` (one label).
 
+``note`` records, beside the verdict, where the paper's own numbers contradict each other or its text and its
+authors' code disagree (summary.md shows it), so that a "differs" is not read as the suite's fault alone.
+
 Values are means over seeds (and over any grid key neither filtered by ``where`` nor used as ``x``).
 
 Kinds (each returns one number):
@@ -45,7 +48,7 @@ from repro.core.errors import ConfigError
 
 CLAIM_KEYS = {
     "text", "paper", "kind", "metric", "system", "where", "x", "reduce", "lower_is_better", "baselines",
-    "baseline", "check", "target", "rel_tol", "abs_tol",
+    "baseline", "check", "target", "rel_tol", "abs_tol", "note",
 }  # fmt: skip
 _NAN = float("nan")
 _FAMILY = "_family"  # set by evaluate(): the claim's system and its readings (exp.claims_also_for), never baselines

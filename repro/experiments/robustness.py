@@ -214,7 +214,7 @@ def conflicts(table: pd.DataFrame) -> list[tuple[str, str]]:
 
 def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None = None,
         extra: Sequence[str] = (), resume: bool = False, n_jobs: int | None = None,
-        only: Sequence[str] = (),
+        only: Sequence[str] = (), settings_dir: Path | None = None,
         say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> Path:
     """Run experiment ``name`` over its open choices (``only`` these knobs, if given; the others at their chosen
     values); write robustness.csv, .md and .png; return the folder."""
@@ -246,7 +246,7 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
     rows: list[dict[str, Any]] = []
     for i, s in enumerate(settings):
         exp, overrides = apply_setting(raw, choices, s.values)
-        folder = out / "settings" / s.id
+        folder = (settings_dir or out / "settings") / s.id
         points_csv = folder / "points.csv"
         if resume and points_csv.is_file() and (folder / "setting.json").is_file() and json.loads(
                 (folder / "setting.json").read_text()) == {k: _text(v) for k, v in s.values.items()}:
@@ -275,6 +275,13 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
     atomic_write_text(out / "robustness.md", markdown(name, spec, choices, settings, result, pairs,
                                                      time.perf_counter() - t0, quick))
     draw(frame, result, choices, out / "robustness.png")
+    study = {"experiment": name, "quick": quick, "settings": len(settings), "samples": samples, "seed": seed,
+             "knobs": [c.name for c in choices], "varied": [c.name for c in varied],
+             "claims": {r.claim: {"class": r.klass, "share": None if math.isnan(r.share) else round(r.share, 4),
+                                  "chosen": r.chosen, "knob": r.knob, "effect": round(r.effect, 4),
+                                  "where": r.where} for r in result},
+             "conflicts": [list(p) for p in pairs]}
+    atomic_write_text(out / "robustness.json", json.dumps(study, indent=1, ensure_ascii=False) + "\n")
     counts = {k: sum(r.klass == k for r in result) for k in (ROBUST, DEPENDS, NOWHERE)}
     say(f"robustness {name}: {len(result)} claims over {len(settings)} settings in {time.perf_counter() - t0:.0f} s: "
         f"{counts[ROBUST]} hold robustly, {counts[DEPENDS]} depend on the setting, {counts[NOWHERE]} differ "

@@ -126,11 +126,27 @@ class ExperimentResult:
             claims = f"paper claims: {v.get('holds', 0)} hold, {v.get('differs', 0)} differ"
             if v.get("n/a"):
                 claims += f", {v['n/a']} not computable here"
+            robust = robustness_counts(self.out_dir, self.name)
+            if robust:
+                claims += f" (robustness: {robust})"
             parts.append(claims)
         sources = self.manifest.get("data") or []
         if sources:
             parts.append(f"data: {datasources.short(sources)}")
         return "; ".join(parts) + f" -> {display_path(self.out_dir / 'summary.md')}"
+
+
+def robustness_counts(out_dir: Path, name: str) -> str:
+    """``2 robust, 3 depend on the setting, 1 differs everywhere`` from the experiment's robustness study (this
+    folder's, else the committed reference's), or ``""`` without one."""
+    from repro.experiments.render import robustness_study
+
+    study, _ = robustness_study(out_dir, name)
+    if not study:
+        return ""
+    classes = [str(c.get("class")) for c in (study.get("claims") or {}).values()]
+    return (f"{classes.count('holds robustly')} robust, {classes.count('depends on the setting')} depend on the "
+            f"setting, {classes.count('differs everywhere plausible')} differ everywhere plausible")
 
 
 def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
