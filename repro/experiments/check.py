@@ -528,6 +528,8 @@ def main(argv: Sequence[str]) -> int:
         parser.add_argument("--robustness", action=argparse.BooleanOptionalAction, default=None,
                             help="also (re)make the robustness studies of the experiments with open choices "
                                  "(default: with a full regeneration, not with --quick)")
+        parser.add_argument("--only-robustness", action="store_true",
+                            help="(re)make the robustness studies only, leaving the experiments' references")
     parser.add_argument("--quick", action="store_true", help="quick mode (references in results/quick/)")
     parser.add_argument("--n-jobs", type=int, default=None, help="worker processes per experiment")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR,
@@ -539,6 +541,16 @@ def main(argv: Sequence[str]) -> int:
         bad = [n for n in names if n not in known]
         if bad:
             raise ReproError(f"unknown experiment(s) {', '.join(bad)} (python -m repro list)")
+        if cmd == "all" and args.only_robustness:
+            if not data_present():
+                raise ReproError("the robustness studies are made with the data folder ($REPRO_DATA)")
+            t0 = time.perf_counter()
+            studied = [n for n in names if study(n, reference_dir(n, False, args.results), args.n_jobs)]
+            index = reference_dir("INDEX.md", False, args.results)
+            if index.is_file():
+                index.write_text(index_markdown(read_index_rows(index), False, args.results))
+            print(f"robustness: {len(studied)} studies in {time.perf_counter() - t0:.0f} s -> {display_path(index)}")
+            return 0
         if cmd == "all":
             done = regenerate(names, args.quick, args.n_jobs, args.results)
             robust = args.robustness if args.robustness is not None else not args.quick

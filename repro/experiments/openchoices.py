@@ -47,10 +47,16 @@ class OpenChoice:
     systems: tuple[str, ...] = ()
 
     def levels(self, n: int = 3) -> list[Any]:
-        """The values a one-at-a-time scan visits: the set, or ``n`` points spread over the range (ends
-        included), the chosen value among them."""
+        """The values a one-at-a-time scan visits, the chosen value among them: a set with at most ``n`` numbers,
+        whole; a longer one at its names (``null``) and ``n`` of its numbers spread over them, ends included; a range
+        at ``n`` points spread over it, ends included."""
         if self.values is not None:
-            return list(self.values)
+            numbers = sorted(v for v in self.values if _number(v))
+            if len(numbers) <= n:
+                return list(self.values)
+            names = [v for v in self.values if not _number(v)]  # e.g. null: the table's own value
+            picked = [numbers[round(i * (len(numbers) - 1) / (n - 1))] for i in range(n)]
+            return list(dict.fromkeys([*names, *picked, self.value]))
         return list(dict.fromkeys([*(self.at(i / max(n - 1, 1)) for i in range(n)), self.value]))
 
     def at(self, u: float) -> Any:
