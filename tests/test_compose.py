@@ -85,3 +85,53 @@ def test_a_group_set_to_the_option_it_has_reuses_the_composition() -> None:
         _same(composer, ["+exp=smoke", "hardware=h100-80g", "system=vllm"])
         assert len({id(e) for e in composer._cache.values()}) == 3
         _same(composer, ["+exp=smoke", "system=vllm", "system=sarathi"])  # set twice: Hydra decides
+
+
+def _plain(cfg: DictConfig) -> object:
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_a_composition_kept_on_disk_equals_hydras_and_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk cache gives back exactly what Hydra composed (unresolved interpolations and struct mode included),
+    and a second process would not call Hydra at all."""
+    import repro.experiments.compose as compose_mod
+
+    overrides = ["+exp=laps_fig5", "system=laps_sd", "num_requests=20"]
+    monkeypatch.setenv("REPRO_COMPOSE_CACHE", "0")
+    with hydra_context():
+        plain = compose_config(overrides)
+    monkeypatch.setenv("REPRO_COMPOSE_CACHE", str(tmp_path))
+    with hydra_context():
+        first = compose_config(overrides)
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
+
+    def no_hydra(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Hydra was called for a kept composition")
+
+    monkeypatch.setattr(compose_mod, "compose", no_hydra)
+    with hydra_context():
+        kept = compose_config(overrides)
+    for cfg in (first, kept):
+        assert _plain(cfg) == _plain(plain) and OmegaConf.is_struct(cfg) == OmegaConf.is_struct(plain)
+        assert config_hash(cfg) == config_hash(plain)
+    with pytest.raises(ConfigError, match="sytem"), hydra_context():  # a mistake is never kept: Hydra's error
+        monkeypatch.undo()
+        monkeypatch.setenv("REPRO_COMPOSE_CACHE", str(tmp_path))
+        compose_config(["sytem=vllm"])
+
+
+def test_an_edited_config_file_is_composed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from repro.experiments.results import CONF_DIR
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    monkeypatch.setenv("REPRO_COMPOSE_CACHE", str(tmp_path / "cache"))
+    with hydra_context(conf):
+        before = compose_config(["system=laps_sd"]).system.gamma
+    path = conf / "system" / "laps_sd.yaml"
+    path.write_text(path.read_text().replace("gamma: 5 ", "gamma: 7 "))
+    with hydra_context(conf):
+        after = compose_config(["system=laps_sd"]).system.gamma
+    assert (before, after) == (5, 7)

@@ -11,6 +11,9 @@ known key, a knob of other systems with the systems that have it, and a config g
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import pickle
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -107,17 +110,92 @@ def _dotted_keys(conf_dir: Path) -> tuple[str, ...]:
     return tuple(out)
 
 
+_ACTIVE: list[Path] = []  # the conf dirs of the hydra_context()s entered, innermost last
+
+
 @contextmanager
 def hydra_context(conf_dir: Path = CONF_DIR) -> Iterator[None]:
     """A Hydra compose context on ``conf_dir`` that restores any enclosing Hydra state (e.g.
     @hydra.main's)."""
     backup = get_gh_backup()
     GlobalHydra.instance().clear()
+    _ACTIVE.append(conf_dir.resolve())
     try:
         with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base=None):
             yield
     finally:
+        _ACTIVE.pop()
         restore_gh_from_backup(backup)
+
+
+# ------------------------------------------------------------------------------------- compositions kept on disk
+#
+# Hydra takes 0.1-0.4 s to compose a config from the YAML files; the same files and overrides always compose to the
+# same config. So a composition is kept on disk (pickled, as Composer keeps its own in memory), keyed by the
+# overrides, the conf folder's path and the contents of every file in it, and the versions of Hydra, OmegaConf and
+# this module: an edited config file, another release or another folder is another key. Only successful
+# compositions are kept (an error is Hydra's every time). The folder is $REPRO_COMPOSE_CACHE, else
+# $XDG_CACHE_HOME/specrepro/compose (~/.cache/...); REPRO_COMPOSE_CACHE=0 turns it off.
+
+_DIGESTS: dict[tuple[Path, tuple[tuple[str, int, int], ...]], str] = {}
+
+
+def _cache_dir() -> Path | None:
+    env = os.environ.get("REPRO_COMPOSE_CACHE")
+    if env is not None and env.strip().lower() in ("0", "off", "false", "no", ""):
+        return None
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specrepro" / "compose"
+
+
+def _conf_digest(conf_dir: Path) -> str:
+    """A digest of every file under ``conf_dir`` (paths and contents), recomputed only when a file's size or
+    modification time changes."""
+    files = sorted(p for p in conf_dir.rglob("*") if p.is_file())
+    stat = tuple((str(p.relative_to(conf_dir)), (st := p.stat()).st_mtime_ns, st.st_size) for p in files)
+    key = (conf_dir, stat)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(str(p.relative_to(conf_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def _disk_key(overrides: Sequence[str]) -> Path | None:
+    folder = _cache_dir()
+    if folder is None or not _ACTIVE:
+        return None
+    import hydra
+    import omegaconf
+
+    conf_dir = _ACTIVE[-1]
+    parts = [str(conf_dir), _conf_digest(conf_dir), hydra.__version__, omegaconf.__version__,
+             hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), *overrides]
+    return folder / (hashlib.sha256("\0".join(parts).encode()).hexdigest() + ".pkl")
+
+
+def _disk_get(path: Path | None) -> tuple[DictConfig, dict[str, str]] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        cfg, choices = pickle.loads(path.read_bytes())
+    except Exception:  # a torn or foreign file: compose again (and overwrite it)
+        return None
+    return (cfg, choices) if isinstance(cfg, DictConfig) and isinstance(choices, dict) else None
+
+
+def _disk_put(path: Path | None, cfg: DictConfig, choices: dict[str, str]) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps((cfg, choices)))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:  # a read-only or full disk: the cache is only a cache
+        pass
 
 
 def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
@@ -131,14 +209,21 @@ def compose_config(overrides: Sequence[str], where: str = "") -> DictConfig:
 def _compose_with_choices(overrides: Sequence[str], where: str = "") -> tuple[DictConfig, dict[str, str]]:
     """:func:`compose_config`, and the option each config group got (Hydra's ``runtime.choices``): what
     ``compose`` returns, its ``hydra`` node read and then dropped as ``compose`` drops it."""
-    try:
-        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-        choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items() if v is not None}
-        with open_dict(cfg):
-            del cfg["hydra"]
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{where}{explain(exc, overrides=overrides)}") from None
+    key = _disk_key(overrides)
+    kept = _disk_get(key)
+    if kept is not None:
+        cfg, choices = kept
+    else:
+        try:
+            cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+            choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items() if v is not None}
+            with open_dict(cfg):
+                del cfg["hydra"]
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise ConfigError(f"{where}{explain(exc, overrides=overrides)}") from None
     _check_groups(cfg, where)
+    if kept is None:
+        _disk_put(key, cfg, choices)
     return cfg, choices
 
 

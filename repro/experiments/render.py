@@ -133,9 +133,9 @@ def write_summary(
         study, where = robustness_study(out_dir, exp.name)
         if study:
             table["robustness"] = [robustness_cell(study, c) for c in table["claim"]]
-        notes = [str(c.get("note") or "") for c in claims.expand(exp.claims, exp.claims_also_for)]
-        if any(notes):
-            table["the paper's own numbers"] = notes
+        claim_notes = [str(c.get("note") or "") for c in claims.expand(exp.claims, exp.claims_also_for)]
+        if any(claim_notes):
+            table["the paper's own numbers"] = claim_notes
         parts.append("## Paper claims\n")
         if study:
             parts.append(f"Robustness: {where} ({study['settings']} settings of the open choices, "

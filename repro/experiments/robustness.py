@@ -229,12 +229,19 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
     spec = ExpSpec.parse(raw)
     if not spec.open:
         raise ConfigError(f"experiment {name} declares no open choices (exp.open): nothing to vary")
+    # a knob the quick grid sets itself (exp.quick: num_requests: 200) stays at the quick value in a quick study:
+    # varying it would run the full-size workload the quick grid exists to avoid
+    held = {c.name for c in spec.open if quick and c.key in apply_quick(raw, quick)[1]}
+    if held:
+        say(f"robustness {name}: {', '.join(sorted(held))} held at the quick grid's value (exp.quick sets it)")
     unknown = sorted(set(only) - {c.name for c in spec.open})
     if unknown:
         raise ConfigError(f"robustness {name}: unknown knob(s) {', '.join(unknown)} (exp.open has "
                           f"{', '.join(c.name for c in spec.open)})")
-    varied = [c for c in spec.open if not only or c.name in only]
-    fixed = {c.name: c.value for c in spec.open if c not in varied}
+    quick_values = apply_quick(raw, quick)[1]
+    varied = [c for c in spec.open if (not only or c.name in only) and c.name not in held]
+    fixed = {c.name: quick_values.get(c.key, c.value) if c.name in held else c.value
+             for c in spec.open if c not in varied}
     choices = spec.open
     settings = [Setting(s.id, s.kind, {**fixed, **s.values}) for s in design(varied, samples, seed)]
     out = Path(out_dir or Path("runs") / ("quick" if quick else "") / "robustness" / name)
