@@ -94,6 +94,11 @@ def test_robustness_runs_an_experiment_over_its_open_choices(tmp_path: Any) -> N
     md = (out / "robustness.md").read_text()
     assert "| selector | `system.selector` | nightjar |" in md and (out / "robustness.png").stat().st_size > 0
     assert lines[-1].startswith("robustness nightjar_fig9: ") and "claims over 2 settings" in lines[-1]
+    from repro.experiments.robustness import redraw
+
+    before = {n: (out / n).read_text() for n in ("robustness.md", "robustness.json")}
+    redraw(out, say=lines.append)  # the analysis again from robustness.csv: the same study
+    assert {n: (out / n).read_text() for n in before} == before
 
 
 def _study(claims: dict[str, dict[str, Any]]) -> dict[str, Any]:

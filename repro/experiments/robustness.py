@@ -181,6 +181,8 @@ def analyse(table: pd.DataFrame, choices: Sequence[OpenChoice]) -> list[ClaimRob
             if spread > effect + 1e-12:
                 best, effect = c.name, spread
                 where = ", ".join(f"{k}" for k, v in by.items() if v >= 0.5)
+                if not where:  # nowhere in half the settings: its best value, with its share
+                    where = f"{by.idxmax()} ({by.max():.0%})"
         if not best and len(known):  # whether it holds never moves: name the knob that moves its value most
             values = pd.to_numeric(known["value"], errors="coerce")
             spreads = {}
@@ -277,23 +279,75 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
             f"{int((table['verdict'] == 'holds').sum())}/{len(table)} claims hold")
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "robustness.csv", index=False)
+    return write_study(out, name, spec, choices, [c.name for c in varied], settings, frame, quick, samples, seed,
+                       time.perf_counter() - t0, say)
+
+
+def write_study(out: Path, name: str, spec: ExpSpec, choices: Sequence[OpenChoice], varied: Sequence[str],
+                settings: Sequence[Setting], frame: pd.DataFrame, quick: bool, samples: int, seed: int,
+                wall_s: float, say: Callable[[str], None]) -> Path:
+    """robustness.md, .json and .png of a study from its rows (robustness.csv's); returns ``out``."""
     result = analyse(frame, choices)
     pairs = conflicts(frame)
-    atomic_write_text(out / "robustness.md", markdown(name, spec, choices, settings, result, pairs,
-                                                     time.perf_counter() - t0, quick))
+    atomic_write_text(out / "robustness.md", markdown(name, spec, choices, settings, result, pairs, wall_s, quick))
     draw(frame, result, choices, out / "robustness.png")
     study = {"experiment": name, "quick": quick, "settings": len(settings), "samples": samples, "seed": seed,
-             "knobs": [c.name for c in choices], "varied": [c.name for c in varied],
+             "wall_s": round(wall_s, 1), "knobs": [c.name for c in choices], "varied": list(varied),
              "claims": {r.claim: {"class": r.klass, "share": None if math.isnan(r.share) else round(r.share, 4),
                                   "chosen": r.chosen, "knob": r.knob, "effect": round(r.effect, 4),
                                   "where": r.where} for r in result},
              "conflicts": [list(p) for p in pairs]}
     atomic_write_text(out / "robustness.json", json.dumps(study, indent=1, ensure_ascii=False) + "\n")
     counts = {k: sum(r.klass == k for r in result) for k in (ROBUST, DEPENDS, NOWHERE)}
-    say(f"robustness {name}: {len(result)} claims over {len(settings)} settings in {time.perf_counter() - t0:.0f} s: "
+    say(f"robustness {name}: {len(result)} claims over {len(settings)} settings in {wall_s:.0f} s: "
         f"{counts[ROBUST]} hold robustly, {counts[DEPENDS]} depend on the setting, {counts[NOWHERE]} differ "
         f"everywhere plausible; {len(pairs)} pairs never hold together -> {display_path(out / 'robustness.md')}")
     return out
+
+
+def redraw(folder: Path, name: str | None = None,
+           say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> Path:
+    """Rewrite a study's robustness.md, .json and .png from its robustness.csv and robustness.json (the analysis
+    again, nothing re-run), with the experiment's current declarations."""
+    meta = json.loads((folder / "robustness.json").read_text())
+    name = name or str(meta["experiment"])
+    frame = pd.read_csv(folder / "robustness.csv", keep_default_na=False, na_values=[""])
+    frame["held"] = frame["verdict"] == "holds"
+    with hydra_context():
+        spec = ExpSpec.parse(to_dict(compose_config([f"+exp={name}"]).exp))
+    choices = spec.open
+    first = frame.drop_duplicates("setting")
+    settings = [Setting(str(r["setting"]), str(r["kind"]), {c.name: _value(r[c.name]) for c in choices})
+                for _, r in first.iterrows()]
+    for c in choices:
+        frame[c.name] = frame[c.name].map(_value)
+    return write_study(folder, name, spec, choices, list(meta.get("varied") or [c.name for c in choices]), settings,
+                       frame, bool(meta.get("quick")), int(meta.get("samples", 0)), int(meta.get("seed", 0)),
+                       float(meta.get("wall_s", _md_wall_s(folder))), say)
+
+
+def _md_wall_s(folder: Path) -> float:
+    """The wall time an older robustness.md states (its robustness.json predates the field)."""
+    import re
+
+    path = folder / "robustness.md"
+    m = re.search(r"seeds, in (\d+) s\.", path.read_text()) if path.is_file() else None
+    return float(m.group(1)) if m else 0.0
+
+
+def _value(v: Any) -> Any:
+    """A value as robustness.csv gave it back: null for an empty cell, numbers as numbers."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return {"True": True, "False": False}.get(v, v)
+        return int(f) if f.is_integer() and "." not in v else f
+    if isinstance(v, float) and v.is_integer():
+        return v
+    return v
 
 
 def _kinds(settings: Sequence[Setting]) -> str:
@@ -383,10 +437,15 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--resume", action="store_true", help="reuse the settings a stopped study finished")
     ap.add_argument("--jobs", type=int, default=None, help="parallel points (default: every core)")
     ap.add_argument("--only", default="", help="vary these knobs only (comma-separated; the others stay chosen)")
+    ap.add_argument("--redraw", type=Path, default=None, metavar="DIR",
+                    help="rewrite DIR's robustness.md/.json/.png from its robustness.csv (nothing re-run)")
     args, extra = ap.parse_known_args(list(argv))
     bad = [a for a in extra if "=" not in a]
     if bad:
         raise ConfigError(f"robustness: unknown argument {bad[0]!r} (extra arguments are key=value overrides)")
+    if args.redraw:
+        redraw(args.redraw, args.name)
+        return 0
     samples = args.samples if args.samples is not None else (8 if args.quick else 24)
     run(args.name, quick=args.quick, samples=samples, seed=args.seed, out_dir=args.out, extra=extra,
         resume=args.resume, n_jobs=args.jobs, only=[k for k in args.only.split(",") if k])
