@@ -545,12 +545,20 @@ def main(argv: Sequence[str]) -> int:
             if not data_present():
                 raise ReproError("the robustness studies are made with the data folder ($REPRO_DATA)")
             t0 = time.perf_counter()
-            studied = [n for n in names if study(n, reference_dir(n, False, args.results), args.n_jobs)]
+            studied, failed = [], []
+            for n in names:  # one study's error is reported and the others go on
+                try:
+                    if study(n, reference_dir(n, False, args.results), args.n_jobs):
+                        studied.append(n)
+                except ReproError as exc:
+                    failed.append(n)
+                    print(f"{n}: robustness failed: {exc}", file=sys.stderr, flush=True)
             index = reference_dir("INDEX.md", False, args.results)
             if index.is_file():
                 index.write_text(index_markdown(read_index_rows(index), False, args.results))
-            print(f"robustness: {len(studied)} studies in {time.perf_counter() - t0:.0f} s -> {display_path(index)}")
-            return 0
+            print(f"robustness: {len(studied)} studies in {time.perf_counter() - t0:.0f} s -> {display_path(index)}"
+                  + (f"; failed: {', '.join(failed)}" if failed else ""))
+            return 1 if failed else 0
         if cmd == "all":
             done = regenerate(names, args.quick, args.n_jobs, args.results)
             robust = args.robustness if args.robustness is not None else not args.quick

@@ -87,14 +87,18 @@ def apply_setting(exp: Mapping[str, Any], choices: Sequence[OpenChoice],
                   values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``(exp, overrides)`` running the experiment at ``values``: a knob of every point becomes a command-line
     override; a knob scoped to ``systems`` joins those entries' ``overrides`` in ``exp.systems``, every case's
-    ``systems`` and their quick versions."""
+    ``systems`` and their quick versions. A system's parameter (``system.*``) declared for every point is scoped
+    to every system the experiment runs (the command line's own config has the default system, which may lack it)."""
     out_exp: dict[str, Any] = copy.deepcopy(dict(exp))
     overrides: list[str] = []
     scoped: dict[str, dict[str, Any]] = {}
+    every = ExpSpec.parse(exp).system_labels() if any(
+        not c.systems and c.key.startswith("system.") for c in choices) else []
     for c in choices:
         v = values[c.name]
-        if c.systems:
-            for label in c.systems:
+        systems = c.systems or (tuple(every) if c.key.startswith("system.") else ())
+        if systems:
+            for label in systems:
                 scoped.setdefault(label, {})[c.key] = v
         else:
             overrides.append(f"{c.key}={_text(v)}")
