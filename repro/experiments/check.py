@@ -281,10 +281,11 @@ ROBUSTNESS_SAMPLES = 8
 
 def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
     """The reference robustness study of ``name`` (quick grid, :data:`ROBUSTNESS_SAMPLES`) into ``ref``, its
-    summary.md redrawn with it; False for an experiment without open choices."""
+    summary.md redrawn with it; False for an experiment without open choices or claims."""
     from repro.experiments import render, robustness
 
-    if not spec_of(name, False).open:
+    spec = spec_of(name, False)
+    if not spec.open or not spec.claims:
         return False
     with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
         robustness.run(name, quick=True, samples=ROBUSTNESS_SAMPLES, seed=0, out_dir=ref, settings_dir=Path(tmp),

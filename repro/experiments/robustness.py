@@ -235,6 +235,9 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
     spec = ExpSpec.parse(raw)
     if not spec.open:
         raise ConfigError(f"experiment {name} declares no open choices (exp.open): nothing to vary")
+    if not spec.claims:
+        raise ConfigError(f"experiment {name} states no paper claims (exp.claims): nothing to test over its open "
+                          "choices")
     # a knob the quick grid sets itself (exp.quick: num_requests: 200) stays at the quick value in a quick study:
     # varying it would run the full-size workload the quick grid exists to avoid
     held = {c.name for c in spec.open if quick and c.key in apply_quick(raw, quick)[1]}
