@@ -143,7 +143,7 @@ def test_the_catalogue_counts_claims_per_class_and_upgrades_old_rows(tmp_path: A
     old_row = "| [laps_fig5](laps_fig5/summary.md) | t | 10 | 1 | 2 | 30 | (none) |"  # before the column
     other = "| [smoke](smoke/summary.md) | s | 2 | 0 | 0 | 1 | (none) |"
     text = index_markdown({"laps_fig5": old_row, "smoke": other}, quick=False, results=tmp_path)
-    assert "| [laps_fig5](laps_fig5/summary.md) | t | 10 | 1 | 2 | [1 robust, 2 depend, 1 nowhere]" \
+    assert "| [laps_fig5](laps_fig5/summary.md) | t | 10 | 1 | 2 | [1 robust, 2 depend, 1 nowhere, 0 n/a]" \
            "(laps_fig5/robustness.md) | 30 | (none) |" in text
     assert "| [smoke](smoke/summary.md) | s | 2 | 0 | 0 | - | 1 | (none) |" in text
     assert "1 experiments studied" in text and "- LAPS-SD: 1 holds robustly, 2 depends on the setting, 1 differs" \

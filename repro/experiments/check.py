@@ -424,7 +424,7 @@ def _classes(folder: Path) -> list[str] | None:
 
 
 CLASS_SHORT = (("holds robustly", "robust"), ("depends on the setting", "depend"),
-               ("differs everywhere plausible", "nowhere"))
+               ("differs everywhere plausible", "nowhere"), ("n/a", "n/a"))  # n/a: not computable on its grid
 
 
 def robustness_column(folder: Path, rel: Path) -> str:
@@ -454,7 +454,8 @@ def robustness_totals(results: Path = RESULTS_DIR) -> str:
         return ""
 
     def line(classes: list[str]) -> str:
-        return ", ".join(f"{classes.count(long)} {long}" for long, _ in CLASS_SHORT)
+        return ", ".join(f"{classes.count(long)} {long}" for long, _ in CLASS_SHORT[:3]) + (
+            f"; {classes.count('n/a')} not computable on the quick grid" if "n/a" in classes else "")
 
     out = [f"Robustness over the open choices (`python -m repro robustness NAME`; {studied} experiments studied, quick "
            f"grid, {ROBUSTNESS_SAMPLES} joint settings plus one-at-a-time scans each): {line(per.pop('all'))}."]
