@@ -627,3 +627,12 @@ def test_top_equals_the_stable_sort_it_replaces(n: int, m: int, width: int, ties
     want = np.sort(np.argsort(-x, axis=1, kind="stable")[:, :width], axis=1)
     got = _top(x, width)
     assert got.shape == want.shape and (got == want).all()
+
+
+def test_a_spread_wide_enough_to_draw_a_level_of_exactly_one_still_runs() -> None:
+    """With mean 0.97 and spread 0.17 (allowed: spread² < mean·(1 − mean)) the per-request Beta is U-shaped and its
+    draws round to exactly 0 or 1; such a level becomes the nearest one inside (0, 1) instead of failing the run."""
+    oracle = TokenOracle(0, np.array(["d"] * 50, dtype=object), {"d": 0.97}, spread=0.17)
+    proposed, accepted = oracle.accept_chain(np.arange(50), np.zeros(50, dtype=np.int64), np.full(50, 3))
+    levels = np.array([oracle._stream("draft").level(r)[0] for r in range(50)])
+    assert ((levels > 0) & (levels < 1)).all() and (proposed == 3).all() and accepted.max() == 3

@@ -37,7 +37,14 @@ def _beta_mean_sd(rng: np.random.Generator, mean: float, sd: float) -> float:
     if sd <= 0.0:
         return mean
     conc = mean * (1.0 - mean) / sd**2 - 1.0
-    return float(rng.beta(mean * conc, (1.0 - mean) * conc))
+    x = float(rng.beta(mean * conc, (1.0 - mean) * conc))
+    # a wide spread makes a U-shaped Beta whose draws can round to exactly 0 or 1, a level no request can have (its
+    # positions' Beta(a·κ, (1 − a)·κ) would need a parameter of 0): the nearest level inside (0, 1) instead; every
+    # draw strictly inside is returned as it is
+    return x if 0.0 < x < 1.0 else (_BELOW_ONE if x >= 1.0 else _ABOVE_ZERO)
+
+
+_BELOW_ONE, _ABOVE_ZERO = math.nextafter(1.0, 0.0), math.nextafter(0.0, 1.0)
 
 
 def _check_mean(name: str, mean: float, sd: float) -> float:
