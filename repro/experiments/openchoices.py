@@ -122,8 +122,10 @@ def _choice(name: str, spec: Any) -> OpenChoice:
 
 
 def show(v: Any) -> str:
-    """A value as YAML writes it (``null``, ``true``)."""
-    return "null" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
+    """A value as YAML writes it (``null``, ``true``; a NaN, as a CSV gives null back, is null)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "null"
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def _number(x: Any) -> bool:

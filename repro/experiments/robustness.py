@@ -40,7 +40,7 @@ import pandas as pd
 from repro.core.errors import ConfigError
 from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
-from repro.experiments.openchoices import OpenChoice
+from repro.experiments.openchoices import OpenChoice, show
 from repro.experiments.results import atomic_write_text, display_path
 
 ROBUST, DEPENDS, NOWHERE = "holds robustly", "depends on the setting", "differs everywhere plausible"
@@ -147,8 +147,8 @@ class ClaimRobustness:
     chosen: str  # the chosen setting's verdict
     share: float  # of the settings where it could be computed, the share where it holds (NaN: none)
     klass: str
-    knob: str  # the knob whose levels change whether it holds the most (else: its value the most); "" if none
-    effect: float  # that knob's spread in the share held over its levels (0-1)
+    knob: str  # the knob whose values explain the most of whether it holds (else: move its value most); "" if none
+    effect: float  # the share of the variance of held-or-not its values explain (the correlation ratio, 0-1)
     where: str  # for "depends": the knob's values where it holds in at least half the settings
 
 
@@ -176,22 +176,27 @@ def analyse(table: pd.DataFrame, choices: Sequence[OpenChoice]) -> list[ClaimRob
         held = known["verdict"] == "holds"
         share = float(held.mean()) if len(known) else float("nan")
         best, effect, where = "", 0.0, ""
+        flags = held.astype(float)
+        p = float(flags.mean()) if len(flags) else float("nan")
         for c in choices:
-            if len(known) == 0:
+            if len(known) == 0 or not 0.0 < p < 1.0:
                 break
-            level = known[c.name].map(lambda v, c=c: _level_of(c, v))
-            by = held.groupby(level).mean()
-            spread = float(by.max() - by.min()) if len(by) > 1 else 0.0
-            if spread > effect + 1e-12:
-                best, effect = c.name, spread
-                where = ", ".join(f"{k}" for k, v in by.items() if v >= 0.5)
+            level = known[c.name].map(lambda v, c=c: show(_level_of(c, v)))
+            groups = flags.groupby(level, sort=False)
+            by = groups.mean()
+            # the correlation ratio: the share of the variance of held-or-not that the knob's values explain (a
+            # value seen once explains little, where a spread of shares would make it decisive)
+            eta = float((groups.size() * (by - p) ** 2).sum() / (len(flags) * p * (1.0 - p)))
+            if eta > effect + 1e-12:
+                best, effect = c.name, eta
+                where = ", ".join(str(k) for k, v in by.items() if v >= 0.5)
                 if not where:  # nowhere in half the settings: its best value, with its share
                     where = f"{by.idxmax()} ({by.max():.0%})"
         if not best and len(known):  # whether it holds never moves: name the knob that moves its value most
             values = pd.to_numeric(known["value"], errors="coerce")
             spreads = {}
             for c in choices:
-                means = values.groupby(known[c.name].map(lambda v, c=c: _level_of(c, v))).mean()
+                means = values.groupby(known[c.name].map(lambda v, c=c: show(_level_of(c, v)))).mean()
                 spreads[c.name] = float(means.max() - means.min()) if len(means) else float("nan")
             spreads = {k: v for k, v in spreads.items() if math.isfinite(v)}
             if spreads:
@@ -372,9 +377,10 @@ def markdown(name: str, spec: ExpSpec, choices: Sequence[OpenChoice], settings: 
              f"The experiment ran at {len(settings)} settings of its {len(choices)} open choices ({_kinds(settings)}), "
              f"every one with the same seeds, in {wall_s:.0f} s. A claim *holds robustly* where it holds in at least "
              f"{ROBUST_SHARE:.0%} of the settings where it can be computed, *differs everywhere plausible* where it "
-             "holds in none, and otherwise *depends on the setting*: the deciding knob is the one whose values change "
-             "the share held the most (a range's values in thirds: low, mid, high), listed with the values where it "
-             "holds in at least half the settings.", "",
+             "holds in none, and otherwise *depends on the setting*: the deciding knob is the one whose values explain "
+             "the most of whether it holds (the correlation ratio: the share of the variance of held-or-not between "
+             "the knob's values; a range's values in thirds: low, mid, high), listed with the values where it holds "
+             "in at least half the settings (else its best value, with its share).", "",
              "| claim | chosen setting | held in | class | deciding knob | holds at |",
              "|---|---|---|---|---|---|"]
     for r in result:
@@ -382,7 +388,9 @@ def markdown(name: str, spec: ExpSpec, choices: Sequence[OpenChoice], settings: 
         knob = f"{r.knob} ({r.effect:.0%})" if r.knob and r.effect else (f"{r.knob} (value only)" if r.knob else "-")
         lines.append(f"| {_cell(r.claim)} | {r.chosen} | {share} | {r.klass} | {knob} | "
                      f"{r.where if r.klass == DEPENDS else '-'} |")
-    lines += ["", "## Claims that never hold together", ""]
+    lines += ["", "The deciding knob's figure is the share of the variance it explains; \"value only\": whether the "
+              "claim holds never moves, and the knob named moves its value the most.", "",
+              "## Claims that never hold together", ""]
     lines += [f"- {_cell(a)} **and** {_cell(b)}" for a, b in pairs] or ["None: every pair of claims that holds "
                                                                          "somewhere holds together somewhere."]
     lines += ["", "## Open choices", "", "| knob | key | systems | chosen in | why |", "|---|---|---|---|---|"]
