@@ -149,3 +149,16 @@ def test_the_catalogue_counts_claims_per_class_and_upgrades_old_rows(tmp_path: A
     assert "1 experiments studied" in text and "- LAPS-SD: 1 holds robustly, 2 depends on the setting, 1 differs" \
            " everywhere plausible" in text
     assert "Total wall time: 31 s." in text
+
+
+def test_the_closing_line_counts_the_classes_of_the_study(tmp_path: Any) -> None:
+    import json
+
+    from repro.experiments.runner import ExperimentResult
+
+    (tmp_path / "robustness.json").write_text(json.dumps(_study({
+        "a": {"class": "holds robustly"}, "b": {"class": "depends on the setting"}, "c": {"class": "n/a"}})))
+    res = ExperimentResult("x", tmp_path, pd.DataFrame({"system": ["s"]}), {"systems": ["s"]}, 1, 1.0,
+                           {"holds": 1, "differs": 1})
+    assert ("paper claims: 1 hold, 1 differ (robustness: 1 robust, 1 depend on the setting, 0 differ everywhere "
+            "plausible)") in res.summary_line()
