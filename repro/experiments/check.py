@@ -41,7 +41,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.core.errors import ReproError
-from repro.experiments import launch, runner
+from repro.experiments import launch, robustness, runner, studies
 from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
 from repro.experiments.grid import expand_points, group_overrides
@@ -257,7 +257,7 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
         p.name for p in result.out_dir.iterdir() if p.is_file())
     if dest.is_dir():
         for p in dest.iterdir():
-            if p.is_file() and p.name not in ROBUSTNESS_FILES:  # the robustness study is made on its own
+            if p.is_file() and p.name not in studies.FILES:  # a robustness study is made on its own
                 p.unlink()
     dest.mkdir(parents=True, exist_ok=True)
     for n in names:
@@ -272,24 +272,23 @@ def store(result: runner.ExperimentResult, ref: Path, quick: bool) -> Path:
     return dest
 
 
-#: A robustness study's files in a reference folder (:mod:`repro.experiments.robustness`), kept when the
-#: experiment's own reference is rewritten.
-ROBUSTNESS_FILES = ("robustness.csv", "robustness.md", "robustness.png", "robustness.json")
-#: The reference studies: the quick grid, this many settings of the joint design, seed 0.
-ROBUSTNESS_SAMPLES = 8
+def _reference_study(name: str, out_dir: Path, settings_dir: Path, n_jobs: int | None,
+                     say: Callable[[str], None]) -> Path:
+    """Run the reference robustness study of ``name``: the quick grid, seed 0, the default joint design."""
+    return robustness.run(name, quick=True, samples=studies.QUICK_SAMPLES, seed=0, out_dir=out_dir,
+                          settings_dir=settings_dir, n_jobs=n_jobs, say=say)
 
 
 def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
-    """The reference robustness study of ``name`` (quick grid, :data:`ROBUSTNESS_SAMPLES`) into ``ref``, its
-    summary.md redrawn with it; False for an experiment without open choices or claims."""
-    from repro.experiments import render, robustness
+    """The reference robustness study of ``name`` into ``ref``, its summary.md redrawn with it; False for an
+    experiment without open choices or claims."""
+    from repro.experiments import render
 
     spec = spec_of(name, False)
     if not spec.open or not spec.claims:
         return False
     with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
-        robustness.run(name, quick=True, samples=ROBUSTNESS_SAMPLES, seed=0, out_dir=ref, settings_dir=Path(tmp),
-                       n_jobs=n_jobs, say=lambda line: tqdm.write(line, file=sys.stderr))
+        _reference_study(name, ref, Path(tmp), n_jobs, lambda line: tqdm.write(line, file=sys.stderr))
     if (ref / "points.csv").is_file() and (ref / "manifest.json").is_file():
         render.redraw(ref)
     return True
@@ -298,8 +297,6 @@ def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
 def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None,
                      results: Path = RESULTS_DIR) -> list[Outcome]:
     """``repro check --robustness``: re-run each committed robustness study and compare its robustness.csv."""
-    from repro.experiments import robustness
-
     out: list[Outcome] = []
     for name in names:
         ref = reference_dir(name, False, results)
@@ -307,8 +304,7 @@ def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None
             continue
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
-            folder = robustness.run(name, quick=True, samples=ROBUSTNESS_SAMPLES, seed=0, out_dir=Path(tmp),
-                                    n_jobs=n_jobs, say=lambda line: None)
+            folder = _reference_study(name, Path(tmp), Path(tmp) / "settings", n_jobs, lambda line: None)
             new = pd.read_csv(folder / "robustness.csv", dtype=str, keep_default_na=False)
         old = pd.read_csv(ref / "robustness.csv", dtype=str, keep_default_na=False)
         o = Outcome(f"{name} (robustness)", ref, compare(old, new, ["setting", "claim"], tol),
@@ -416,23 +412,17 @@ def index_rows(done: Sequence[tuple[str, Path, Any]], quick: bool,
     return rows
 
 
-def _classes(folder: Path) -> list[str] | None:
-    path = folder / "robustness.json"
-    if not path.is_file():
-        return None
-    return [str(c.get("class")) for c in (json.loads(path.read_text()).get("claims") or {}).values()]
-
-
-CLASS_SHORT = (("holds robustly", "robust"), ("depends on the setting", "depend"),
-               ("differs everywhere plausible", "nowhere"), ("n/a", "n/a"))  # n/a: not computable on its grid
+#: the catalogue's short names of the classes (n/a: not computable on its grid)
+CLASS_SHORT = {"holds robustly": "robust", "depends on the setting": "depend",
+               "differs everywhere plausible": "nowhere", "n/a": "n/a"}
 
 
 def robustness_column(folder: Path, rel: Path) -> str:
     """The catalogue's robustness cell: the claims per class of the experiment's study, linked; "-" without one."""
-    classes = _classes(folder)
-    if classes is None:
+    study = studies.read_study(folder)
+    if study is None:
         return "-"
-    counts = ", ".join(f"{classes.count(long)} {short}" for long, short in CLASS_SHORT)
+    counts = ", ".join(f"{n} {CLASS_SHORT[k]}" for k, n in studies.class_counts(study).items())
     return f"[{counts}]({rel}/robustness.md)"
 
 
@@ -440,26 +430,27 @@ def robustness_totals(results: Path = RESULTS_DIR) -> str:
     """INDEX.md's robustness paragraph: the claims per class, catalogue-wide and per paper."""
     papers = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "laps": "LAPS-SD", "nightjar": "Nightjar",
               "goodspeed": "GoodSpeed"}
-    per: dict[str, list[str]] = {}
+    per: dict[str, dict[str, int]] = {}
     studied = 0
     for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        classes = _classes(folder)
-        if classes is None:
+        study = studies.read_study(folder)
+        if study is None:
             continue
         studied += 1
-        paper = papers.get(folder.name.split("_")[0], "other")
-        per.setdefault(paper, []).extend(classes)
-        per.setdefault("all", []).extend(classes)
+        for key in ("all", papers.get(folder.name.split("_")[0], "other")):
+            totals = per.setdefault(key, {})
+            for k, n in studies.class_counts(study).items():
+                totals[k] = totals.get(k, 0) + n
     if not studied:
         return ""
 
-    def line(classes: list[str]) -> str:
-        return ", ".join(f"{classes.count(long)} {long}" for long, _ in CLASS_SHORT[:3]) + (
-            f"; {classes.count('n/a')} not computable on the quick grid" if "n/a" in classes else "")
+    def line(n: dict[str, int]) -> str:
+        return ", ".join(f"{n[k]} {k}" for k in studies.CLASSES) + (
+            f"; {n['n/a']} not computable on the quick grid" if n["n/a"] else "")
 
     out = [f"Robustness over the open choices (`python -m repro robustness NAME`; {studied} experiments studied, quick "
-           f"grid, {ROBUSTNESS_SAMPLES} joint settings plus one-at-a-time scans each): {line(per.pop('all'))}."]
-    out += [f"- {paper}: {line(classes)}" for paper, classes in per.items()]
+           f"grid, {studies.QUICK_SAMPLES} joint settings plus one-at-a-time scans each): {line(per.pop('all'))}."]
+    out += [f"- {paper}: {line(n)}" for paper, n in per.items()]
     return "\n".join(out) + "\n"
 
 

@@ -163,6 +163,12 @@ def _conf_digest(conf_dir: Path) -> str:
     return _DIGESTS[key]
 
 
+@functools.cache
+def _module_digest() -> str:
+    """This module's own source, part of every key (read once per process)."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
 def _disk_key(overrides: Sequence[str]) -> Path | None:
     folder = _cache_dir()
     if folder is None or not _ACTIVE:
@@ -171,8 +177,8 @@ def _disk_key(overrides: Sequence[str]) -> Path | None:
     import omegaconf
 
     conf_dir = _ACTIVE[-1]
-    parts = [str(conf_dir), _conf_digest(conf_dir), hydra.__version__, omegaconf.__version__,
-             hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), *overrides]
+    parts = [str(conf_dir), _conf_digest(conf_dir), hydra.__version__, omegaconf.__version__, _module_digest(),
+             *overrides]
     return folder / (hashlib.sha256("\0".join(parts).encode()).hexdigest() + ".pkl")
 
 

@@ -25,9 +25,9 @@ from typing import Any
 import pandas as pd
 
 from repro.core.errors import ReproError
-from repro.experiments import claims, datasources, figures, panels
+from repro.experiments import claims, datasources, figures, panels, studies
 from repro.experiments.expspec import ExpSpec
-from repro.experiments.results import CONF_DIR, RESULTS_DIR, engines_line
+from repro.experiments.results import CONF_DIR, engines_line
 
 CALIBRATION_COLS = (
     "table", "x_name", "x", "measured_ms", "modelled_ms", "error_of", "rel_err", "tolerance", "within_tol", "checked",
@@ -130,7 +130,7 @@ def write_summary(
         grid = manifest.get("grid_keys") or []
         table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
         table.columns = ["claim", "paper value", "reproduced value", "verdict"]
-        study, where = robustness_study(out_dir, exp.name)
+        study, where = studies.find_study(out_dir, exp.name)
         if study:
             table["robustness"] = [robustness_cell(study, c) for c in table["claim"]]
         claim_notes = [str(c.get("note") or "") for c in claims.expand(exp.claims, exp.claims_also_for)]
@@ -153,26 +153,12 @@ def write_summary(
     return path
 
 
-def robustness_study(out_dir: Path, name: str) -> tuple[dict[str, Any] | None, str]:
-    """The robustness study of this run's folder (robustness.json), else the committed one of its experiment
-    (results/NAME/), and a phrase saying which; ``(None, "")`` without one."""
-    for folder, where in ((out_dir, "this folder's study"),
-                          (RESULTS_DIR / name, f"the reference study, results/{name}")):
-        path = folder / "robustness.json"
-        if name and path.is_file():
-            try:
-                return json.loads(path.read_text()), where
-            except ValueError:
-                return None, ""
-    return None, ""
-
-
 def robustness_cell(study: Mapping[str, Any], claim: str) -> str:
     """A claim's robustness as the claims table shows it: its class, share held and deciding knob."""
     r = (study.get("claims") or {}).get(claim)
     if not r or r.get("class") in (None, "n/a"):
         return "-"
-    knob = f"; {r['knob']}: {r['where']}" if r.get("class") == "depends on the setting" and r.get("knob") else ""
+    knob = f"; {r['knob']}: {r['where']}" if r.get("class") == studies.DEPENDS and r.get("knob") else ""
     return f"{r['class']} ({r['share']:.0%}{knob})"
 
 

@@ -42,9 +42,15 @@ from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
 from repro.experiments.openchoices import OpenChoice, show
 from repro.experiments.results import atomic_write_text, display_path
-
-ROBUST, DEPENDS, NOWHERE = "holds robustly", "depends on the setting", "differs everywhere plausible"
-ROBUST_SHARE = 0.9
+from repro.experiments.studies import (
+    DEPENDS,
+    FULL_SAMPLES,
+    NOWHERE,
+    QUICK_SAMPLES,
+    ROBUST,
+    ROBUST_SHARE,
+    class_counts,
+)
 
 
 @dataclass(frozen=True)
@@ -245,32 +251,32 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
                           "choices")
     # a knob the quick grid sets itself (exp.quick: num_requests: 200) stays at the quick value in a quick study:
     # varying it would run the full-size workload the quick grid exists to avoid
-    held = {c.name for c in spec.open if quick and c.key in apply_quick(raw, quick)[1]}
+    run_exp, quick_values = apply_quick(raw, quick)
+    held = {c.name: quick_values[c.key] for c in spec.open if c.key in quick_values}
     if held:
         say(f"robustness {name}: {', '.join(sorted(held))} held at the quick grid's value (exp.quick sets it)")
     unknown = sorted(set(only) - {c.name for c in spec.open})
     if unknown:
         raise ConfigError(f"robustness {name}: unknown knob(s) {', '.join(unknown)} (exp.open has "
                           f"{', '.join(c.name for c in spec.open)})")
-    quick_values = apply_quick(raw, quick)[1]
     varied = [c for c in spec.open if (not only or c.name in only) and c.name not in held]
-    fixed = {c.name: quick_values.get(c.key, c.value) if c.name in held else c.value
-             for c in spec.open if c not in varied}
+    fixed = {c.name: held.get(c.name, c.value) for c in spec.open if c not in varied}
     choices = spec.open
     settings = [Setting(s.id, s.kind, {**fixed, **s.values}) for s in design(varied, samples, seed)]
     out = Path(out_dir or Path("runs") / ("quick" if quick else "") / "robustness" / name)
     out.mkdir(parents=True, exist_ok=True)
     say(f"robustness {name}: {len(choices)} open choices ({', '.join(c.name for c in choices)}), "
         f"{len(settings)} settings ({_kinds(settings)}), same seeds -> {display_path(out)}")
-    run_spec = ExpSpec.parse(apply_quick(raw, quick)[0])
+    run_spec = ExpSpec.parse(run_exp)
     grid = run_spec.grid_columns()
     rows: list[dict[str, Any]] = []
     for i, s in enumerate(settings):
         exp, overrides = apply_setting(raw, choices, s.values)
         folder = (settings_dir or out / "settings") / s.id
         points_csv = folder / "points.csv"
+        written = {k: _text(v) for k, v in s.values.items()}  # setting.json: what a resumed study checks
         if resume and points_csv.is_file() and (folder / "setting.json").is_file() and json.loads(
-                (folder / "setting.json").read_text()) == {k: _text(v) for k, v in s.values.items()}:
+                (folder / "setting.json").read_text()) == written:
             points = pd.read_csv(points_csv)
         else:
             with hydra_context():
@@ -279,8 +285,7 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
             res = runner.run_experiment(scfg, [*base, *overrides], out_dir=folder, overwrite=True, render=False,
                                         log=lambda line: None, progress=lambda: None)
             points = res.points
-            atomic_write_text(folder / "setting.json",
-                              json.dumps({k: _text(v) for k, v in s.values.items()}) + "\n")
+            atomic_write_text(folder / "setting.json", json.dumps(written) + "\n")
         table = claims_mod.evaluate(run_spec.claims, points, grid[0] if grid else None, run_spec.claims_also_for)
         for r in table.itertuples(index=False):
             rows.append({"setting": s.id, "kind": s.kind, **{c.name: s.values[c.name] for c in choices},
@@ -310,7 +315,7 @@ def write_study(out: Path, name: str, spec: ExpSpec, choices: Sequence[OpenChoic
                                   "where": r.where} for r in result},
              "conflicts": [list(p) for p in pairs]}
     atomic_write_text(out / "robustness.json", json.dumps(study, indent=1, ensure_ascii=False) + "\n")
-    counts = {k: sum(r.klass == k for r in result) for k in (ROBUST, DEPENDS, NOWHERE)}
+    counts = class_counts(study)
     say(f"robustness {name}: {len(result)} claims over {len(settings)} settings in {wall_s:.0f} s: "
         f"{counts[ROBUST]} hold robustly, {counts[DEPENDS]} depend on the setting, {counts[NOWHERE]} differ "
         f"everywhere plausible; {len(pairs)} pairs never hold together -> {display_path(out / 'robustness.md')}")
@@ -461,7 +466,7 @@ def main(argv: Sequence[str]) -> int:
     if args.redraw:
         redraw(args.redraw, args.name)
         return 0
-    samples = args.samples if args.samples is not None else (8 if args.quick else 24)
+    samples = args.samples if args.samples is not None else (QUICK_SAMPLES if args.quick else FULL_SAMPLES)
     run(args.name, quick=args.quick, samples=samples, seed=args.seed, out_dir=args.out, extra=extra,
         resume=args.resume, n_jobs=args.jobs, only=[k for k in args.only.split(",") if k])
     return 0

@@ -137,16 +137,16 @@ class ExperimentResult:
 
 
 def robustness_counts(out_dir: Path, name: str) -> str:
-    """``2 robust, 3 depend on the setting, 1 differs everywhere`` from the experiment's robustness study (this
-    folder's, else the committed reference's), or ``""`` without one."""
-    from repro.experiments.render import robustness_study
+    """``2 robust, 3 depend on the setting, 1 differ everywhere plausible`` from the experiment's robustness study
+    (this folder's, else the committed reference's), or ``""`` without one."""
+    from repro.experiments import studies
 
-    study, _ = robustness_study(out_dir, name)
+    study, _ = studies.find_study(out_dir, name)
     if not study:
         return ""
-    classes = [str(c.get("class")) for c in (study.get("claims") or {}).values()]
-    return (f"{classes.count('holds robustly')} robust, {classes.count('depends on the setting')} depend on the "
-            f"setting, {classes.count('differs everywhere plausible')} differ everywhere plausible")
+    n = studies.class_counts(study)
+    return (f"{n[studies.ROBUST]} robust, {n[studies.DEPENDS]} depend on the setting, "
+            f"{n[studies.NOWHERE]} differ everywhere plausible")
 
 
 def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
