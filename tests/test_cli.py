@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.conftest import QuickRuns
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,18 +72,12 @@ def test_unknown_command_is_one_line_exit_2(args: list[str]) -> None:
 
 
 @pytest.mark.usefixtures("no_data")  # the cost model's calibration reads no workload: no need to run it twice
-def test_calibration_and_redraw(tmp_path: Path) -> None:
+def test_calibration_redraws_from_its_folder(quick_runs: QuickRuns, tmp_path: Path) -> None:
+    """``python -m repro.render DIR`` redraws a calibration run (its figures and summary.md) from points.csv: the
+    session's quick calibration run (shared with its reference check), copied, less a figure and its summary."""
     out = tmp_path / "cal"
-    res = cli("-m", "repro", "+exp=calibration", f"out_dir={out}")
-    assert res.returncode == 0, res.stderr
-    assert "calibration:" in res.stdout
-    for f in (
-        "points.csv",
-        "manifest.json",
-        "summary.md",
-        "calibration_anchors.png",
-        "calibration_anchors.pdf",
-    ):
+    shutil.copytree(quick_runs.get("calibration", "none").out_dir, out)
+    for f in ("points.csv", "manifest.json", "summary.md", "calibration_anchors.png", "calibration_anchors.pdf"):
         assert (out / f).exists(), f
     (out / "calibration_anchors.png").unlink()
     (out / "summary.md").unlink()

@@ -56,6 +56,16 @@ def test_experiment_quick_matches_its_reference(exp: str, quick_runs: QuickRuns,
                          + check.changes_table([outcome]))
 
 
+def test_calibration_draws_a_figure_per_linear_table(quick_runs: QuickRuns, data: str) -> None:
+    res = quick_runs.get("calibration", data)  # the run the reference check above made
+    out, pts = res.out_dir, res.points
+    assert {"table", "kind", "measured_ms", "modelled_ms", "rel_err", "tolerance"} <= set(pts.columns)
+    assert (out / "calibration_anchors.png").exists() and (out / "manifest.json").exists()
+    linear = pts[pts["kind"] == "linear"]["table"].nunique()
+    assert linear and len(list(out.glob("calibration_*_linear.png"))) == linear
+    assert "within tolerance" in (out / "summary.md").read_text()
+
+
 def test_same_seed_same_points(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     for out, jobs in ((a, "1"), (b, "2")):

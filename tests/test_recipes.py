@@ -20,7 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # the subject does not depend on where the workload comes from: pinned to the embedded statistics
-# (conftest.no_data), so CI's no-data pass need not repeat it
+# (conftest.no_data), so CI's no-data pass need not repeat it; one worker process (parallel runs are the quick
+# references' own path), which each of these small runs would spend more starting than running
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_data")]
 
 
@@ -62,7 +63,7 @@ def test_recipe_runs(index: int, workdir: Path, tmp_path: Path) -> None:
     cmd = commands()[index]
     args = shlex.split(cmd)[3:]  # after "python -m repro"
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf_cache")}
-    res = subprocess.run([sys.executable, "-m", "repro", *args, "quick=true", "n_jobs=2", f"out_dir={tmp_path}",
+    res = subprocess.run([sys.executable, "-m", "repro", *args, "quick=true", "n_jobs=1", f"out_dir={tmp_path}",
                           "num_requests=40"], cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{cmd}\n{res.stdout}\n{res.stderr}"
     pts = pd.read_csv(tmp_path / "points.csv")

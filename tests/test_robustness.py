@@ -94,6 +94,13 @@ def test_robustness_runs_an_experiment_over_its_open_choices(tmp_path: Any) -> N
     md = (out / "robustness.md").read_text()
     assert "| selector | `system.selector` | nightjar |" in md and (out / "robustness.png").stat().st_size > 0
     assert lines[-1].startswith("robustness nightjar_fig9: ") and "claims over 2 settings" in lines[-1]
+    # the selector is Nightjar's knob: the second setting runs Nightjar's points only and shares the others
+    a, b = (pd.read_csv(out / "settings" / s / "points.csv") for s in ("s000", "s001"))
+    shared = next(line for line in lines if "shared with an earlier setting" in line)
+    assert f"{len(a) + (b['system'] == 'nightjar').sum()} of {len(a) + len(b)} points run" in shared
+    others = a["system"] != "nightjar"
+    assert others.any() and a[others].equals(b[b["system"] != "nightjar"])
+    assert not set(a[~others]["config_hash"]) & set(b[b["system"] == "nightjar"]["config_hash"])
     from repro.experiments.robustness import redraw
 
     before = {n: (out / n).read_text() for n in ("robustness.md", "robustness.json")}

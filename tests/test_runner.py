@@ -373,22 +373,6 @@ def test_claims_also_for_a_systems_readings_and_never_against_them() -> None:
 # ------------------------------------------------------------------------------------ calibration
 
 
-def test_calibration_experiment(tmp_path: Path) -> None:
-    out = tmp_path / "cal"
-    overrides = ["+exp=calibration", f"out_dir={out}"]
-    with hydra_context(CONF_DIR):
-        cfg = compose_config(overrides)
-    runner.run_experiment(cfg, overrides)
-    pts = pd.read_csv(out / "points.csv")
-    assert {"table", "kind", "measured_ms", "modelled_ms", "rel_err", "tolerance"} <= set(pts.columns)
-    assert (out / "calibration_anchors.png").exists() and (out / "manifest.json").exists()
-    assert (
-        len(list(out.glob("calibration_*_linear.png")))
-        == (pts["kind"] == "linear").groupby(pts["table"]).any().sum()
-    )
-    assert "within tolerance" in (out / "summary.md").read_text()
-
-
 def test_identical_points_from_two_cases_keep_their_own_labels(
     conf_dir: Path, tmp_path: Path, fake: FakeRunPoint
 ) -> None:

@@ -123,14 +123,17 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
            output_len: Sequence[int] | np.ndarray, *, base_url: str, model: str,
            prompts: Sequence[str | list[int]] | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, max_concurrency: int | None = None,
-           progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+           progress: Callable[[int, int], None] | None = None,
+           sampling: dict[str, Any] | None = None) -> ReplayResult:
     """Send request ``i`` (``prompts[i]``, or ``prompt_len[i]`` random token ids, asking for exactly
     ``output_len[i]`` tokens) to ``{base_url}/completions`` (``base_url``: the OpenAI base, ``http://host:port/v1``)
     at ``arrival_s[i]`` seconds after the start, streaming.
 
     ``max_concurrency`` caps the requests in flight (vLLM's ``--max-concurrency``: a request that arrives while the
     cap is reached waits, in arrival order, and its ``sent_at`` is when it is sent). ``timeout_s``: the socket
-    timeout of each request. ``progress(done, total)`` is called after each request finishes."""
+    timeout of each request. ``progress(done, total)`` is called after each request finishes. ``sampling``: the
+    body's sampling fields (default ``{"temperature": 0.0}``, greedy, as vLLM's benchmark sends; e.g.
+    ``{"temperature": 0.7, "top_p": 0.95, "seed": 0}``)."""
     arrival = np.asarray(arrival_s, dtype=float)
     plen = np.asarray(prompt_len, dtype=int)
     olen = np.asarray(output_len, dtype=int)
@@ -145,6 +148,7 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
     elif len(prompts) != n:
         raise ValueError(f"prompts has {len(prompts)} entries for {n} requests")
     url = base_url.rstrip("/") + "/completions"
+    fields = dict(sampling) if sampling is not None else {"temperature": 0.0}
     records = [_Record() for _ in range(n)]
     slots = threading.BoundedSemaphore(max_concurrency) if max_concurrency else None
     lock, done = threading.Lock(), [0]
@@ -152,7 +156,7 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
     def run(i: int) -> None:
         prompt = prompts[i] if isinstance(prompts[i], str) else [int(t) for t in prompts[i]]
         body = {"model": model, "prompt": prompt, "max_tokens": int(olen[i]), "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.0}
+                "stream": True, "stream_options": {"include_usage": True}, **fields}
         try:
             _send(url, body, timeout_s, t0, records[i])
         finally:
@@ -226,3 +230,131 @@ def vllm_metrics(result: ReplayResult, percentiles: Sequence[float] = (90, 99)) 
             word = str(int(p)) if int(p) == p else str(p)
             metrics[f"p{word}_{name}_ms"] = float(np.percentile(x, p)) * 1000
     return metrics
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, str]:
+    """``GET url``: (status, body text); raises OSError (refused, unreachable, timed out) and http.client errors."""
+    parts = urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.netloc, timeout=timeout_s)
+    try:
+        key = os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        conn.request("GET", parts.path or "/", headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def check_server(base_url: str, model: str, timeout_s: float = 10.0) -> list[str]:
+    """Before a replay: the server at ``base_url`` answers ``GET /models`` and serves ``model``. Returns the served
+    names; raises :class:`~repro.core.errors.ReproError` naming the cause (nothing listening, not an OpenAI server,
+    another model), so that a run against a dead server or with a wrong name stops at once instead of recording
+    every request as failed."""
+    from repro.core.errors import ReproError
+
+    url = base_url.rstrip("/") + "/models"
+    try:
+        status, text = _get(url, timeout_s)
+    except (OSError, http.client.HTTPException) as exc:
+        raise ReproError(f"backend=openai: cannot reach {url} ({type(exc).__name__}: {exc}); is the server running "
+                         "at backend.url?") from None
+    if status != 200:
+        raise ReproError(f"backend=openai: GET {url} answered HTTP {status}: {text.strip()[:300]} (backend.url is "
+                         "the OpenAI base URL, e.g. http://127.0.0.1:8000/v1)")
+    try:
+        names = [str(card["id"]) for card in json.loads(text)["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise ReproError(f"backend=openai: GET {url} did not list models as an OpenAI server does: "
+                         f"{text.strip()[:300]}") from None
+    if model not in names:
+        raise ReproError(f"backend=openai: the server at {base_url} serves {', '.join(map(repr, names)) or 'no model'}"
+                         f", not {model!r}: set backend.model to the served name (vllm serve --served-model-name)")
+    return names
+
+
+#: vLLM's speculative-decoding counters (Prometheus, ``GET /metrics``): V1 engine (0.8 on) names, and V0's
+SPEC_COUNTERS = {
+    "drafts": ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts"),
+    "draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens"),
+    "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens"),
+    "emitted_tokens": ("vllm:spec_decode_num_emitted_tokens_total", "vllm:spec_decode_num_emitted_tokens"),
+}
+PER_POSITION = ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "vllm:spec_decode_num_accepted_tokens_per_pos")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """The spec-decode counters of a Prometheus text exposition, summed over their labels (a server with several
+    engines or models reports one sample each): the keys of :data:`SPEC_COUNTERS`, and ``pos{i}`` for the accepted
+    tokens at draft position ``i``. Counters a server does not expose are absent."""
+    import re
+
+    out: dict[str, float] = {}
+    names = {n: key for key, ns in SPEC_COUNTERS.items() for n in ns}
+    sample = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+    for line in text.splitlines():
+        m = sample.match(line.strip())
+        if not m or line.lstrip().startswith("#"):
+            continue
+        name, labels, raw = m.groups()
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if name in names:
+            out[names[name]] = out.get(names[name], 0.0) + value
+        elif name in PER_POSITION:
+            pos = re.search(r'position="(\d+)"', labels or "")
+            if pos:
+                key = f"pos{int(pos.group(1))}"
+                out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> dict[str, float] | None:
+    """The server's spec-decode counters now (``GET /metrics`` beside the OpenAI base: ``http://host:port/metrics``),
+    or None where it exposes no /metrics."""
+    parts = urlsplit(base_url)
+    try:
+        status, text = _get(f"{parts.scheme}://{parts.netloc}/metrics", timeout_s)
+    except (OSError, http.client.HTTPException):
+        return None
+    return parse_prometheus(text) if status == 200 else None
+
+
+def spec_metrics(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
+    """Speculation over a replay, from the counters before and after it, as vLLM reports it (its
+    ``SpecDecodingLogging``): ``spec_drafts``, ``spec_draft_tokens``, ``spec_accepted_tokens``, the
+    ``acceptance_rate`` (accepted / drafted tokens), the ``mean_accepted_len`` (1 + accepted / drafts: the tokens a
+    step emits, its bonus token included) and ``accept_rate_pos{i}`` (accepted at draft position ``i`` / drafts).
+    Empty where the server exposes no counters or drafted nothing (no speculation)."""
+    if not before and not after:
+        return {}
+    before, after = before or {}, after or {}
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    drafted, accepted = d.get("draft_tokens", 0.0), d.get("accepted_tokens", 0.0)
+    if drafted <= 0:
+        return {}
+    out = {"spec_draft_tokens": drafted, "spec_accepted_tokens": accepted, "acceptance_rate": accepted / drafted}
+    drafts = d.get("drafts", 0.0)
+    if drafts > 0:
+        out["spec_drafts"] = drafts
+        out["mean_accepted_len"] = 1.0 + accepted / drafts
+        positions = sorted(int(k[3:]) for k in d if k.startswith("pos"))
+        out.update({f"accept_rate_pos{i}": d[f"pos{i}"] / drafts for i in positions})
+    return out
+
+
+def detailed(result: ReplayResult) -> dict[str, list[Any]]:
+    """Per request, as ``vllm bench serve --save-detailed`` adds them to its JSON: ``input_lens``, ``output_lens``,
+    ``ttfts``, ``itls`` and ``errors`` (in seconds, in request order), plus this replay's ``arrival_s`` and
+    ``sent_at``."""
+    r = result.requests
+
+    def floats(col: str) -> list[float | None]:
+        return [None if pd.isna(v) else float(v) for v in r[col]]
+
+    return {"input_lens": [int(v) for v in r["prompt_len"]], "output_lens": [int(v) for v in r["output_len"]],
+            "ttfts": floats("ttft_s"), "itls": [[float(g) for g in gaps] for gaps in result.itl_s],
+            "errors": [str(e) for e in r["error"]], "arrival_s": floats("arrival_s"), "sent_at": floats("sent_at")}

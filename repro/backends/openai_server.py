@@ -6,15 +6,25 @@ installable from PyPI here: the ``vllm-0.33.0`` wheel on PyPI is a 336 MB CUDA b
 ``nvidia-*`` libraries, and a CPU build has to be compiled from source. So this module serves a model from
 :func:`repro.backends.models.build_model` (typically tiny, random weights) with the same wire protocol.
 
-Endpoints: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``. Request fields honoured: ``model`` (must be
-the served name when given), ``prompt`` (a string or a list of token ids), ``max_tokens`` (default 16), ``stream``,
-``stream_options.include_usage``, ``temperature`` (0: greedy; > 0: sampled with a ``torch.Generator`` seeded by
-``seed``; default 1, as in OpenAI's API), ``ignore_eos`` (accepted; generation never stops at an EOS, it always runs
-to ``max_tokens``: random models have no meaningful EOS); other fields are ignored. Random models have no tokenizer,
-so a string prompt is mapped byte-wise, ``id = byte % vocab_size`` over its UTF-8 bytes, and token ``id`` is
-detokenized as ``f" t{id}"``. A stream sends one ``data:`` chunk per token (the last one carries ``finish_reason:
-"length"``, as vLLM does), then with ``include_usage`` a chunk with empty ``choices`` and the ``usage``, then
-``data: [DONE]``.
+Endpoints: ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``. Request fields honoured:
+``model`` (must be the served name when given), ``prompt`` (a string or a list of token ids), ``max_tokens`` (default
+16), ``stream``, ``stream_options.include_usage``, ``temperature`` (0: greedy; > 0: sampled with a ``torch.Generator``
+seeded by ``seed``; default 1, as in OpenAI's API), ``ignore_eos`` (accepted; generation never stops at an EOS, it
+always runs to ``max_tokens``: random models have no meaningful EOS); other fields are ignored. Random models have no
+tokenizer, so a string prompt is mapped byte-wise, ``id = byte % vocab_size`` over its UTF-8 bytes, and token ``id``
+is detokenized as ``f" t{id}"``. A stream sends one ``data:`` chunk per token (the last one carries ``finish_reason:
+"length"``, as vLLM does), then with ``include_usage`` a chunk with empty ``choices`` and the ``usage``, then ``data:
+[DONE]``.
+
+With a draft model (``serve(..., draft=..., num_spec_tokens=k)``, ``--draft NAME --num-spec-tokens k``) it
+speculates as vLLM does with a draft model, greedily: each decode step of a greedy request drafts up to ``k`` tokens
+with the draft (its own KV cache), verifies them with one target pass over ``k + 1`` positions, keeps the longest
+prefix that matches the target's own greedy tokens plus the target's next token, and streams that step's tokens as one
+chunk (vLLM sends a step's tokens together). Its output is the target's greedy output, token for token. A request
+with ``temperature`` > 0 decodes without speculation. ``GET /metrics`` exposes vLLM's V1 spec-decode counters
+(``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total``,
+``..._num_accepted_tokens_per_pos_total{position=...}``) in Prometheus' text format, plus
+``vllm:num_requests_running``.
 
 The engine batches at iteration level like a real server (one thread owns the model; each iteration admits waiting
 requests, prefilling each, then decodes one token for every running request), but runs each request's forward on
@@ -36,7 +46,7 @@ from typing import Any, cast
 
 from repro.backends.models import build_model, require_torch
 
-_Token = int | BaseException | None  # a token id, an engine error, or None: the request is finished
+_Token = list[int] | BaseException | None  # a step's token ids, an engine error, or None: the request is finished
 
 
 @dataclass(eq=False)
@@ -50,14 +60,25 @@ class _Request:
     cache: Any = None
     last: int = 0
     done: int = 0
+    seq: list[int] = field(default_factory=list)  # prompt and output so far (speculation: what the draft catches up)
+    dcache: Any = None  # the draft's KV cache
+    dlen: int = 0  # tokens of seq in the draft's cache
 
 
 class _Engine:
     """Owns the model in one thread; handler threads :meth:`submit` requests and read tokens from ``request.out``."""
 
-    def __init__(self, model: Any, max_num_seqs: int = 64, num_threads: int | None = None) -> None:
+    def __init__(self, model: Any, max_num_seqs: int = 64, num_threads: int | None = None, draft: Any = None,
+                 num_spec_tokens: int = 0) -> None:
         self.torch, self.tf = require_torch()
         self.model, self.max_num_seqs = model, max_num_seqs
+        self.draft, self.k = draft, (num_spec_tokens if draft is not None else 0)
+        if draft is not None and num_spec_tokens < 1:
+            raise ValueError("a draft model needs num_spec_tokens >= 1")
+        # vLLM's V1 spec-decode counters (read by GET /metrics)
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
+        self.per_pos = [0] * self.k
+        self.running = 0
         self.prev_threads = self.torch.get_num_threads()
         if num_threads:
             self.torch.set_num_threads(num_threads)
@@ -86,10 +107,15 @@ class _Engine:
                         break
                 for req in new:  # prefill: the whole prompt into a fresh cache, sampling the first token
                     req.cache = self.tf.DynamicCache(config=self.model.config)
+                    req.seq = list(req.prompt)
                     self._forward(req, req.prompt)
-                for req in running:  # decode: one token for each request that was running before this iteration
-                    self._forward(req, [req.last])
+                for req in running:  # decode: one token (or a verified draft) for each request that was running
+                    if self.k and req.temperature <= 0 and req.max_tokens - req.done > 1:
+                        self._speculate(req)
+                    else:
+                        self._forward(req, [req.last])
                 running = [r for r in running + new if r.done < r.max_tokens and not r.cancelled.is_set()]
+                self.running = len(running)
         with self.lock:
             while not self.waiting.empty():
                 running.append(self.waiting.get_nowait())
@@ -113,16 +139,80 @@ class _Engine:
             req.done = req.max_tokens
             req.out.put(exc)
             return
-        req.last, req.done = tok, req.done + 1
-        req.out.put(tok)
+        self._emit(req, [tok])
+
+    def _emit(self, req: _Request, toks: list[int]) -> None:
+        req.seq += toks
+        req.last, req.done = toks[-1], req.done + len(toks)
+        req.out.put(toks)
         if req.done >= req.max_tokens:
-            req.cache = None
+            req.cache = req.dcache = None
             req.out.put(None)
+
+    def _speculate(self, req: _Request) -> None:
+        """One greedy speculative step: draft up to k tokens, verify them in one target pass, emit the accepted ones
+        and the target's next token (the target's greedy tokens, whatever the draft proposed)."""
+        if req.cancelled.is_set():
+            return
+        torch = self.torch
+        k = min(self.k, req.max_tokens - req.done - 1)
+        try:
+            if req.dcache is None:
+                req.dcache, req.dlen = self.tf.DynamicCache(config=self.draft.config), 0
+            drafts: list[int] = []
+            feed = req.seq[req.dlen:]  # what the draft has not read yet (its last token at least)
+            for _ in range(k):
+                x = torch.tensor([feed], dtype=torch.long, device=self.device)
+                out = self.draft(input_ids=x, use_cache=True, logits_to_keep=1, **{self.cache_kw: req.dcache})
+                req.dlen += len(feed)
+                drafts.append(int(out.logits[0, -1].argmax()))
+                feed = drafts[-1:]
+            x = torch.tensor([[req.last, *drafts]], dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=x, use_cache=True, logits_to_keep=k + 1, **{self.cache_kw: req.cache}).logits
+            greedy = [int(t) for t in logits[0].float().argmax(dim=-1)]
+            j = 0
+            while j < k and drafts[j] == greedy[j]:
+                j += 1
+            # the target's cache keeps last and the accepted drafts; the draft's, what it read of them
+            _crop(req.cache, len(req.seq) + j)
+            req.dlen = min(req.dlen, len(req.seq) + j)
+            _crop(req.dcache, req.dlen)
+        except Exception as exc:  # reported to this request's client; the engine goes on
+            req.done = req.max_tokens
+            req.out.put(exc)
+            return
+        self.counters["drafts"] += 1
+        self.counters["draft_tokens"] += k
+        self.counters["accepted_tokens"] += j
+        for i in range(j):
+            self.per_pos[i] += 1
+        self._emit(req, [*drafts[:j], greedy[j]])
+
+    def metrics_text(self, model_name: str) -> str:
+        """vLLM's V1 spec-decode counters and its running-requests gauge, in Prometheus' text format."""
+        lab = f'engine="0",model_name="{model_name}"'
+        lines = ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} {self.running}.0"]
+        if self.k:
+            for key, name in (("drafts", "num_drafts"), ("draft_tokens", "num_draft_tokens"),
+                              ("accepted_tokens", "num_accepted_tokens")):
+                lines += [f"# TYPE vllm:spec_decode_{name}_total counter",
+                          f"vllm:spec_decode_{name}_total{{{lab}}} {float(self.counters[key])}"]
+            lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+            lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {float(n)}'
+                      for i, n in enumerate(self.per_pos)]
+        return "\n".join(lines) + "\n"
 
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join(timeout=10)
         self.torch.set_num_threads(self.prev_threads)
+
+
+def _crop(cache: Any, keep: int) -> None:
+    """Cut a transformers cache back to its first ``keep`` tokens."""
+    extra = int(cache.get_seq_length()) - keep
+    if extra > 0:
+        cache.crop(-extra)
 
 
 def token_text(tok: int) -> str:
@@ -171,6 +261,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._json(200, {})
+        elif self.path == "/metrics":
+            body = self.app.engine.metrics_text(self.app.model_name).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif self.path == "/v1/models":
             card = {"id": self.app.model_name, "object": "model", "created": 0, "owned_by": "specrepro"}
             self._json(200, {"object": "list", "data": [card]})
@@ -248,10 +345,11 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 self._sse({"error": {"object": "error", "message": f"engine error: {tok!r}", "code": 500}})
                 return
-            texts.append(token_text(tok))
-            if stream:
-                reason = "length" if len(texts) == req.max_tokens else None
-                choice = {"index": 0, "text": texts[-1], "logprobs": None, "finish_reason": reason}
+            texts += [token_text(t) for t in tok]
+            if stream:  # one chunk per engine step (a verified draft's tokens together, as vLLM streams them)
+                reason = "length" if len(texts) >= req.max_tokens else None
+                choice = {"index": 0, "text": "".join(token_text(t) for t in tok), "logprobs": None,
+                          "finish_reason": reason}
                 self._sse({**head, "choices": [choice]})
         if not stream:
             choice = {"index": 0, "text": "".join(texts), "logprobs": None, "finish_reason": "length"}
@@ -291,19 +389,33 @@ class Server:
 
 
 def serve(model: Any, *, host: str = "127.0.0.1", port: int = 0, model_name: str = "tiny", max_num_seqs: int = 64,
-          num_threads: int | None = None) -> Server:
+          num_threads: int | None = None, draft: Any = None, num_spec_tokens: int = 0) -> Server:
     """Serve ``model`` (a transformers causal LM) on ``host:port`` (0: a free port); returns the running server.
+    With ``draft`` (a causal LM over the same vocabulary), greedy requests speculate ``num_spec_tokens`` tokens a step.
 
     ``num_threads``: PyTorch's intra-op threads while it runs (process-wide, restored at shutdown). A tiny model
     wants 1: several threads gain nothing on it, and on a busy machine their spin-waits slow each step a hundredfold.
     """
-    engine = _Engine(model, max_num_seqs, num_threads)
+    engine = _Engine(model, max_num_seqs, num_threads, draft, num_spec_tokens)
     httpd = _HTTPServer((host, port), _Handler)
     httpd.engine, httpd.model_name = engine, model_name
     server = Server(httpd, engine)
     engine.thread.start()
     server.thread.start()
     return server
+
+
+def hf_id(name: str) -> str:
+    """The Hugging Face id of architecture ``name`` (conf/model/NAME.yaml's ``source``), else ``name``."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{name}.yaml"
+    try:
+        return str(yaml.safe_load(path.read_text()).get("source") or name)
+    except (OSError, AttributeError, yaml.YAMLError):
+        return name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,12 +430,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--max-num-seqs", type=int, default=64, help="the most requests running at once")
     ap.add_argument("--threads", type=int, default=None, help="PyTorch's intra-op threads (tiny models: 1)")
-    ap.add_argument("--served-model-name", default=None, help="the `model` clients send (default: --path or --model)")
+    ap.add_argument("--served-model-name", default=None,
+                    help="the `model` clients send (default: --path, else the architecture's Hugging Face id, as "
+                         "`vllm serve ID` serves it and backend=openai sends it)")
+    ap.add_argument("--draft", default=None, help="a draft architecture under conf/model (random weights; --tiny "
+                    "scales it too): speculate greedily with it, and count as vLLM does at /metrics")
+    ap.add_argument("--draft-seed", type=int, default=1, help="the draft's random weights' seed")
+    ap.add_argument("--num-spec-tokens", type=int, default=3, help="tokens drafted per step (with --draft)")
     args = ap.parse_args(argv)
     model = build_model(args.model, tiny=args.tiny, seed=args.seed, path=args.path, device=args.device,
                         dtype=args.dtype)
-    server = serve(model, host=args.host, port=args.port, model_name=args.served_model_name or args.path or args.model,
-                   max_num_seqs=args.max_num_seqs, num_threads=args.threads)
+    draft = None if not args.draft else build_model(args.draft, tiny=args.tiny, seed=args.draft_seed,
+                                                     device=args.device, dtype=args.dtype)
+    server = serve(model, host=args.host, port=args.port,
+                   model_name=args.served_model_name or args.path or hf_id(args.model),
+                   max_num_seqs=args.max_num_seqs, num_threads=args.threads, draft=draft,
+                   num_spec_tokens=args.num_spec_tokens if draft is not None else 0)
     print(server.url, flush=True)
     try:
         server.thread.join()

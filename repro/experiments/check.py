@@ -285,8 +285,11 @@ def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
     from repro.experiments import render
 
     spec = spec_of(name, False)
-    if not spec.open or not spec.claims:
+    if not spec.open:
         return False
+    if not spec.claims:  # its open choices only: nothing to test
+        robustness.declarations(name, ref)
+        return True
     with tempfile.TemporaryDirectory(prefix=f"repro-robustness-{name}-") as tmp:
         _reference_study(name, ref, Path(tmp), n_jobs, lambda line: tqdm.write(line, file=sys.stderr))
     if (ref / "points.csv").is_file() and (ref / "manifest.json").is_file():
@@ -420,8 +423,8 @@ CLASS_SHORT = {"holds robustly": "robust", "depends on the setting": "depend",
 def robustness_column(folder: Path, rel: Path) -> str:
     """The catalogue's robustness cell: the claims per class of the experiment's study, linked; "-" without one."""
     study = studies.read_study(folder)
-    if study is None:
-        return "-"
+    if study is None:  # open choices declared, no claim to test: their table only
+        return f"[no claims]({rel}/robustness.md)" if (folder / "robustness.md").is_file() else "-"
     counts = ", ".join(f"{n} {CLASS_SHORT[k]}" for k, n in studies.class_counts(study).items())
     return f"[{counts}]({rel}/robustness.md)"
 

@@ -270,6 +270,8 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
     run_spec = ExpSpec.parse(run_exp)
     grid = run_spec.grid_columns()
     rows: list[dict[str, Any]] = []
+    memo: dict[tuple[str, str], dict[str, str]] = {}  # a point a setting leaves unchanged runs once per study
+    ran = total = 0
     for i, s in enumerate(settings):
         exp, overrides = apply_setting(raw, choices, s.values)
         folder = (settings_dir or out / "settings") / s.id
@@ -283,8 +285,9 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
                 scfg = compose_config([*base, *overrides])
             scfg.exp = exp
             res = runner.run_experiment(scfg, [*base, *overrides], out_dir=folder, overwrite=True, render=False,
-                                        log=lambda line: None, progress=lambda: None)
+                                        log=lambda line: None, progress=lambda: None, memo=memo)
             points = res.points
+            ran, total = ran + res.num_run, total + len(points)
             atomic_write_text(folder / "setting.json", json.dumps(written) + "\n")
         table = claims_mod.evaluate(run_spec.claims, points, grid[0] if grid else None, run_spec.claims_also_for)
         for r in table.itertuples(index=False):
@@ -294,10 +297,13 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
         say(f"robustness {name}: setting {i + 1}/{len(settings)} ({s.kind}: "
             f"{', '.join(f'{k}={_text(v)}' for k, v in s.values.items())}) "
             f"{int((table['verdict'] == 'holds').sum())}/{len(table)} claims hold")
+    if total:
+        say(f"robustness {name}: {ran} of {total} points run, {total - ran} shared with an earlier setting")
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "robustness.csv", index=False)
+    # the wall time as robustness.json keeps it (to 0.1 s), so that a redraw writes the same robustness.md
     return write_study(out, name, spec, choices, [c.name for c in varied], settings, frame, quick, samples, seed,
-                       time.perf_counter() - t0, say)
+                       round(time.perf_counter() - t0, 1), say)
 
 
 def write_study(out: Path, name: str, spec: ExpSpec, choices: Sequence[OpenChoice], varied: Sequence[str],
@@ -403,6 +409,22 @@ def markdown(name: str, spec: ExpSpec, choices: Sequence[OpenChoice], settings: 
               for c in choices]
     lines += ["", "`robustness.csv` has every claim's value at every setting; `robustness.png` draws which hold.", ""]
     return "\n".join(lines)
+
+
+def declarations(name: str, out: Path) -> Path:
+    """robustness.md of an experiment that declares open choices but states no paper claim (a figure with nothing to
+    test, like laps_fig3): its open choices, and that no setting is run; returns its path."""
+    with hydra_context():
+        spec = ExpSpec.parse(to_dict(compose_config([f"+exp={name}"]).exp))
+    lines = [f"# Robustness: {name}", "", f"{spec.title}", "",
+             "This experiment states no paper claim (`exp.claims`), so no setting is run: there is nothing to hold "
+             "or differ. Its open choices, for whoever reads its figure:", "",
+             "| knob | key | systems | chosen in | why |", "|---|---|---|---|---|",
+             *(f"| {c.name} | `{c.key}` | {', '.join(c.systems) or 'all'} | {c.describe()} | {_cell(c.why)} |"
+               for c in spec.open), ""]
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "robustness.md", "\n".join(lines))
+    return out / "robustness.md"
 
 
 def _cell(text: str) -> str:

@@ -99,6 +99,9 @@ class RunContext:
     say: Callable[[str], None] = print  # where the run's console lines go (run_experiment: stderr)
     engines: dict[str, str] = field(default_factory=dict)  # system label -> its points' engine profile(s)
     engine_warning: bool = False  # the command line chose systems that run on different engine profiles
+    # points already run in this process, by (system, config hash): a robustness study's settings share the points
+    # their knobs leave unchanged (a point is a function of its composed config, seeds included)
+    memo: dict[tuple[str, str], dict[str, str]] | None = None
 
 
 @dataclass
@@ -193,6 +196,11 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
                 done[(r["system"], r["config_hash"])] = r
     kept = list(done.values())
     kept_hashes = {h for _, h in done}
+    if ctx.memo:
+        for shared in sorted(wanted - done.keys()):
+            if shared in ctx.memo:
+                done[shared] = ctx.memo[shared]
+                kept.append(done[shared])
     todo = [i for i, p in enumerate(points) if (p.system, hashes[i]) not in done]
     built: set[str] = set()
     for i in todo if data_here(ctx.cfg.get("launcher") or {}) else []:  # each distinct workload, before writing
@@ -241,6 +249,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     rows = [{**done[(p.system, h)], **blank, **{k: fmt(v) for k, v in p.keys(name).items()}}
             for p, h in zip(points, hashes, strict=True)]
     pf.finish(derived_rows(rows, spec.derived, [SEED_KEY, *spec.grid_columns()]))
+    if ctx.memo is not None:
+        ctx.memo.update(done)
     if any(keep):
         save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps,
                                    out.rounds) for i, out in sorted(tables.items())], kept_hashes)
@@ -427,6 +437,7 @@ def run_experiment(
     composer: Composer | None = None,
     overwrite: bool = False,
     render: bool = True,
+    memo: dict[tuple[str, str], dict[str, str]] | None = None,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
     summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.experiments.results.default_out_dir` (a folder
@@ -451,6 +462,8 @@ def run_experiment(
             compositions the points then reuse.
         overwrite: replace the run ``out_dir`` holds, whatever it is (the regeneration commands; ``overwrite=true``).
         render: draw the figures and write summary.md (a robustness study's settings need points.csv only).
+        memo: rows of points already run in this process, by (system, config hash), reused instead of run again
+            and updated with this run's (a robustness study hands one to all its settings).
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
@@ -459,6 +472,7 @@ def run_experiment(
     ctx.progress = progress
     ctx.composer = composer
     ctx.overwrite = overwrite
+    ctx.memo = memo
 
     def manifest_of(**extra: Any) -> dict[str, Any]:
         return {**build_manifest(

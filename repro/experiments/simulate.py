@@ -11,6 +11,7 @@ the simulator from Python::
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,10 +22,10 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from repro.core.errors import ConfigError
+from repro.core.errors import ConfigError, ReproError
 from repro.cost.model import CostModel
 from repro.cost.step import decode_pass_s
-from repro.experiments.results import DISPLAY_KEYS
+from repro.experiments.results import DISPLAY_KEYS, config_hash
 from repro.sim import trace
 from repro.sim.deployment import Deployment
 from repro.sim.engine import Engine, SimOutput
@@ -333,7 +334,7 @@ def run_static_batches(cfg: DictConfig, built: Built, t0: float) -> PointResult:
 def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     """``backend=openai``: replay the point's workload against a live server (:mod:`repro.backends.openai`) and
     summarize it like a simulated point, plus vLLM's serving metrics (``mean_itl_ms``, ``p99_ttft_ms``, ...)."""
-    from repro.backends.openai import replay, vllm_metrics
+    from repro.backends.openai import check_server, detailed, replay, scrape, spec_metrics, vllm_metrics
     from repro.metrics.summary import summarize, with_latencies
 
     b = cfg.backend
@@ -341,14 +342,25 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
         raise ConfigError("backend=openai needs backend.url (the server's base URL, e.g. http://127.0.0.1:8000/v1)")
     cost = Deployment.from_cfg(cfg, instantiate_system(cfg.system)).cost_model()  # as build() makes it
     model = cost.model
+    # the served name: backend.model, else the model config's Hugging Face id (what `vllm serve ID` serves)
+    served = str(b.get("model") or OmegaConf.select(cfg, "model.source", default=None) or model.name)
+    check_server(str(b.url), served)  # a dead server or another model: one line, before anything is sent
     # the simulation's workload for the same config and seed: the same requests, arrivals and SLOs
     table = request_table(cfg, cost, baseline_tpot_s(cost), np.random.SeedSequence(int(cfg.seed)).spawn(3)[0])
     n = len(table)
-    res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url),
-                 model=str(b.model or model.name), vocab_size=int(b.vocab_size or model.vocab_size),
-                 seed=int(cfg.seed), timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency)
+    sampling = {k: (float(b[k]) if k != "top_k" else int(b[k])) for k in ("temperature", "top_p", "top_k")
+                if b.get(k) is not None}
+    before = scrape(str(b.url))
+    res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url), model=served,
+                 vocab_size=int(b.vocab_size or model.vocab_size), seed=int(cfg.seed), timeout_s=float(b.timeout_s),
+                 max_concurrency=table.max_concurrency, sampling={"temperature": 0.0, **sampling})
+    spec = spec_metrics(before, scrape(str(b.url)))
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
+    if n and not ok.any():
+        first = next((e for e in r["error"] if e), "no error text")
+        raise ReproError(f"backend=openai: none of the {n} requests to {b.url} completed (model {served!r}); the "
+                         f"first error: {first}")
     nan = np.full(n, np.nan)
     zero = np.zeros(n, dtype=np.int64)
     requests = pd.DataFrame({
@@ -368,9 +380,26 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     # duration is this row's sim_time_s
     metrics.update({k: v for k, v in vllm_metrics(res).items() if k != "duration"})
     metrics["failed"] = float((~ok).sum())
+    # the server's own speculation counters (vLLM's /metrics), where it exposes them; else acceptance stays blank
+    metrics.update(spec)
+    notes = [f"{table.source}; replayed against {b.url} as {served!r}"
+             + ("" if spec else " (the server reported no speculative-decoding counters at /metrics)")]
+    if (~ok).any():
+        notes.append(f"backend=openai: {int((~ok).sum())} of {n} requests failed; the first error: "
+                     f"{next(e for e in r['error'] if e)}")
+    if b.get("save_detailed"):  # vllm bench serve --save-result --save-detailed, one file per point
+        folder = Path(str(b.save_detailed))
+        folder.mkdir(parents=True, exist_ok=True)
+        system = str(OmegaConf.select(cfg, "system._target_", default="system")).rsplit(".", 1)[-1].lower()
+        path = folder / f"{system}-seed{int(cfg.seed)}-{config_hash(cfg)[:8]}.json"
+        payload = {"backend": "openai-completions", "model_id": served, "base_url": str(b.url), "num_prompts": n,
+                   "max_concurrency": table.max_concurrency, "sampling": {"temperature": 0.0, **sampling},
+                   **{k: v for k, v in metrics.items() if k != "wall_s"}, "duration": float(res.duration_s),
+                   **detailed(res)}
+        path.write_text(json.dumps(payload, indent=1, default=float) + "\n")
+        notes.append(f"per-request detail: {path}")
     metrics["wall_s"] = time.perf_counter() - t0
-    return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None,
-                       notes=[f"{table.source}; replayed against {b.url}"],
+    return PointResult(metrics=metrics, requests=with_latencies(requests), steps=None, notes=notes,
                        provenance=[asdict(d) for d in getattr(table, "provenance", ())])
 
 

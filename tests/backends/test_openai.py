@@ -180,3 +180,48 @@ def test_vllm_metrics_by_hand() -> None:
     for key, value in expect.items():
         assert m[key] == pytest.approx(value), key
     assert len(m) == 7 + 4 * 6
+
+
+def test_a_speculating_server_streams_the_targets_greedy_tokens_and_counts_as_vllm(server: Server) -> None:
+    """The stand-in with a draft model speculates greedily: its output is the target's own greedy output, a step's
+    tokens come as one chunk, and /metrics counts drafts and accepted tokens as vLLM's V1 engine names them. A draft
+    equal to the target is always accepted; one with other random weights almost never."""
+    from repro.backends.openai import parse_prometheus, scrape, spec_metrics
+
+    prompt, k, out = [5, 17, 300, 42, 7, 511], 3, 13
+    body = {"prompt": prompt, "max_tokens": out, "temperature": 0}
+    plain = _post(server, body)[1]["choices"][0]["text"]
+    target = build_model("llama-68m", tiny=True, seed=0)
+    for draft_seed, expect in ((0, 1.0), (5, 0.0)):
+        with serve(target, draft=build_model("llama-68m", tiny=True, seed=draft_seed), num_spec_tokens=k,
+                   num_threads=1) as spec:
+            before = scrape(spec.url)
+            assert before is not None and before["drafts"] == 0
+            status, chunks = _post(spec, {**body, "stream": True})
+            assert status == 200 and "".join(c["choices"][0]["text"] for c in chunks) == plain
+            after = scrape(spec.url)
+            m = spec_metrics(before, after)
+            assert m["acceptance_rate"] == pytest.approx(expect, abs=0.2)
+            # the first token comes from the prefill; each speculative step then drafts min(k, left - 1) tokens
+            assert m["spec_draft_tokens"] == after["draft_tokens"] and after["draft_tokens"] <= k * after["drafts"]
+            assert m["mean_accepted_len"] == pytest.approx(1 + after["accepted_tokens"] / after["drafts"])
+            # one chunk per engine step: the prefill's token, each step's accepted drafts and next token, and a last
+            # plain step where one token was left
+            assert len(chunks) == out - after["accepted_tokens"]
+            if expect == 1.0:  # every draft accepted: steps of k + 1 tokens, position i accepted in every draft
+                assert after["accepted_tokens"] == after["draft_tokens"] == out - 1 - after["drafts"]
+                assert all(after.get(f"pos{i}", 0) <= after["drafts"] for i in range(k))
+                assert after["pos0"] == after["drafts"]
+    text = ('# TYPE vllm:spec_decode_num_drafts_total counter\n'
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="a"} 4.0\n'
+            'vllm:spec_decode_num_drafts_total{engine="1",model_name="a"} 6.0\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="a"} 30.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="a"} 12.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="a",position="1"} 3.0\n'
+            'vllm:num_requests_running{engine="0"} 2.0\n')
+    parsed = parse_prometheus(text)
+    assert parsed == {"drafts": 10.0, "draft_tokens": 30.0, "accepted_tokens": 12.0, "pos1": 3.0}
+    assert spec_metrics(None, parsed) == {"spec_draft_tokens": 30.0, "spec_accepted_tokens": 12.0,
+                                          "acceptance_rate": 0.4, "spec_drafts": 10.0, "mean_accepted_len": 2.2,
+                                          "accept_rate_pos1": 0.3}
+    assert spec_metrics(None, None) == {} and spec_metrics(parsed, parsed) == {}  # no speculation in between

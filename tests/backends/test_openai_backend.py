@@ -5,6 +5,7 @@ server's model; the client itself needs neither)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -20,7 +21,7 @@ pytest.importorskip("transformers", reason="the test server runs a model: pip in
 
 from repro.backends.models import build_model
 from repro.backends.openai_server import Server, serve
-from repro.core.errors import ConfigError
+from repro.core.errors import ConfigError, ReproError
 from repro.experiments.simulate import compose, run_point
 from repro.metrics.summary import RENAMED
 
@@ -78,9 +79,44 @@ def test_the_command_line_writes_points_csv(server: Server, tmp_path: Path) -> N
     assert len(header) == len(set(header)) and not set(RENAMED) & set(header)
 
 
-def test_an_unreachable_server_is_reported_per_request() -> None:
-    res = run_point(compose(_overrides("http://127.0.0.1:9/v1")))
-    assert res.metrics["failed"] == N and res.metrics["completed"] == 0
+def test_a_dead_server_or_a_wrong_model_stops_the_run_naming_the_cause(server: Server, tmp_path: Path) -> None:
+    with pytest.raises(ReproError, match=r"cannot reach http://127\.0\.0\.1:9/v1/models .*refused"):
+        run_point(compose(_overrides("http://127.0.0.1:9/v1")))
+    with pytest.raises(ReproError, match=r"serves 'tiny', not 'nope': set backend\.model"):
+        run_point(compose([*_overrides(server.url), "backend.model=nope"]))
+    # the default name is the model config's Hugging Face id, as `vllm serve ID` serves it
+    over = [o for o in _overrides(server.url) if not o.startswith("backend.model")]
+    with pytest.raises(ReproError, match=r"not 'JackFram/llama-68m'"):
+        run_point(compose(over))
+    # and on the command line: exit 2, one line
+    proc = subprocess.run([sys.executable, "-m", "repro", *_overrides("http://127.0.0.1:9/v1"),
+                           f"out_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith("error: point vllm") and "backend=openai: cannot reach" in last
+
+
+def test_a_speculating_server_reports_vllms_acceptance(tmp_path: Path) -> None:
+    """Against a server that exposes vLLM's spec-decode counters (the stand-in with a draft equal to its target:
+    every draft accepted), the point reports vLLM's acceptance; the per-request detail is written as vllm bench serve
+    --save-detailed writes it."""
+    target = build_model("llama-68m", tiny=True, seed=0)
+    with serve(target, model_name="tiny", num_threads=1, draft=target, num_spec_tokens=3) as spec:
+        res = run_point(compose([*_overrides(spec.url), f"backend.save_detailed={tmp_path}"]))
+    m = res.metrics
+    assert m["completed"] == N and m["acceptance_rate"] == 1.0
+    # 8 tokens a request: the prefill's, a step of 3 drafts + 1, then one of 2 drafts + 1 (a draft never runs past
+    # max_tokens)
+    assert m["spec_drafts"] == 2 * N and m["spec_draft_tokens"] == 5 * N and m["mean_accepted_len"] == 3.5
+    assert m["accept_rate_pos0"] == m["accept_rate_pos1"] == 1.0 and m["accept_rate_pos2"] == 0.5
+    (detail,) = tmp_path.glob("*.json")
+    d = json.loads(detail.read_text())
+    assert d["output_lens"] == [OUTPUT] * N and len(d["ttfts"]) == len(d["itls"]) == N and d["errors"] == [""] * N
+    assert d["model_id"] == "tiny" and d["acceptance_rate"] == 1.0 and d["completed"] == N
+    # without counters at /metrics (no draft), acceptance stays blank and the note says so
+    with serve(target, model_name="tiny", num_threads=1) as plain:
+        res = run_point(compose(_overrides(plain.url)))
+    assert "acceptance_rate" not in res.metrics or math.isnan(res.metrics["acceptance_rate"])
+    assert "reported no speculative-decoding counters" in res.notes[0]
 
 
 def test_a_missing_url_is_named() -> None:
