@@ -120,7 +120,7 @@ def build(cfg: DictConfig, policy: Policy | None = None, table: Any = None) -> B
     try:
         oracle = TokenOracle.from_cfg(cfg.oracle, seed=ss_oracle, dataset=table.dataset,
                                       draft=str(cfg.draft.name), target=model.name,
-                                      span_key=getattr(table, "group", None))
+                                      span_key=getattr(table, "group", None), output_len=table.output_len)
         if cfg.oracle.get("spans"):
             oracle.use_spans(cfg.oracle.spans, target=model.name, output_len=table.output_len,
                              record=getattr(table, "record", None),
@@ -231,11 +231,28 @@ def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, tar
 
 def run_point(cfg: DictConfig) -> PointResult:
     """Simulate one fully composed point and summarize it (see :mod:`repro.metrics.summary`)."""
-    from repro.metrics.summary import peak_token_rate, summarize, with_latencies
-
     t0 = time.perf_counter()
     if backend_kind(cfg) == "openai":
         return run_openai(cfg, t0)
+    threads = OmegaConf.select(cfg, "backend.threads", default=None) if backend_kind(cfg) == "hf" else None
+    if threads:  # backend=hf: PyTorch's intra-op threads for this point (its measured step times), then restored
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(int(threads))
+        try:
+            res = _run_sim(cfg, t0)
+        finally:
+            torch.set_num_threads(before)
+        res.notes.append(f"backend=hf: {int(threads)} PyTorch thread(s) (backend.threads)")
+        return res
+    return _run_sim(cfg, t0)
+
+
+def _run_sim(cfg: DictConfig, t0: float) -> PointResult:
+    """:func:`run_point` on the engine (the simulator, or ``backend=hf``'s real models)."""
+    from repro.metrics.summary import peak_token_rate, summarize, with_latencies
+
     built = build(cfg)
     if getattr(built.table, "group", None) is not None:
         return run_static_batches(cfg, built, t0)
@@ -247,7 +264,15 @@ def run_point(cfg: DictConfig) -> PointResult:
     if record:
         path = Path(str(record))
         path.parent.mkdir(parents=True, exist_ok=True)
-        built.backend.records_frame().to_parquet(path, index=False)
+        from repro.oracle.token_oracle import RECORDING_META
+
+        frame = built.backend.records_frame()
+        frame.attrs[RECORDING_META] = {  # checked by oracle=trace against the run that replays it
+            "target": str(cfg.model.name), "draft": str(cfg.draft.name),
+            "datasets": sorted({str(d) for d in built.table.dataset}), "source": built.table.source,
+            "output_len": [int(x) for x in built.table.output_len], "width": int(cfg.backend.record_width),
+            "temperature": float(cfg.backend.get("temperature") or 0.0), "seed": int(cfg.seed)}
+        frame.to_parquet(path, index=False)
     requests = requests_frame(out, built.table)
     steps = steps_frame(out) if cfg.engine.record_steps else None
     metrics = summarize(requests, out.sim_time_s, steps, (out.num_steps, out.num_scheduled))

@@ -35,6 +35,11 @@ def _positions(pos: np.ndarray, depth: int) -> np.ndarray:
     return pos
 
 
+#: The key of a recording's own description in its parquet metadata (``DataFrame.attrs``): target, draft, datasets,
+#: each recorded request's output length, the recorded width (:meth:`repro.backends.hf.HfBackend.records_frame`).
+RECORDING_META = "specrepro_recording"
+
+
 class TokenOracle:
     """Acceptance ground truth with common random numbers (the model: :mod:`repro.oracle`).
 
@@ -129,7 +134,8 @@ class TokenOracle:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any], *, seed: np.random.SeedSequence | int, dataset: np.ndarray,
-                 draft: str | None, target: str, span_key: np.ndarray | None = None) -> TokenOracle:
+                 draft: str | None, target: str, span_key: np.ndarray | None = None,
+                 output_len: np.ndarray | None = None) -> TokenOracle:
         """Build from the Hydra ``oracle`` node (conf/oracle/default.yaml) for the (draft, target) pair.
 
         ``accept[draft][target]`` is the pair's table (``draft=None``: no draft model);
@@ -169,22 +175,61 @@ class TokenOracle:
                    drift=drift, pair=f"{draft}/{target}", span_key=span_key)
         oracle._missing.update(missing)
         if cfg.get("kind", "model") == "trace":
-            oracle.use_trace(cfg.get("path"))
+            oracle.use_trace(cfg.get("path"), target=target, draft=draft, output_len=output_len,
+                             past=str(cfg.get("past_recording") or "error"))
         return oracle
 
-    def use_trace(self, path: Any) -> None:
+    def use_trace(self, path: Any, *, target: str | None = None, draft: str | None = None,
+                  output_len: np.ndarray | None = None, past: str = "error") -> None:
         """Replace the draft model's stream with a recording (:class:`_TraceStream`) read from ``path`` (a parquet
-        file written by ``backend=hf backend.record=PATH``)."""
+        file written by ``backend=hf backend.record=PATH``).
+
+        A recording carries what it was made of (:data:`RECORDING_META` in its metadata: the model pair, datasets,
+        each recorded request's output length): another ``target`` or ``draft`` than the run's is refused. Run
+        request ``r`` replays recorded request ``r mod R``; where its ``output_len`` runs past that recording,
+        ``past="error"`` refuses the run (naming how many requests do) and ``past="miss"`` counts the positions past
+        it as misses, said in :attr:`notes`. A recording without metadata (written before it had any) is replayed
+        unchecked, said in :attr:`notes`."""
         import pandas as pd
 
         if not path:
             raise FileNotFoundError("oracle=trace needs oracle.path=PATH: an acceptance recording written by "
                                     "backend=hf backend.record=PATH")
+        if past not in ("error", "miss"):
+            raise ValueError(f"oracle.past_recording={past!r}: error | miss")
         try:
             record = pd.read_parquet(str(path), columns=["rid", "pos", "rank", "p0"])
         except (FileNotFoundError, OSError) as exc:
             raise FileNotFoundError(f"oracle.path: cannot read the acceptance recording {str(path)!r} ({exc}); "
                                     "write one with backend=hf backend.record=PATH") from None
+        meta = record.attrs.get(RECORDING_META)
+        if not meta:
+            self.notes.append(f"oracle=trace: {path} carries no metadata (an older recording): its model pair and "
+                              "coverage are not checked")
+        else:
+            for role, mine in (("target", target), ("draft", draft)):
+                theirs = meta.get(role)
+                if mine is not None and theirs is not None and str(theirs) != str(mine):
+                    raise ValueError(f"oracle.path: {path} was recorded with {role} {theirs!r} "
+                                     f"({meta.get('draft')}/{meta.get('target')}), not this run's {mine!r}")
+        if output_len is not None and len(record):
+            covered = record.groupby("rid")["pos"].max() + 1  # positions 0..max of each recorded request
+            if meta and meta.get("output_len"):  # what it was asked to cover (a request the draft never saw past)
+                lens = pd.Series(meta["output_len"], dtype="int64")
+                covered = pd.concat([covered, lens.reindex(covered.index)], axis=1).max(axis=1).astype("int64")
+            rids = covered.index.to_numpy(dtype=np.int64)
+            have = covered.to_numpy(dtype=np.int64)[np.arange(len(output_len)) % len(rids)]
+            short = np.flatnonzero(np.asarray(output_len, dtype=np.int64) > have)
+            if short.size:
+                r = int(short[0])
+                what = (f"{short.size} of the run's {len(output_len)} requests run past the recording {path} (request "
+                        f"{r}: {int(output_len[r])} output tokens, recorded request {int(rids[r % len(rids)])} covers "
+                        f"{int(have[r])})")
+                if past == "error":
+                    raise ValueError(f"oracle.path: {what}: record the same workload, or oracle.past_recording=miss "
+                                     "to count the positions past it as misses")
+                self.notes.append(f"oracle=trace: {what}; positions past it count as misses "
+                                  "(oracle.past_recording=miss)")
         self._streams[DRAFT] = _TraceStream(DRAFT, DRAFT_KEY, self._base, record, self._dataset.size,
                                             width=self.width, pos_concentration=self._kappa, decay=self._decay,
                                             confidence=self._gamma)

@@ -110,6 +110,15 @@ def test_acceptance_falls_as_the_draft_drifts_from_the_target() -> None:
     assert acc[0] > acc[1] + 0.2
 
 
+def test_threads_are_set_for_the_point_and_restored() -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    res = run_point(compose([*BASE, "system=vllm", "backend.threads=1"]))
+    assert "backend=hf: 1 PyTorch thread(s) (backend.threads)" in res.notes
+    assert torch.get_num_threads() == before and res.metrics["completed"] == N
+
+
 def test_step_time_is_measured() -> None:
     """The engine's clock advances by the models' measured passes: a request's TPOT is a few CPU milliseconds at
     most, nothing like the cost model's A100, and every step's verify time is positive."""
@@ -130,6 +139,19 @@ def test_record_then_replay_accepts_the_same_tokens(tmp_path: Path) -> None:
     assert a["num_proposed"].sum() > 0 and 0 < a["num_accepted"].sum() < a["num_proposed"].sum()
     assert a["num_proposed"].tolist() == b["num_proposed"].tolist()
     assert a["num_accepted"].tolist() == b["num_accepted"].tolist()
+    # the recording says what it was made of, and a run it does not fit is refused in one line
+    import pandas as pd
+
+    meta = pd.read_parquet(rec).attrs["specrepro_recording"]
+    assert meta["output_len"] == [40] * N and meta["target"] == "llama-68m" and meta["draft"]
+    trace = [*sim_base, "system=static_sd_k3", "oracle=trace", f"oracle.path={rec}"]
+    with pytest.raises(ConfigError, match=r"recorded with target 'llama-68m' .*not this run's 'llama2-7b'"):
+        build(compose([*trace, "workload.output_len=40", "model=llama2-7b"]))
+    with pytest.raises(ConfigError, match=r"5 of the run's 5 requests run past the recording .*request 0: 60 output "
+                                          r"tokens, recorded request 0 covers 4[0-9].*oracle\.past_recording=miss"):
+        build(compose([*trace, "workload.output_len=60"]))
+    past = build(compose([*trace, "workload.output_len=60", "oracle.past_recording=miss"]))
+    assert any("positions past it count as misses" in n for n in past.oracle.notes)
 
 
 def test_the_recording_covers_every_output_position(tmp_path: Path) -> None:
