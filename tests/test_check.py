@@ -169,3 +169,16 @@ def test_index_keeps_the_rows_of_experiments_not_rerun(tmp_path: Path) -> None:
     text = index_markdown(rows, quick=False, results=tmp_path)
     assert text.index("[calibration]") < text.index("[gone]") < text.index("[smoke]")
     assert "| 12 | 1 | 0 | - | 8 |" in text and "Total wall time: 15 s." in text
+
+
+def test_a_robustness_check_leaves_out_the_claims_on_wall_clock_metrics() -> None:
+    """AdaServe's scheduling time is this CPU's: whether its claim holds moves with the machine's load, so
+    ``check --robustness`` compares every other claim's rows and not its own (as ``check`` skips wall-clock columns)."""
+    from repro.experiments.check import untimed
+
+    claims = [{"text": "scheduling overhead is small\n beside model execution", "metric": "mean_iter_schedule_ms"},
+              {"text": "goodput is higher", "metric": "goodput"}]
+    frame = pd.DataFrame({"setting": ["s000"] * 3, "claim": ["scheduling overhead is small beside model execution",
+                                                            "goodput is higher", "goodput is higher [variant]"]})
+    assert untimed(frame, claims)["claim"].tolist() == ["goodput is higher", "goodput is higher [variant]"]
+    assert untimed(frame, claims[1:]).equals(frame)

@@ -297,6 +297,16 @@ def study(name: str, ref: Path, n_jobs: int | None = None) -> bool:
     return True
 
 
+def untimed(frame: pd.DataFrame, claims: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """robustness.csv's rows less those of claims on a wall-clock metric (:data:`WALL_CLOCK`: AdaServe's scheduling
+    time on this CPU holds or not with the machine's load), which ``check --robustness`` does not compare, as
+    ``check`` does not compare points.csv's wall-clock columns."""
+    timed = tuple(" ".join(str(c.get("text", "")).split()) for c in claims if str(c.get("metric")) in WALL_CLOCK)
+    if not timed or frame.empty:
+        return frame
+    return frame[~frame["claim"].map(lambda c: " ".join(str(c).split()).startswith(timed))]
+
+
 def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None,
                      results: Path = RESULTS_DIR) -> list[Outcome]:
     """``repro check --robustness``: re-run each committed robustness study and compare its robustness.csv."""
@@ -310,6 +320,8 @@ def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None
             folder = _reference_study(name, Path(tmp), Path(tmp) / "settings", n_jobs, lambda line: None)
             new = pd.read_csv(folder / "robustness.csv", dtype=str, keep_default_na=False)
         old = pd.read_csv(ref / "robustness.csv", dtype=str, keep_default_na=False)
+        claims = spec_of(name, True).claims
+        old, new = untimed(old, claims), untimed(new, claims)
         o = Outcome(f"{name} (robustness)", ref, compare(old, new, ["setting", "claim"], tol),
                     wall_s=time.perf_counter() - t0, num_points=len(new))
         print(f"{o.exp}: {'ok' if o.ok else f'{len(o.changes)} cells differ'} ({len(new)} claim x setting rows vs "

@@ -251,6 +251,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
     check_needs(deployment, where)
+    check_backend(cfg, policy, deployment, model, draft, where)
     resident = uses_draft and not deployment.draft_servers
     if resident:
         check_tp(draft, draft_tp, "draft_tp", where)
@@ -260,6 +261,32 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
         cost = deployment.cost_model(int(rep.tp))
         if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
+
+
+def check_backend(cfg: DictConfig, policy: Any, deployment: Any, model: Any, draft: Any, where: str = "") -> None:
+    """``backend=hf`` runs the system at all (docs/gpu.md, "Which systems run on backend=hf"): refused here, before
+    anything runs, rather than at its first speculative step."""
+    from repro.experiments.simulate import backend_kind
+
+    if backend_kind(cfg) != "hf":
+        return
+    name = type(policy).__name__
+    if deployment.draft_servers:
+        raise ConfigError(f"{where}backend=hf runs co-located proposers only, and {name} drafts on remote draft "
+                          "servers (engine.draft_servers): run it on the simulator")
+    proposer = str(OmegaConf.select(cfg, "system.proposer", default=None) or "draft")
+    if proposer == "eagle":
+        raise ConfigError(f"{where}backend=hf has no EAGLE head ({name} drafts with system.proposer=eagle): run it on "
+                          "the simulator, or with the draft model (system.proposer=draft)")
+    if float(cfg.backend.get("temperature") or 0.0) > 0 and policy.branching_trees:
+        raise ConfigError(f"{where}backend=hf verifies token trees greedily only, and {name} drafts trees: "
+                          "backend.temperature=0")
+    if policy.uses_draft_model and not cfg.backend.get("tiny") and draft.kind == "decoder" \
+            and int(draft.vocab_size) != int(model.vocab_size):
+        raise ConfigError(f"{where}backend=hf verifies the draft's tokens against the target's vocabulary row by "
+                          f"row, and {draft.name} has {draft.vocab_size} rows where {model.name} has "
+                          f"{model.vocab_size} (a padded embedding, even with the same tokenizer): pick a draft "
+                          "with the target's vocabulary size")
 
 
 def check_needs(deployment: Any, where: str = "") -> None:

@@ -7,6 +7,7 @@ decoding is exact to compare)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.usefixtures("no_data")
 
 PROMPT, OUTPUT, N = 20, 24, 5
 DEVICE = os.environ.get("REPRO_TEST_DEVICE", "cpu")
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ("model=llama-68m", "model@draft=llama-68m", "workload=fixed", f"workload.input_len={PROMPT}",
         f"workload.output_len={OUTPUT}", f"num_requests={N}", "rps=50", "backend=hf", "backend.tiny=true",
         *(() if DEVICE == "cpu" else (f"backend.device={DEVICE}", "backend.dtype=float32")))
@@ -168,6 +170,38 @@ def test_the_recording_covers_every_output_position(tmp_path: Path) -> None:
     assert all(len(t) == 8 for t in df["top_tokens"])
     hit = df[df["rank"] < 8]
     assert all(int(row.top_tokens[row.rank]) == int(row.target_token) for row in hit.itertuples())
+
+
+#: the systems docs/gpu.md's support table says backend=hf cannot run (EAGLE heads, remote draft servers)
+REFUSED = {"static_sd_eagle_k1", "static_sd_eagle_k3", "static_sd_eagle_k5", "static_sd_eagle_k7", "turbospec_eagle",
+           "goodspeed", "random_s", "random_s_whole", "fixed_s", "fixed_s_floor"}
+
+
+def test_the_support_table_is_what_compose_time_checks_refuse() -> None:
+    from repro.experiments.validate import check_point
+
+    refused = set()
+    for path in sorted((ROOT / "conf" / "system").glob("*.yaml")):
+        try:
+            check_point(compose([*BASE, f"system={path.stem}"]))
+        except ConfigError:
+            refused.add(path.stem)
+    assert refused == REFUSED
+
+
+@pytest.mark.parametrize("overrides, says", [
+    # each refused when the point is checked (before anything runs), not at its first speculative step
+    (("system=static_sd_eagle_k3",), "backend=hf has no EAGLE head (StaticSD drafts with system.proposer=eagle)"),
+    (("system=specinfer", "backend.temperature=0.7"), "verifies token trees greedily only, and SpecInfer drafts trees"),
+    (("system=random_s",), "RandomS drafts on remote draft servers"),
+    (("system=static_sd_k3", "backend.tiny=false", "model=qwen2.5-7b", "model@draft=qwen2.5-0.5b"),
+     "qwen2.5-0.5b has 151936 rows where qwen2.5-7b has 152064"),
+])
+def test_systems_backend_hf_cannot_run_are_refused_up_front(overrides: tuple[str, ...], says: str) -> None:
+    from repro.experiments.validate import check_point
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check_point(compose([*BASE, *overrides]))
 
 
 @pytest.mark.parametrize("overrides, says", [
