@@ -57,20 +57,29 @@ class _Record:
     itl: list[float] = field(default_factory=list)
 
 
+def _auth() -> dict[str, str]:
+    """The bearer token vLLM's benchmark client sends, from ``$OPENAI_API_KEY`` (none without it)."""
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _connection(parts: Any, timeout_s: float) -> http.client.HTTPConnection:
+    """An HTTP(S) connection to a split URL's host."""
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.netloc, timeout=timeout_s)
+
+
 def _send(url: str, body: dict[str, Any], timeout_s: float, t0: float, rec: _Record) -> None:
     """One streaming request, timed as vLLM's ``async_request_openai_completions``; fills ``rec``, never raises."""
     parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    headers = {"Content-Type": "application/json"}
-    if os.environ.get("OPENAI_API_KEY"):  # as vLLM's benchmark client does
-        headers["Authorization"] = f"Bearer {os.environ['OPENAI_API_KEY']}"
+    headers = {"Content-Type": "application/json", **_auth()}
     payload = json.dumps(body).encode()
     st = time.perf_counter()
     rec.sent_at = st - t0
     last, chunks, usage_tokens = st, 0, None
     conn = None
     try:
-        conn = conn_cls(parts.netloc, timeout=timeout_s)
+        conn = _connection(parts, timeout_s)
         conn.request("POST", parts.path, body=payload, headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
@@ -235,12 +244,9 @@ def vllm_metrics(result: ReplayResult, percentiles: Sequence[float] = (90, 99)) 
 def _get(url: str, timeout_s: float) -> tuple[int, str]:
     """``GET url``: (status, body text); raises OSError (refused, unreachable, timed out) and http.client errors."""
     parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.netloc, timeout=timeout_s)
+    conn = _connection(parts, timeout_s)
     try:
-        key = os.environ.get("OPENAI_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        conn.request("GET", parts.path or "/", headers=headers)
+        conn.request("GET", parts.path or "/", headers=_auth())
         resp = conn.getresponse()
         return resp.status, resp.read().decode("utf-8", "replace")
     finally:

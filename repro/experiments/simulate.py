@@ -373,12 +373,12 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     # the simulation's workload for the same config and seed: the same requests, arrivals and SLOs
     table = request_table(cfg, cost, baseline_tpot_s(cost), np.random.SeedSequence(int(cfg.seed)).spawn(3)[0])
     n = len(table)
-    sampling = {k: (float(b[k]) if k != "top_k" else int(b[k])) for k in ("temperature", "top_p", "top_k")
-                if b.get(k) is not None}
+    sampling = {"temperature": 0.0, **{k: (float(b[k]) if k != "top_k" else int(b[k]))
+                                       for k in ("temperature", "top_p", "top_k") if b.get(k) is not None}}
     before = scrape(str(b.url))
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url), model=served,
                  vocab_size=int(b.vocab_size or model.vocab_size), seed=int(cfg.seed), timeout_s=float(b.timeout_s),
-                 max_concurrency=table.max_concurrency, sampling={"temperature": 0.0, **sampling})
+                 max_concurrency=table.max_concurrency, sampling=sampling)
     spec = spec_metrics(before, scrape(str(b.url)))
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
@@ -418,7 +418,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
         system = str(OmegaConf.select(cfg, "system._target_", default="system")).rsplit(".", 1)[-1].lower()
         path = folder / f"{system}-seed{int(cfg.seed)}-{config_hash(cfg)[:8]}.json"
         payload = {"backend": "openai-completions", "model_id": served, "base_url": str(b.url), "num_prompts": n,
-                   "max_concurrency": table.max_concurrency, "sampling": {"temperature": 0.0, **sampling},
+                   "max_concurrency": table.max_concurrency, "sampling": sampling,
                    **{k: v for k, v in metrics.items() if k != "wall_s"}, "duration": float(res.duration_s),
                    **detailed(res)}
         path.write_text(json.dumps(payload, indent=1, default=float) + "\n")

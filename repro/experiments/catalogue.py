@@ -1,0 +1,121 @@
+"""results/INDEX.md, the catalogue ``python -m repro all`` writes: one row per experiment (its summary, points,
+claims held and differing, robustness cell, wall time and figures) and the robustness totals, catalogue-wide and per
+paper, read from each experiment's study (:mod:`repro.experiments.studies`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repro.experiments import studies
+from repro.experiments.results import RESULTS_DIR
+
+
+def index_rows(done: Sequence[tuple[str, Path, Any]], quick: bool,
+               results: Path = RESULTS_DIR) -> dict[str, str]:
+    """The catalogue's table row of each experiment just run."""
+    root = results / ("quick" if quick else "")
+    rows = {}
+    for name, dest, result in done:
+        rel = dest.relative_to(root) if dest.is_relative_to(root) else dest
+        figs = sorted(p.name for p in dest.glob("*.png"))
+        fig_links = " ".join(f"[{Path(f).stem}]({rel}/{f})" for f in figs) or ("(tables only)" if quick else "(none)")
+        v = result.verdicts
+        title = str(result.manifest.get("title", "")).replace("|", "\\|")
+        rows[name] = (f"| [{name}]({rel}/summary.md) | {title} | {len(result.points)} | {v.get('holds', 0)} | "
+                      f"{v.get('differs', 0)} | {robustness_column(results / name, rel)} | {result.wall_s:.0f} | "
+                      f"{fig_links} |")
+    return rows
+
+
+#: the catalogue's short names of the classes (n/a: not computable on its grid)
+CLASS_SHORT = {"holds robustly": "robust", "depends on the setting": "depend",
+               "differs everywhere plausible": "nowhere", "n/a": "n/a"}
+
+
+def robustness_column(folder: Path, rel: Path) -> str:
+    """The catalogue's robustness cell: the claims per class of the experiment's study, linked; "-" without one."""
+    study = studies.read_study(folder)
+    if study is None:  # open choices declared, no claim to test: their table only
+        return f"[no claims]({rel}/robustness.md)" if (folder / "robustness.md").is_file() else "-"
+    counts = ", ".join(f"{n} {CLASS_SHORT[k]}" for k, n in studies.class_counts(study).items())
+    return f"[{counts}]({rel}/robustness.md)"
+
+
+def robustness_totals(results: Path = RESULTS_DIR) -> str:
+    """INDEX.md's robustness paragraph: the claims per class, catalogue-wide and per paper."""
+    papers = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "laps": "LAPS-SD", "nightjar": "Nightjar",
+              "goodspeed": "GoodSpeed"}
+    per: dict[str, dict[str, int]] = {}
+    studied = 0
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+        study = studies.read_study(folder)
+        if study is None:
+            continue
+        studied += 1
+        for key in ("all", papers.get(folder.name.split("_")[0], "other")):
+            totals = per.setdefault(key, {})
+            for k, n in studies.class_counts(study).items():
+                totals[k] = totals.get(k, 0) + n
+    if not studied:
+        return ""
+
+    def line(n: dict[str, int]) -> str:
+        return ", ".join(f"{n[k]} {k}" for k in studies.CLASSES) + (
+            f"; {n['n/a']} not computable on the quick grid" if n["n/a"] else "")
+
+    out = [f"Robustness over the open choices (`python -m repro robustness NAME`; {studied} experiments studied, quick "
+           f"grid, {studies.QUICK_SAMPLES} joint settings plus one-at-a-time scans each): {line(per.pop('all'))}."]
+    out += [f"- {paper}: {line(n)}" for paper, n in per.items()]
+    return "\n".join(out) + "\n"
+
+
+def _with_robustness(row: str, results: Path, quick: bool) -> str:
+    """A catalogue row with its robustness cell as the experiment's study now stands (a row written before the
+    column existed gets it)."""
+    cells = row.split(" | ")
+    m = re.match(r"\| \[([^\]]+)\]\((.*)/summary\.md\)", cells[0])
+    if not m:
+        return row
+    cell = "-" if quick else robustness_column(results / m.group(1), Path(m.group(2)))
+    if len(cells) == 7:
+        cells.insert(5, cell)
+    elif len(cells) == 8:
+        cells[5] = cell
+    return " | ".join(cells)
+
+
+def read_index_rows(index: Path) -> dict[str, str]:
+    """The rows of an existing catalogue, by experiment (empty when there is none)."""
+    if not index.is_file():
+        return {}
+    rows = {}
+    for line in index.read_text().splitlines():
+        if line.startswith("| [") and "](" in line:
+            rows[line[3:line.index("]")]] = line
+    return rows
+
+
+def index_markdown(rows: Mapping[str, str], quick: bool, results: Path = RESULTS_DIR) -> str:
+    """results/INDEX.md: the robustness totals, one row per experiment, in name order, and the total wall time."""
+    totals = "" if quick else robustness_totals(results)
+    lines = [
+        f"# Catalogue{' (quick mode)' if quick else ''}\n",
+        "Regenerated by `python -m repro all" + (" --quick" if quick else "") + "`; each row links the "
+        "experiment's summary.md (the paper's claims beside the reproduced values) and its figures"
+        + ("" if quick else ", and its robustness study where it has one") + ".\n",
+        *([totals] if totals else []),
+        "| experiment | title | points | paper claims held | differ | robustness | wall (s) | figures |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_with_robustness(rows[name], results, quick) for name in sorted(rows)),
+    ]
+    total = 0.0
+    for row in rows.values():
+        try:
+            total += float(row.split(" | ")[-2])
+        except (IndexError, ValueError):
+            continue
+    lines.append(f"\nTotal wall time: {total:.0f} s.\n")
+    return "\n".join(lines)
