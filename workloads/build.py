@@ -21,7 +21,7 @@ order, or all of them when it has fewer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,10 @@ class RequestTable:
     client: np.ndarray | None = None  # int64 client (dataset index) per request, with ``workload.clients``
     record: np.ndarray | None = None  # int64 record of its dataset's span file each request replays (-1: none)
     record_file: tuple[tuple[str, str, str], ...] = ()  # (dataset, span file path, as notes show it) per span file
+    # the record of its dataset each request's lengths were drawn from (-1: none), and each such dataset's records
+    # (by the request's ``dataset`` label): what a real backend reads the prompt itself from (workloads.prompts)
+    prompt_record: np.ndarray | None = None
+    prompt_sources: tuple[tuple[str, LengthRecords], ...] = field(default=(), compare=False, repr=False)
     group: np.ndarray | None = None  # int64 prompt index per request with ``workload.static_batch`` (copies share it)
     max_concurrency: int | None = None  # closed loop: at most this many in flight (``arrival_s``: the releases)
 
@@ -62,7 +66,7 @@ class RequestTable:
         return replace(self, arrival_s=self.arrival_s[idx], prompt_len=self.prompt_len[idx],
                        output_len=self.output_len[idx], dataset=self.dataset[idx], slo_class=self.slo_class[idx],
                        tpot_slo_s=self.tpot_slo_s[idx], ttft_slo_s=self.ttft_slo_s[idx], client=pick(self.client),
-                       record=pick(self.record), group=pick(self.group))
+                       record=pick(self.record), group=pick(self.group), prompt_record=pick(self.prompt_record))
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -119,7 +123,8 @@ def build_workload(
     groups = _assign_datasets(spec, times, cls, rng_choice)
 
     # 4. Lengths per group.
-    prompt, output, dataset, client, keep, record, files = _lengths(spec, ctx, n, groups, trace, trace_idx)
+    prompt, output, dataset, client, keep, record, files, prompt_record = _lengths(spec, ctx, n, groups, trace,
+                                                                                   trace_idx)
 
     if spec.trace_slo:
         assert trace is not None and trace_idx is not None
@@ -151,6 +156,8 @@ def build_workload(
         record_file=files,
         group=group,
         max_concurrency=spec.max_concurrency,
+        prompt_record=prompt_record[sel] if (prompt_record >= 0).any() else None,
+        prompt_sources=tuple(ctx.sources.items()),
     )
 
 
@@ -188,16 +195,18 @@ def _lengths(
     trace: LengthRecords | None,
     trace_idx: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-           tuple[tuple[str, str, str], ...]]:
+           tuple[tuple[str, str, str], ...], np.ndarray]:
     """Prompt and output lengths (at least 1 token), dataset label and client index (-1: none) of each of the ``n``
     requests, from its group's dataset; which requests to keep (a replayed trace's records over ``max_model_len``
-    are dropped); each one's span-file record (-1: none) and the span files read (dataset, path, shown)."""
+    are dropped); each one's span-file record (-1: none), the span files read (dataset, path, shown) and each one's
+    record of its dataset's file (-1: none; the records in ``ctx.sources``)."""
     prompt = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
     dataset = np.empty(n, dtype=object)
     client = np.full(n, -1, dtype=np.int64)
     keep = np.ones(n, dtype=bool)
     record = np.full(n, -1, dtype=np.int64)
+    prompt_record = np.full(n, -1, dtype=np.int64)
     files: dict[str, tuple[str, str]] = {}
     for ds, idx in groups:
         if spec.clients:
@@ -222,10 +231,11 @@ def _lengths(
                 files[ds.key] = (path, shown)
             dataset[idx] = ds.key
         else:
-            p, o = ctx.sample(ds, len(idx))
+            p, o, prompt_record[idx] = ctx.sample_records(ds, len(idx))
             dataset[idx] = ds.key
         prompt[idx], output[idx] = np.maximum(p, 1), np.maximum(o, 1)  # empty references count as 1 token
-    return prompt, output, dataset, client, keep, record, tuple((k, *v) for k, v in files.items())
+    return (prompt, output, dataset, client, keep, record, tuple((k, *v) for k, v in files.items()),
+            prompt_record)
 
 
 def _trace_slos(

@@ -39,7 +39,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,11 @@ class LengthRecords:
     timestamps_s: np.ndarray | None = None  # traces only: arrival time of each record (seconds)
     tpot_slo_ratio: np.ndarray | None = None  # AdaServe artifact only: slo_ratio per record
     fallback: bool = False  # token counts estimated (or left in another family's) for lack of a tokenizer
+    # the prompts themselves, where the data has them (what a real backend sends: workloads.prompts): each record's
+    # text, and/or its token ids in tokenizer family ``ids_family`` (ShareGPT's token files: Llama-3 ids)
+    prompt_text: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    prompt_ids: tuple[list[int], ...] | None = field(default=None, compare=False, repr=False)
+    ids_family: str | None = None
 
 
 def default_data_root(data_dir: str | None = None) -> Path | None:
@@ -179,7 +184,8 @@ def _counted(
     out[[i for i, x in enumerate(outputs) if x is not None]] = o.counts
     no_out = "" if present else ", no reference outputs"
     src = f"real file {show_path(path, root)} ({len(prompts)} records, {p.how}{no_out})"
-    return LengthRecords(name, _frozen(p.counts), _frozen(out), src, fallback=tokenizer is not None and not p.exact)
+    return LengthRecords(name, _frozen(p.counts), _frozen(out), src, fallback=tokenizer is not None and not p.exact,
+                         prompt_text=tuple(str(x) for x in prompts))
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -254,7 +260,8 @@ def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:
             how = f"llama3 counts, not re-tokenized with {tokenizer}: {problem}"
             fallback = True
     src = f"real file(s) {' + '.join(show_path(p, root) for p in paths)} ({len(rows)} records, {how})"
-    return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src, fallback=fallback)
+    return LengthRecords("sharegpt", _frozen(prompt), _frozen(output), src, fallback=fallback,
+                         prompt_ids=tuple(r["input_tok_ids"] for r in rows), ids_family="llama3")
 
 
 # ---------------------------------------------------------------- instruction / QA sets

@@ -95,6 +95,7 @@ def _load(
         out,
         f"hf {shown}{sub} split {split} ({len(prompts)} records, {p.how}{no_out})",
         fallback=tokenizer is not None and not p.exact,
+        prompt_text=tuple(prompts),
     )
 
 

@@ -38,6 +38,15 @@ from workloads.stats import (
 _MAX_REDRAWS = 200
 
 
+def _with_records(draw: Any) -> Any:
+    """A length drawer that also returns each draw's record (-1: none, for drawers without records)."""
+    def wrapped(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = draw(k)
+        return (out[0], out[1], out[2]) if len(out) == 3 else (out[0], out[1], np.full(k, -1, dtype=np.int64))
+
+    return wrapped
+
+
 class LengthDrawer:
     """One build's state for drawing lengths (data root, tokenizer, ``max_model_len``, generator) and the notes of
     every data source the build used (:meth:`record`)."""
@@ -54,6 +63,7 @@ class LengthDrawer:
         self.max_model_len, self.rng = max_model_len, rng
         self.notes: list[str] = []
         self.provenance: list[DataSource] = []
+        self.sources: dict[str, LengthRecords] = {}  # dataset key -> the records its requests' prompts come from
 
     def record(self, dataset: str, kind: str, fallback: bool, detail: str, role: str = "lengths") -> None:
         """Record a data source and its note (each once)."""
@@ -77,22 +87,28 @@ class LengthDrawer:
 
     def sample(self, ds: DatasetSpec, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` (prompt, output) lengths of dataset ``ds``, honouring ``max_model_len``."""
-        draw = self._drawer(ds)
+        p, o, _ = self.sample_records(ds, n)
+        return p, o
+
+    def sample_records(self, ds: DatasetSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`sample`, and each request's record of the dataset's file (-1 where its lengths come from no
+        record: tables, fixed or assumed lengths); the records are in :attr:`sources` under ``ds.key``."""
+        draw = _with_records(self._drawer(ds))
         if self.spec.output_to_max_len:
             draw = self._to_max_len(ds, draw)
-        p, o = draw(n)
+        p, o, rec = draw(n)
         p, o, _ = self.fit(p, o)
         if self.max_model_len is not None and self.spec.overlength == "filter":
             for _ in range(_MAX_REDRAWS):
                 bad = np.flatnonzero(p + o > self.max_model_len)
                 if not len(bad):
                     break
-                p[bad], o[bad] = draw(len(bad))
+                p[bad], o[bad], rec[bad] = draw(len(bad))
             else:
                 raise ValueError(
                     f"dataset {ds.name}: cannot draw requests within max_model_len={self.max_model_len}"
                 )
-        return p, o
+        return p, o, rec
 
     def spans(self, ds: DatasetSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None, str | None]:
         """``n`` requests of an acceptance-span file (dataset ``spans``, ``ds.path``): prompt and output lengths
@@ -165,18 +181,19 @@ class LengthDrawer:
             raise ValueError("output_to_max_len needs a max_model_len (engine.max_model_len or the model's context)")
         self.record(ds.key, "fixed", False, f"{ds.key}: outputs run to max_model_len = {mml} (prompt + output)")
 
-        def to_max(k: int) -> tuple[np.ndarray, np.ndarray]:
-            p, _ = draw(k)
+        def to_max(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            p, _, rec = draw(k)
             p = np.asarray(p, dtype=np.int64).copy()
             for _ in range(_MAX_REDRAWS):
                 bad = np.flatnonzero(p >= mml)
                 if not len(bad) or self.spec.overlength == "truncate":
                     break
-                p[bad] = np.asarray(draw(len(bad))[0], dtype=np.int64)
+                redrawn = draw(len(bad))
+                p[bad], rec[bad] = np.asarray(redrawn[0], dtype=np.int64), redrawn[2]
             else:
                 raise ValueError(f"dataset {ds.name}: no prompt shorter than max_model_len={mml}")
             p = np.minimum(p, mml - 1)
-            return p, mml - p
+            return p, mml - p, rec
 
         return to_max
 
@@ -224,14 +241,15 @@ class LengthDrawer:
         pruned = f", {len(pool)} kept after pruning" if len(pool) < len(p) else ""
         fill = self._output_filler(ds, o)
         self.record(ds.key, "file", rec.fallback, f"{ds.key}: {rec.source}{pruned}{fill[1]}")
+        self.sources[ds.key] = rec
         state = {"perm": np.zeros(0, dtype=np.int64)}
 
-        def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
+        def draw(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             # Shuffle and take in order (vLLM samples without replacement); reshuffle when exhausted.
             while len(state["perm"]) < k:
                 state["perm"] = np.concatenate([state["perm"], self.rng.permutation(pool)])
             take, state["perm"] = state["perm"][:k], state["perm"][k:]
-            return p[take].copy(), fill[0](o[take].copy())
+            return p[take].copy(), fill[0](o[take].copy()), take.astype(np.int64)
 
         return draw
 

@@ -144,6 +144,14 @@ def tokenizer_problem(family: str, tokenizer_dir: Path | str | None) -> str | No
 @functools.lru_cache(maxsize=8)
 def load_encoder(family: str, tokenizer_dir: str) -> Callable[[list[str]], list[int]] | None:
     """Return a batch counter ``texts -> counts`` for ``family``, or None when the file/package is missing."""
+    encode = load_id_encoder(family, tokenizer_dir)
+    return None if encode is None else (lambda texts: [len(ids) for ids in encode(texts)])
+
+
+@functools.lru_cache(maxsize=8)
+def load_id_encoder(family: str, tokenizer_dir: str) -> Callable[[list[str]], list[list[int]]] | None:
+    """Return a batch encoder ``texts -> token ids`` for ``family`` (no special tokens: what :func:`count_tokens`
+    counts), or None when the file/package is missing."""
     if family not in _FILES:
         raise ValueError(f"unknown tokenizer family {family!r}; expected one of {TOKENIZER_FAMILIES}")
     path = Path(tokenizer_dir) / _FILES[family]
@@ -155,7 +163,7 @@ def load_encoder(family: str, tokenizer_dir: str) -> Callable[[list[str]], list[
         except ImportError:
             return None
         sp = spm.SentencePieceProcessor(model_file=str(path))
-        return lambda texts: [len(ids) for ids in sp.encode(list(texts))]
+        return lambda texts: [list(ids) for ids in sp.encode(list(texts))]
     try:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
@@ -169,7 +177,7 @@ def load_encoder(family: str, tokenizer_dir: str) -> Callable[[list[str]], list[
         specials = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
         pattern = _QWEN_PATTERN
     enc = tiktoken.Encoding(name=family, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
-    return lambda texts: [len(ids) for ids in enc.encode_ordinary_batch(list(texts))]
+    return lambda texts: [list(ids) for ids in enc.encode_ordinary_batch(list(texts))]
 
 
 @functools.lru_cache(maxsize=2)

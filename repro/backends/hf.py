@@ -24,10 +24,12 @@ runs it. Per step:
 Each request has its own target and draft KV cache (one tensor per request: layers × {K, V} × heads × tokens × head
 dim). The target's cache is cut back to the engine's ``num_computed`` at the start of a step and a recompute
 preemption drops both caches, so the request's tokens are recomputed for real; the draft's cache only ever holds
-true tokens. Prompts are deterministic random token ids of the workload's prompt lengths (random-weight models have
-no tokenizer); the step's time is the measured wall clock of its model passes (``torch.cuda.synchronize`` around
-each phase on a GPU), so the engine's clock, and with it every request's TTFT and TPOT, advances by what the
-hardware took.
+true tokens. Prompts are each request's own, as the target's tokenizer encodes its dataset's text or ids, where the
+dataset has them and the model's vocabulary holds the tokenizer's (:mod:`workloads.prompts`); elsewhere
+deterministic random token ids of the workload's prompt lengths (the ``tiny`` stand-ins' vocabulary is 512 ids, so
+they always get those). The step's time is the measured wall clock of its model passes
+(``torch.cuda.synchronize`` around each phase on a GPU), so the engine's clock, and with it every request's TTFT and
+TPOT, advances by what the hardware took.
 
 With ``record`` the backend keeps, per request and output position, the draft's top-``w`` tokens and probabilities on
 the true context and the target's token there: :meth:`HfBackend.records_frame`, the recording ``oracle=trace``
@@ -75,20 +77,26 @@ _Spec = tuple[list[int], list[int], list[Any], list[Any]]
 class HfBackend:
     """Executes an engine's plans on a target and (optionally) a draft model (module docstring).
 
-    ``prompt_len`` gives each request's prompt length; its prompt is random token ids seeded by (``seed``, request).
+    ``prompt_len`` gives each request's prompt length; ``prompts`` its token ids where its dataset has them
+    (:mod:`workloads.prompts`), else it is random token ids seeded by (``seed``, request).
     ``record``: keep the draft's top-``record_width`` distribution at every output position it saw on the true
     context (:meth:`records_frame`).
     """
 
     def __init__(self, target: Any, draft: Any | None, prompt_len: np.ndarray, *, seed: int = 0,
                  temperature: float = 0.0, record: bool = False, record_width: int = 16,
-                 max_width: int = 16) -> None:
+                 max_width: int = 16, prompts: list[list[int] | None] | None = None) -> None:
         self.torch, _ = require_torch()
         self.target = Runner(target)
         self.draft = Runner(draft) if draft is not None else None
         if self.draft is not None and self.draft.vocab != self.target.vocab:
             raise ValueError(f"draft vocabulary ({self.draft.vocab}) differs from the target's ({self.target.vocab})")
         self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
+        self.prompts = prompts  # per request: its prompt's token ids (workloads.prompts), None: random ids
+        self.prompt_note = ""  # one line for the point's notes: what the prompts are (workloads.prompts.Prompts.how)
+        if prompts is not None and any(p is not None and len(p) != int(n) for p, n in zip(prompts, self.prompt_len,
+                                                                                         strict=True)):
+            raise ValueError("a prompt's token ids differ in length from its prompt_len")
         self.seed, self.temperature = int(seed), float(temperature)
         self.record, self.record_width, self.max_width = bool(record), int(record_width), int(max_width)
         self.gen = self.torch.Generator(device="cpu").manual_seed(self.seed)
@@ -106,8 +114,12 @@ class HfBackend:
         """The request's real tokens (prompt + emitted output)."""
         t = self.toks.get(rid)
         if t is None:
-            rng = np.random.default_rng([self.seed, rid])
-            t = self.toks[rid] = rng.integers(0, self.target.vocab, int(self.prompt_len[rid])).tolist()
+            given = self.prompts[rid] if self.prompts is not None else None
+            if given is not None:
+                t = self.toks[rid] = [int(x) for x in given]
+            else:
+                rng = np.random.default_rng([self.seed, rid])
+                t = self.toks[rid] = rng.integers(0, self.target.vocab, int(self.prompt_len[rid])).tolist()
         return t
 
     def output_tokens(self, rid: int) -> list[int]:

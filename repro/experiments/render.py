@@ -144,13 +144,20 @@ def write_summary(
     if sources:
         parts.append("## Data\n")
         parts.append(datasources.markdown(sources))
-    all_notes = [*([] if sources else _distinct(manifest.get("notes") or [])), *notes]
+    run_notes = _distinct(manifest.get("notes") or [])
+    if sources:  # the Data section says where the data came from; what a real backend did with it stays
+        run_notes = [n for n in run_notes if n.startswith(REAL_BACKEND_NOTES)]
+    all_notes = [*run_notes, *notes]
     if all_notes:
         parts.append("## Notes\n")
         parts.append("".join(f"- {n}\n" for n in all_notes))
     path = out_dir / "summary.md"
     path.write_text("\n".join(parts))
     return path
+
+
+#: The notes a real backend's points add (what it sent as prompts, its threads), kept beside the Data section
+REAL_BACKEND_NOTES = ("prompts:", "backend=")
 
 
 def robustness_cell(study: Mapping[str, Any], claim: str) -> str:

@@ -212,10 +212,25 @@ def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
         else:
             draft = build_model(str(cfg.draft.name), tiny=bool(b.tiny), seed=int(b.draft_seed),
                                 path=where(b.draft_path, cfg.draft), device=str(b.device), dtype=b.dtype)
-        return HfBackend(target, draft, table.prompt_len, seed=int(cfg.seed), temperature=float(b.temperature),
-                         record=b.record is not None, record_width=int(b.record_width), max_width=int(b.max_width))
+        prompts = real_prompts(cfg, table, int(target.config.vocab_size))
+        backend = HfBackend(target, draft, table.prompt_len, seed=int(cfg.seed), temperature=float(b.temperature),
+                            record=b.record is not None, record_width=int(b.record_width), max_width=int(b.max_width),
+                            prompts=prompts.ids)
+        backend.prompt_note = prompts.how
+        return backend
     except (ImportError, FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"backend=hf: {exc}") from None
+
+
+def real_prompts(cfg: DictConfig, table: Any, vocab_size: int) -> Any:
+    """What a real backend sends as each request's prompt (:func:`workloads.prompts.prompt_ids`): its dataset's own,
+    in the target's tokenizer, where the data has it."""
+    from workloads.datasets import default_data_root
+    from workloads.prompts import prompt_ids
+
+    family = OmegaConf.select(cfg, "model.tokenizer", default=None)
+    return prompt_ids(table, None if family is None else str(family), vocab_size,
+                      default_data_root(OmegaConf.select(cfg, "workload.data_dir", default=None)))
 
 
 def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, target: str) -> None:
@@ -271,6 +286,7 @@ def _run_sim(cfg: DictConfig, t0: float) -> PointResult:
             "target": str(cfg.model.name), "draft": str(cfg.draft.name),
             "datasets": sorted({str(d) for d in built.table.dataset}), "source": built.table.source,
             "output_len": [int(x) for x in built.table.output_len], "width": int(cfg.backend.record_width),
+            "prompts": str(getattr(built.backend, "prompt_note", "")),
             "temperature": float(cfg.backend.get("temperature") or 0.0), "seed": int(cfg.seed)}
         frame.to_parquet(path, index=False)
     requests = requests_frame(out, built.table)
@@ -287,7 +303,8 @@ def _run_sim(cfg: DictConfig, t0: float) -> PointResult:
     requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
     provenance = provenance_of(built.table, built.oracle)
     return PointResult(metrics=metrics, requests=requests, steps=steps,
-                       notes=[built.table.source, *getattr(built.oracle, "notes", [])],
+                       notes=[built.table.source, *getattr(built.oracle, "notes", []),
+                              *([built.backend.prompt_note] if built.backend is not None else [])],
                        provenance=provenance, rounds=out.rounds)
 
 
@@ -359,7 +376,15 @@ def run_static_batches(cfg: DictConfig, built: Built, t0: float) -> PointResult:
 def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     """``backend=openai``: replay the point's workload against a live server (:mod:`repro.backends.openai`) and
     summarize it like a simulated point, plus vLLM's serving metrics (``mean_itl_ms``, ``p99_ttft_ms``, ...)."""
-    from repro.backends.openai import check_server, detailed, replay, scrape, spec_metrics, vllm_metrics
+    from repro.backends.openai import (
+        check_server,
+        detailed,
+        random_prompts,
+        replay,
+        scrape,
+        spec_metrics,
+        vllm_metrics,
+    )
     from repro.metrics.summary import summarize, with_latencies
 
     b = cfg.backend
@@ -375,10 +400,13 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     n = len(table)
     sampling = {"temperature": 0.0, **{k: (float(b[k]) if k != "top_k" else int(b[k]))
                                        for k in ("temperature", "top_p", "top_k") if b.get(k) is not None}}
+    vocab = int(b.vocab_size or model.vocab_size)
+    prompts = real_prompts(cfg, table, vocab)
+    synthetic = random_prompts(table.prompt_len, vocab, int(cfg.seed))  # what a request without its own sends
     before = scrape(str(b.url))
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url), model=served,
-                 vocab_size=int(b.vocab_size or model.vocab_size), seed=int(cfg.seed), timeout_s=float(b.timeout_s),
-                 max_concurrency=table.max_concurrency, sampling=sampling)
+                 prompts=[p if p is not None else q for p, q in zip(prompts.ids, synthetic, strict=True)],
+                 timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency, sampling=sampling)
     spec = spec_metrics(before, scrape(str(b.url)))
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
@@ -408,7 +436,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     # the server's own speculation counters (vLLM's /metrics), where it exposes them; else acceptance stays blank
     metrics.update(spec)
     notes = [f"{table.source}; replayed against {b.url} as {served!r}"
-             + ("" if spec else " (the server reported no speculative-decoding counters at /metrics)")]
+             + ("" if spec else " (the server reported no speculative-decoding counters at /metrics)"), prompts.how]
     if (~ok).any():
         notes.append(f"backend=openai: {int((~ok).sum())} of {n} requests failed; the first error: "
                      f"{next(e for e in r['error'] if e)}")
