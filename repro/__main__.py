@@ -13,6 +13,9 @@
 ``python -m repro robustness NAME [--quick] [--samples N] [--seed S]``
     runs the experiment over its declared open choices and says which paper claims hold robustly, depend on the
     setting (and on which knob), or differ everywhere plausible (:mod:`repro.experiments.robustness`).
+``python -m repro sim_vs_real [--device cuda --model NAME --draft NAME ...] [KEY=VALUE ...]``
+    profiles this device's passes, runs the same workload and systems on the real backend and on the simulator
+    priced from that profile, and reports them side by side (:mod:`repro.experiments.sim_vs_real`).
 ``python -m repro all [--quick]``
     regenerates the whole catalogue and ``results/INDEX.md`` (:mod:`repro.experiments.check`).
 
@@ -55,7 +58,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on a run stops as stopping.py says
 
 LIST_GROUPS = ("exp", "system", "workload", "hardware", "engine", "cost", "model", "oracle", "backend")
-COMMANDS = ("list", "check", "all", "robustness")
+COMMANDS = ("list", "check", "all", "robustness", "sim_vs_real")
 
 
 def _title(path: Path) -> str:
@@ -154,6 +157,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from repro.experiments import robustness
 
         guarded(lambda: sys.exit(robustness.main(args[1:])), None)
+        return
+    if args[:1] == ["sim_vs_real"]:
+        from repro.experiments import sim_vs_real
+
+        guarded(lambda: sys.exit(sim_vs_real.main(args[1:])), None)
         return
     if args[:1] in (["check"], ["all"]):
         from repro.experiments import check

@@ -261,11 +261,14 @@ class Timer:
     """Times a pass: CUDA events around a captured graph's replay (or an eager pass) on a GPU, the wall clock on a
     CPU. ``mode`` is how the last cell ran: ``graph`` or ``eager``."""
 
-    def __init__(self, torch: Any, device: str, graphs: bool) -> None:
+    def __init__(self, torch: Any, device: str, graphs: bool, flush_bytes: int = 0) -> None:
         self.torch, self.cuda = torch, device.startswith("cuda")
         self.graphs = graphs and self.cuda
         self.mode = "eager"
         self._graph: Any = None
+        # a CPU: a buffer written before each timed pass, evicting the pass's working set from the core's private
+        # caches as an engine's host work between two passes does (flush_bytes; 0: back-to-back, warm caches)
+        self._flush = torch.empty(flush_bytes // 4, dtype=torch.float32) if flush_bytes and not self.cuda else None
 
     def median_ms(self, fn: Callable[[], Any], warmup: int, repeat: int) -> float:
         torch = self.torch
@@ -283,6 +286,8 @@ class Timer:
         if not self.cuda:
             times = []
             for _ in range(repeat):
+                if self._flush is not None:
+                    self._flush.fill_(1.0)
                 t0 = time.perf_counter()
                 run()
                 times.append((time.perf_counter() - t0) * 1e3)
@@ -320,6 +325,20 @@ def free_bytes(torch: Any, device: str, cap_gib: float | None) -> int:
     return min(free, int(cap_gib * 2**30)) if cap_gib is not None else free
 
 
+def l2_bytes() -> int:
+    """This CPU's per-core L2 cache (sysfs), 2 MiB when it cannot be read."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")) if base.is_dir() else []:
+        try:
+            if (index / "level").read_text().strip() == "2" and (index / "type").read_text().strip() != "Instruction":
+                size = (index / "size").read_text().strip().upper()
+                scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+                return int(size.rstrip("KMG")) * scale
+        except (OSError, ValueError):
+            continue
+    return 2 * 2**20
+
+
 def _mem_available() -> int:
     try:
         with open("/proc/meminfo") as fh:
@@ -333,11 +352,11 @@ def _mem_available() -> int:
 
 def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: int, graphs: bool = True,
             cap_gib: float | None = None, done: set[tuple[int, ...]] | frozenset[tuple[int, ...]] = frozenset(),
-            ) -> Iterator[tuple[Cell, float | None, str]]:
+            flush_bytes: int = 0) -> Iterator[tuple[Cell, float | None, str]]:
     """Each cell's median latency in ms (None: skipped, with the reason as the third item; else the mode), measured
-    in order; cells whose key is in ``done`` are not measured (nor yielded)."""
+    in order; cells whose key is in ``done`` are not measured (nor yielded). ``flush_bytes``: :class:`Timer`'s."""
     torch, spec, device = model.torch, model.spec, model.device
-    timer = Timer(torch, device, graphs)
+    timer = Timer(torch, device, graphs, flush_bytes)
     width = torch.finfo(model.dtype).bits // 8
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     with torch.inference_mode():
@@ -376,6 +395,25 @@ def profile(spec: ModelSpec, device: str = "cpu", tokens: Sequence[int] = TOKENS
     model = RandomDecoder(spec, device, _dtype(torch, device))
     return [(cell.key[0], cell.key[1], ms, cell.key[2]) for cell, ms, _ in
             measure(model, grid(tokens, contexts, ks, batches), warmup, repeat, graphs) if ms is not None]
+
+
+def make_model(spec: ModelSpec, device: str, dtype: Any, engine: str = "decoder", tiny: bool = False) -> Any:
+    """The model whose passes a profile times: this module's decoder, or ``backend=hf``'s (``engine="hf"``)."""
+    if engine == "hf":
+        from repro.backends.passes import BackendPasses
+
+        return BackendPasses(spec, device, dtype, tiny=tiny)
+    return RandomDecoder(spec, device, dtype)
+
+
+def hf_stamp(model: Any, tiny: bool) -> dict[str, Any]:
+    """The sidecar fields of a profile of ``backend=hf``'s passes."""
+    from repro.backends.passes import ENGINE as HF_ENGINE
+
+    return {"engine": HF_ENGINE, "cuda_graphs": False, "tiny": bool(tiny),
+            "weights": "random (backend.tiny's scaled-down shape)" if tiny else "random (architecture from conf/model)",
+            "shape": {"num_layers": model.spec.num_layers, "hidden_size": model.spec.hidden_size,
+                      "vocab_size": model.spec.vocab_size}}
 
 
 def _dtype(torch: Any, device: str) -> Any:
@@ -458,7 +496,7 @@ def run_table(model: RandomDecoder, cells: Sequence[Cell], out: Path, info: dict
     count = 0
     t0 = time.perf_counter()
     for cell, ms, how in measure(model, cells, args.warmup, args.repeat, not args.no_cuda_graphs,
-                                 args.max_memory_gib, done):
+                                 args.max_memory_gib, done, int(getattr(args, "flush_mib", 0) * 2**20)):
         if ms is None:
             skipped.append(f"{cell.kind} {cell.key}: {how}")
             continue
@@ -494,8 +532,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip cells needing more than this (default: the device's free memory)")
     parser.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads (default: PyTorch's)")
     parser.add_argument("--resume", action="store_true", help="measure only the cells --out does not hold yet")
+    parser.add_argument("--engine", choices=("decoder", "hf"), default="decoder",
+                        help="whose passes: this module's decoder (a serving engine's), or backend=hf's own "
+                             "(repro.backends.passes: what sim_vs_real compares with backend=hf)")
+    parser.add_argument("--tiny", action="store_true", help="with --engine hf: backend.tiny's scaled-down models")
+    parser.add_argument("--flush-mib", type=float, default=None,
+                        help="on a CPU, write this many MiB before each timed pass, evicting the core's private "
+                             "caches as an engine's host work between passes does (default: with --engine hf, twice "
+                             "the L2 cache; else 0, back-to-back passes)")
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per cell")
     args = parser.parse_args(argv)
+    if args.tiny and args.engine != "hf":
+        print("error: --tiny profiles backend=hf's scaled-down models: add --engine hf", file=sys.stderr)
+        return 2
+    if args.flush_mib is None:
+        args.flush_mib = 2 * l2_bytes() / 2**20 if args.engine == "hf" and not args.device.startswith("cuda") else 0.0
     try:
         spec = load_model(args.model)
         draft = load_model(args.draft) if args.draft else None
@@ -520,13 +571,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs.append((draft, grid(args.tokens, args.contexts), out.with_suffix(".draft.csv"),
                      {**provenance(draft, args.device, args.warmup, args.repeat, graphs), "role": "draft",
                       "target": spec.name}, False))
-    model = None
+    model: Any = None
+    built_for = None
     for who, cells, path, meta, mixed in jobs:
-        if model is None or model.spec is not who:
+        if model is None or built_for is not who:
             model = None
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-            model = RandomDecoder(who, args.device, _dtype(torch, args.device))
+            model = make_model(who, args.device, _dtype(torch, args.device), args.engine, args.tiny)
+            built_for = who
+        if args.engine == "hf":
+            meta = {**meta, **hf_stamp(model, args.tiny)}
+        if args.flush_mib:
+            meta = {**meta, "flush_mib": round(float(args.flush_mib), 3)}
         count, skipped = run_table(model, cells, path, meta, args, mixed)
         more = f"; {len(skipped)} skipped (too large for the device's memory; see {path.name}.json)" if skipped else ""
         print(f"{path}: {count} cells measured ({who.name} on {meta.get('gpu') or args.device}){more}", flush=True)

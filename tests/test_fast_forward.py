@@ -10,6 +10,7 @@ model and an EAGLE head)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -207,6 +208,7 @@ def _run(overrides: list[str], fast_forward: bool, onward: bool = True,
 
 
 WORKLOAD = ["workload=sharegpt", "num_requests=60", "seed=1"]
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 SCENARIOS = {
     "vllm": ["system=vllm", "rps=3", *WORKLOAD],
     "sarathi chunked prefill": ["system=sarathi", "rps=4", *WORKLOAD],
@@ -251,6 +253,9 @@ SCENARIOS = {
     "vllm in a closed loop of 4 (a finish sends a waiting request)": ["system=vllm", "rps=8", "max_concurrency=4",
                                                                       *WORKLOAD],
     "static k=3 in a closed loop of 1": ["system=static_sd_k3", "rps=2", "max_concurrency=1", *WORKLOAD],
+    "static k=3 priced from a measured profile (target and draft tables)": [
+        "system=static_sd_k3", "hardware=h100-80g", "cost=profile", f"cost.table={PROFILES}/h100-llama2-7b.csv",
+        f"cost.draft_table={PROFILES}/h100-llama2-7b.draft.csv", "rps=4", *WORKLOAD],
 }
 
 

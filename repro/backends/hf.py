@@ -108,6 +108,19 @@ class HfBackend:
         self.pending_draft_s = 0.0  # drafting the policy's drafter did while the step was being scheduled
         self.rec: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
         self.done_tokens: dict[int, list[int]] = {}  # finished requests' output tokens (for tests and records)
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """One untimed pass of each model (a prompt, then a decode against its cache), as a serving engine warms up
+        before it serves: the process's one-off costs (lazy initialisation, first allocations, kernel selection)
+        stay out of the first request's measured TTFT."""
+        torch = self.torch
+        with torch.inference_mode():
+            for runner in (self.target, self.draft):
+                if runner is None:
+                    continue
+                _, kv = runner.forward([Item(None, [0, 1, 2, 3], [0, 1, 2, 3], chain_mask(torch, 4, runner.device))])
+                runner.forward([Item(kv[0], [4], [4], chain_mask(torch, 1, runner.device))])
 
     # ---------------------------------------------------------------------------------------------- tokens
     def tokens(self, rid: int) -> list[int]:

@@ -303,7 +303,7 @@ class CostModel:
         if self._profiles and which in self._profiles:
             qp = np.broadcast_to(np.asarray(query_pairs, dtype=np.float64), kv.shape)
             return np.array([self.forward_s(num_tokens, num_seqs, x, 0.0, lm_head_tokens, decode_only, q, which)
-                             for x, q in zip(kv.tolist(), qp.tolist(), strict=True)])
+                             for x, q in zip(kv.ravel().tolist(), qp.ravel().tolist(), strict=True)]).reshape(kv.shape)
         linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, num_seqs, lm_head_tokens, decode_only)
         c = self._c(which)
         return linear + self._attention(c, kv, query_pairs, c.v_half > 0.0) + lm_head + allreduce + overhead
@@ -550,7 +550,8 @@ class CostModel:
         """Host-side cost of one speculation round of a draft model or EAGLE head (preparing the proposer's
         inputs, sampling its tokens, assembling the proposals), charged once per step that speculates; hidden behind
         the GPU's pass under async scheduling (:mod:`repro.cost.serving`)."""
-        return 0.0 if self.engine.async_scheduling else self.hardware.spec_round_overhead_s
+        hidden = self.engine.async_scheduling or not self.engine.spec_round  # overlapped, or inside measured passes
+        return 0.0 if hidden else self.hardware.spec_round_overhead_s
 
     @property
     def budget_tokens(self) -> int:

@@ -37,6 +37,10 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   terms rather than taking max(host, GPU): exact while they stay below the step's GPU time (a 0.8 ms round against
   a ≥ 6 ms pass of a ≥ 7B target on an H100). Prompt lookup's CPU matching stays charged (it runs between sampling
   and the next pass).
+- **spec_round** (default true): the engine spends the hardware's host round per speculating step
+  (``HardwareSpec.spec_round_overhead_s``: vLLM's proposer set-up, sampling and proposal assembly) outside the passes.
+  False for an engine whose measured passes already hold its host work (``hf_eager``: ``backend=hf`` times its
+  drafting, glue included, and a profile of its passes prices the simulator's).
 - **reports_kv_tokens**: the engine logs its KV capacity in tokens at start-up (vLLM V1's "GPU KV cache size: N
   tokens"): its runs' points.csv gets ``kv_cache_tokens``.
 - **elastic memory** (:class:`~repro.sim.plan.MemoryAction`): ``kv_expand_s`` to grow the KV pool in place (allocate
@@ -86,6 +90,7 @@ class EngineProfile:
     non_torch_gib: float = 0.0
     graph_sizes: tuple[int, ...] = ()
     async_scheduling: bool = False
+    spec_round: bool = True
     reports_kv_tokens: bool = False
     kv_expand_s: float = 0.1439
     reload_dispatch_s: float = 2.19e-5
@@ -107,7 +112,7 @@ class EngineProfile:
             raise ValueError(f"engine {self.name!r}: graph_sizes must be increasing positive integers, "
                              f"got {list(sizes)}")
         object.__setattr__(self, "graph_sizes", sizes)
-        for key in ("async_scheduling", "reports_kv_tokens"):
+        for key in ("async_scheduling", "spec_round", "reports_kv_tokens"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"engine {self.name!r}: {key} must be true or false")
         for key in ("profile_tokens", "profile_seqs", "cuda_graph_gib", "non_torch_gib",

@@ -103,6 +103,29 @@ def test_repro_profile_measures_a_tiny_random_model_into_a_table(tmp_path: Path)
     assert '"model": "tiny"' in meta and '"torch"' in meta
 
 
+def test_repro_profile_times_backend_hfs_own_passes(tmp_path: Path) -> None:
+    """``--engine hf``: the passes ``backend=hf`` runs (its Runner over per-sequence caches), stamped as such, with
+    the CPU's private caches flushed before each timed pass (twice the L2 by default)."""
+    pytest.importorskip("transformers", reason="--engine hf runs transformers models (pip install -e '.[real]')")
+    import json
+
+    from repro import profile
+    from repro.backends.passes import ENGINE
+
+    out = tmp_path / "hf.csv"
+    assert profile.main(["--model", "llama-68m", "--engine", "hf", "--tiny", "--tokens", "1", "4", "--contexts", "0",
+                         "16", "--k", "2", "--batches", "1", "2", "--repeat", "2", "--warmup", "1", "--threads", "1",
+                         "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["num_tokens"], r["context"], r["num_seqs"]) for r in rows] == [
+        ("1", "0", "1"), ("1", "16", "1"), ("4", "0", "1"), ("4", "16", "4"), ("3", "16", "1"), ("6", "16", "2")]
+    assert all(float(r["latency_ms"]) > 0 for r in rows)
+    meta = json.loads((tmp_path / "hf.csv.json").read_text())
+    assert meta["engine"] == ENGINE and meta["tiny"] is True and meta["shape"]["vocab_size"] == 512
+    assert meta["flush_mib"] == round(2 * profile.l2_bytes() / 2**20, 3) > 0 and meta["complete"] is True
+    assert profile.main(["--model", "llama-68m", "--tiny", "--out", str(tmp_path / "x.csv")]) == 2  # needs --engine hf
+
+
 def test_the_random_decoder_runs_every_architecture_shape() -> None:
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     from repro.profile import RandomDecoder

@@ -1,0 +1,67 @@
+"""``backend=hf``'s own passes as a profiler model (``python -m repro.profile --engine hf``): the profile of the
+engine that ``backend=hf`` runs, for the simulator to price a run with (``cost=profile``) and compare with the real
+one (:mod:`repro.experiments.sim_vs_real`).
+
+:mod:`repro.profile` times its own decoder (a static KV cache written in place, SDPA, CUDA graphs): what a serving
+engine's kernels do. ``backend=hf`` runs transformers models through :class:`~repro.backends.ragged.Runner`: every
+sequence brings its own cache, the pass pads the batch to its longest cache and its longest run of new tokens and
+copies the caches into one, and every new token gets its logits. Timing those passes, not the profiler's, is what
+makes a simulation priced from the table and the real run model the same engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from repro.backends.models import TinyShape, build_model, require_torch
+from repro.backends.ragged import Item, Runner, chain_mask
+from repro.cost.spec import ModelSpec
+
+ENGINE = ("backend=hf's passes (transformers eager, per-sequence caches padded and copied into one batch, logits "
+          "for every new token; repro.backends.ragged.Runner)")
+
+
+def tiny_spec(spec: ModelSpec, shape: TinyShape | None = None) -> ModelSpec:
+    """``spec`` scaled down as ``backend.tiny`` scales it (:class:`~repro.backends.models.TinyShape`)."""
+    s = shape or TinyShape()
+    ratio = max(1, spec.num_heads // max(spec.num_kv_heads, 1))
+    return replace(spec, num_layers=s.num_layers, hidden_size=s.hidden_size, num_heads=s.num_heads,
+                   num_kv_heads=max(1, s.num_heads // ratio), head_dim=s.hidden_size // s.num_heads,
+                   intermediate_size=s.intermediate_size, vocab_size=s.vocab_size, max_context=s.max_context)
+
+
+class BackendPasses:
+    """A random-weight transformers model of ``spec``'s architecture run as ``backend=hf`` runs it, with the
+    profiler's model interface (``cache``, ``forward_groups``; :func:`repro.profile.measure`)."""
+
+    def __init__(self, spec: ModelSpec, device: str, dtype: Any, seed: int = 0, tiny: bool = False) -> None:
+        self.torch, _ = require_torch()
+        name = "float32" if dtype == self.torch.float32 else "bfloat16" if dtype == self.torch.bfloat16 else "float16"
+        self.runner = Runner(build_model(spec.name, tiny=tiny, seed=seed, device=device, dtype=name))
+        self.spec = tiny_spec(spec) if tiny else spec
+        self.device, self.dtype = device, self.runner.dtype
+        cfg = self.runner.cfg
+        self._kv = (int(cfg.num_key_value_heads), int(getattr(cfg, "head_dim", None)
+                                                      or cfg.hidden_size // cfg.num_attention_heads))
+
+    def cache(self, batch: int, context: int, new: int = 0) -> list[Any]:
+        """``batch`` per-sequence caches of ``context`` random tokens (``[layers, 2, kv_heads, context, head_dim]``,
+        as ``backend=hf`` keeps them); ``new`` is unused (the backend appends a pass's KV after it)."""
+        heads, hd = self._kv
+        return [self.torch.randn(self.runner.layers, 2, heads, context, hd, device=self.device, dtype=self.dtype)
+                for _ in range(batch)]
+
+    def forward_groups(self, groups: Sequence[tuple[Any, list[Any] | None, int, bool]]) -> Any:
+        """One ragged pass over every sequence of ``groups`` (``(tokens [b, n], caches or None, context, _)``)."""
+        torch = self.torch
+        items = []
+        for tokens, caches, context, _ in groups:
+            ids = tokens.tolist()
+            n = len(ids[0])
+            mask = chain_mask(torch, n, self.runner.device)
+            for i, row in enumerate(ids):
+                items.append(Item(caches[i] if caches is not None else None, row, list(range(context, context + n)),
+                                  mask))
+        return self.runner.forward(items)
