@@ -59,6 +59,11 @@ class ForwardShape:
     lm_head_tokens: int = -1  # tokens scored by the LM head; -1 = num_tokens
     decode_only: bool = False  # the pass replays CUDA graphs (lower per-layer launch cost); the engine decides
     query_pairs: float = 0.0  # Σ over decode/verify sequences of queries × keys (compute side of their attention)
+    # the prefill chunks' share of the pass (a step mixing prefill with decodes: a measured profile prices the two
+    # parts from its own rows, :meth:`repro.cost.profile.ProfileCostModel.mixed_s`; the analytic terms need no split)
+    prefill_tokens: int = 0
+    prefill_seqs: int = 0
+    prefill_cached: float = 0.0  # the chunks' cached prefix, within kv_read_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,8 @@ class TargetProfile(Protocol):
 
     def forward_s(self, num_tokens: int, num_seqs: int, kv_read_tokens: float = 0.0) -> float: ...
 
+    def forward(self, shape: ForwardShape, which: str = "target") -> ForwardCost: ...
+
 
 class CostModel:
     """Step latencies of the target, its draft model or EAGLE head, plus memory and transfer costs.
@@ -260,6 +267,8 @@ class CostModel:
             or shape.query_pairs < 0
         ):
             raise ValueError(f"negative quantity in {shape}")
+        if which in self._profiles and 0 < shape.prefill_tokens < shape.num_tokens:  # prefill chunks beside decodes
+            return self._profiles[which].forward(shape, which)
         if which in self._profiles:
             return ForwardCost(self.forward_s(shape.num_tokens, shape.num_seqs, shape.kv_read_tokens,
                                               shape.prefill_attn_pairs, shape.lm_head_tokens, shape.decode_only,

@@ -108,7 +108,8 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     if pre.ids.size:
         n_tokens = int(pre.tokens.sum()) + dec_tokens
         shape = ForwardShape(n_tokens, int(pre.ids.size + seqs), kv + pre.cached, pre.pairs,
-                             dec_tokens + int(pre.completes.sum()), False, qpairs)
+                             dec_tokens + int(pre.completes.sum()), False, qpairs, int(pre.tokens.sum()),
+                             int(pre.ids.size), float(pre.cached))
         return shape, host
     graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
         and dec_tokens <= profile.graph_max_tokens

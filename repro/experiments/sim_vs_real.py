@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,9 +63,8 @@ def speculative_ks(systems: Sequence[str]) -> list[int]:
 
 
 def profile_tables(args: Any, out: Path, ks: Sequence[int]) -> tuple[Path, Path]:
-    """Step 1: the target's and the draft's passes on this device (:func:`repro.profile.main`, engine hf)."""
-    from repro import profile
-
+    """Step 1: the target's and the draft's passes on this device (``python -m repro.profile --engine hf``, in a
+    process of its own as a user runs it)."""
     tokens, contexts, batches = _grid(args.num_requests, args.input_len, args.input_len + args.output_len, ks)
     table = out / "profile.csv"
     argv = ["--model", args.model, "--draft", args.draft, "--engine", "hf", "--device", args.device,
@@ -73,8 +74,10 @@ def profile_tables(args: Any, out: Path, ks: Sequence[int]) -> tuple[Path, Path]
         argv.append("--tiny")
     if args.threads:
         argv += ["--threads", str(args.threads)]
-    if profile.main(argv) != 0:
-        raise ConfigError(f"sim_vs_real: profiling {args.model} failed (python -m repro.profile {' '.join(argv)})")
+    res = subprocess.run([sys.executable, "-m", "repro.profile", *argv], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError(f"sim_vs_real: python -m repro.profile {' '.join(argv)} failed: {why}")
     return table, table.with_suffix(".draft.csv")
 
 
