@@ -132,12 +132,26 @@ def test_a_mixed_step_is_priced_within_20_percent_of_the_measured_one(tmp_path: 
     measured (``--mixed``). Pricing it as all decodes at the mean context was 12-300 % high on this CPU."""
     torch = pytest.importorskip("torch", reason="python -m repro.profile needs PyTorch (pip install torch==2.13.0)")
     from repro import profile
-    from repro.cost.model import ForwardShape
-    from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 
     spec = ModelSpec(name="small", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2, intermediate_size=768,
                      vocab_size=1024, max_context=2048, tokenizer="llama2")
     model = profile.RandomDecoder(spec, "cpu", torch.float32)
+    # wall-clock measurements: a parallel test run on the same core can slow the grid and not the mixed cells, or
+    # the other way round; up to three tries (pricing as decodes was off by up to 300 % in every one)
+    for _ in range(3):
+        errors = _mixed_errors(profile, model, tmp_path)
+        if all(abs(e) <= 0.20 for e in errors.values()):
+            break
+    assert len(errors) == 8 and all(abs(e) <= 0.20 for e in errors.values()), errors
+
+
+def _mixed_errors(profile: Any, model: Any, tmp_path: Path) -> dict[tuple[int, ...], float]:
+    """Each mixed cell's priced / measured - 1, the grid and the cells measured afresh."""
+    import torch
+
+    from repro.cost.model import ForwardShape
+    from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -148,7 +162,7 @@ def test_a_mixed_step_is_priced_within_20_percent_of_the_measured_one(tmp_path: 
     finally:
         torch.set_num_threads(threads)
     out = tmp_path / "small.csv"
-    profile.write(out, rows, profile.provenance(spec, "cpu", 2, 5))
+    profile.write(out, rows, profile.provenance(model.spec, "cpu", 2, 5))
     table = ProfileCostModel(out)
     errors = {}
     for cell, ms in mixed:
@@ -162,9 +176,9 @@ def test_a_mixed_step_is_priced_within_20_percent_of_the_measured_one(tmp_path: 
         assert (shape.prefill_tokens, shape.prefill_seqs, shape.num_tokens) == (chunk.new, 1, chunk.new + d)
         priced = table.forward(shape).total_s * 1e3
         errors[cell.key] = priced / ms - 1
-    assert len(errors) == 8 and all(abs(e) <= 0.20 for e in errors.values()), errors
     plain = ForwardShape(64, 1, 0.0, 64 * 65 / 2)  # a prefill alone is read from its row as before
     assert table.forward(plain).total_s == table.forward_s(64, 1, 0.0)
+    return errors
 
 
 MIXED_TABLES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*.mixed.csv"))

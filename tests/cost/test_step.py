@@ -44,10 +44,12 @@ def test_verify_pass_of_a_mixed_step() -> None:
     # a 64-token prefill chunk on 32 cached tokens (completes its prompt) + 2 decodes, one verifying k = 3:
     # tokens 64 + (1 + 3) + 1 = 69; 3 sequences; KV read: the chunk's 32 cached tokens, the decodes' (100 + 4) +
     # (200 + 1); causal pairs 64 · (32 + 65 / 2); query-key pairs of the decodes 4 · (100 + 4) + 1 · (200 + 1); LM
-    # head over the 5 decode tokens and the completed prompt's last token; a pass with prefill runs eagerly
+    # head over the 5 decode tokens and the completed prompt's last token; a pass with prefill runs eagerly; the
+    # chunk's share (64 tokens, 1 sequence, 32 cached) for a measured profile's pricing
     pre = PrefillBatch(ids([0]), ids([64]), 64 * (32 + 65 / 2), np.array([True]), 32.0)
     dec = _dec([3, 0], [100, 200])
-    assert verify_pass(MQ, pre, dec) == (ForwardShape(69, 3, 337.0, 64 * (32 + 65 / 2), 6, False, 617.0), 0.0)
+    assert verify_pass(MQ, pre, dec) == (ForwardShape(69, 3, 337.0, 64 * (32 + 65 / 2), 6, False, 617.0, 64, 1, 32.0),
+                                         0.0)
     empty = PrefillBatch(NO_INT, NO_INT, 0.0, NO_BOOL)
     assert verify_pass(MQ, empty, dec) == (ForwardShape(5, 2, 305.0, 0.0, 5, True, 617.0), 0.0)
     # an engine that verifies eagerly (vLLM v0's multi-query scorer, FlexFlow): graphs for plain decodes only
