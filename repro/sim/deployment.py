@@ -123,7 +123,7 @@ def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
         return None
     if kind != "profile":
         raise ConfigError(f"cost.kind must be 'analytic' or 'profile', not {kind!r}")
-    table = node.get(key)
+    table = _case_table(cfg, key, node.get(key))
     if not table and key != "table":
         return None
     if not table:
@@ -139,6 +139,25 @@ def target_profile(cfg: Any, key: str = "table") -> TargetProfile | None:
         return ProfileCostModel(path)
     except ValueError as exc:
         raise ConfigError(f"cost.{key}: {exc}") from None
+
+
+def _case_table(cfg: Any, key: str, table: Any) -> Any:
+    """``cost.<key>`` for this point: a path, or a mapping from ``hardware/model``, hardware or model names to paths,
+    so an experiment whose cases run on several GPUs or models takes each case's own table (``cost.table='{h100-80g:
+    profiles/h100-llama2-7b.csv, l40s: profiles/l40s-llama2-7b.csv}'``); a point no key names is a ConfigError."""
+    if table is None or isinstance(table, str | Path):
+        return table
+    try:
+        choices = {str(k): v for k, v in dict(table).items()}
+    except (TypeError, ValueError):
+        raise ConfigError(f"cost.{key}: a path, or a mapping of hardware or model names to paths") from None
+    hw = str(cfg.hardware.name)
+    model = str(cfg.draft.name if key == "draft_table" else cfg.model.name)
+    for name in (f"{hw}/{model}", hw, model):
+        if name in choices:
+            return choices[name]
+    raise ConfigError(f"cost.{key}: no table for hardware {hw} and model {model} (given: {sorted(choices)}; keys are "
+                      "hardware/model, hardware or model names)")
 
 
 def check_profile_fits(cfg: Any, key: str, path: Path) -> None:

@@ -181,6 +181,21 @@ def _mixed_errors(profile: Any, model: Any, tmp_path: Path) -> dict[tuple[int, .
     return errors
 
 
+def test_each_case_takes_its_own_table() -> None:
+    """``cost.table`` as a mapping: the point's hardware/model, hardware or model picks its table (a multi-case
+    experiment's L40S case is never priced with the H100's), and a point no key names is refused in one line."""
+    from repro.sim.deployment import target_profile
+
+    tables = "{h100-80g/llama2-13b: profiles/h100-llama2-13b.csv, h100-80g: profiles/h100-llama2-7b.csv}"
+    on = ["cost=profile", f"cost.table={tables}", "hardware=h100-80g"]
+    seven = target_profile(compose([*on, "model=llama2-7b"]))
+    thirteen = target_profile(compose([*on, "model=llama2-13b"]))
+    assert seven is not None and thirteen is not None
+    assert thirteen.forward_s(1, 1, 512.0) > seven.forward_s(1, 1, 512.0)  # each its own measured passes
+    with pytest.raises(ConfigError, match="no table for hardware l40s and model llama2-7b"):
+        target_profile(compose(["cost=profile", f"cost.table={tables}", "hardware=l40s", "model=llama2-7b"]))
+
+
 MIXED_TABLES = sorted((Path(__file__).resolve().parents[2] / "profiles").glob("*.mixed.csv"))
 
 
