@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The simulator against backend=hf on this machine's GPU (python -m repro sim_vs_real), for two of the papers'
+# architectures with random weights (no download): Llama-2-7B (TurboSpec, AdaServe) and Qwen2.5-7B (Nightjar), the
+# draft a noisy copy of the target (acceptance between 0 and 1), vLLM, Sarathi-Serve and static k = 3. Each model runs
+# under its own time limit; its profile, recordings and report are packed into $OUT/sim_vs_real.tgz as it finishes,
+# so a run cut short keeps what it finished. Commit the reports (summary.md, comparison.csv, the figure, the
+# profile with its sidecar) under profiles/sim_vs_real/ with the device's name.
+# Usage: OUT=/some/folder [GPU_TAG=h100] bash scripts/gpu_sim_vs_real.sh [quick]
+# quick: the whole pipeline on the tiny stand-ins in seconds (DEVICE=cpu runs it on a CPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/gpu_sim_vs_real}"
+work="$(mktemp -d)/sim_vs_real"
+mkdir -p "$OUT" "$work"
+export PYTHONUNBUFFERED=1
+py="${PYTHON:-python3}"
+device="${DEVICE:-cuda}"
+tag="${GPU_TAG:-h100}"
+pack() { tar -czf "$OUT/sim_vs_real.tgz.tmp" -C "$(dirname "$work")" sim_vs_real \
+    && mv "$OUT/sim_vs_real.tgz.tmp" "$OUT/sim_vs_real.tgz"; }
+
+run() {  # NAME LIMIT_S ARGS...: one report into $work/$tag-NAME/
+    local name=$1 limit=$2; shift 2
+    echo "== $name ($(date -u +%T))"
+    timeout "$limit" "$py" -m repro sim_vs_real --device "$device" --out "$work/$tag-$name" "$@"
+    echo "   exit $? ($(date -u +%T))"
+    pack
+}
+
+if [ "${1:-}" = quick ]; then
+    run tiny 120 --model llama-68m --draft llama-68m --systems vllm static_sd_k3 --num-requests 6
+    exit 0
+fi
+common=(--no-tiny --threads 0 --systems vllm sarathi static_sd_k3 --num-requests 24 --rps 1 --input-len 256
+        --output-len 96 --repeat 7)
+run llama2-7b 240 --model llama2-7b --draft llama2-7b "${common[@]}"
+run qwen2.5-7b 240 --model qwen2.5-7b --draft qwen2.5-7b "${common[@]}"
+ls -la "$work"
