@@ -84,7 +84,10 @@ def build_model(name: str | ModelSpec, *, tiny: bool | TinyShape = False, seed: 
         if not os.path.isdir(path):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
-            model = tf.AutoModelForCausalLM.from_pretrained(path, dtype=dt, local_files_only=True)
+            # the same attention implementation as random weights (below): exact custom (tree) masks, and a
+            # checkpoint's timings comparable with its random-weight stand-in's
+            model = tf.AutoModelForCausalLM.from_pretrained(path, dtype=dt, local_files_only=True,
+                                                            attn_implementation="eager")
         except OSError as exc:
             raise FileNotFoundError(f"model path {path!r}: no local checkpoint there nor in the Hugging Face cache "
                                     "(this suite never downloads; fetch it first, e.g. huggingface-cli download)"

@@ -281,3 +281,17 @@ def test_a_swap_moves_the_caches_and_decoding_resumes_exactly() -> None:
     out = eng.run()
     assert out.state.num_preemptions[0] == 1 and out.state.num_generated[0] == 10
     _exact(be, 1, 12, 10)
+
+
+def test_a_checkpoint_runs_the_same_attention_as_random_weights(tmp_path: Path) -> None:
+    """A local checkpoint loads with the eager attention random weights use (exact tree masks; timings of a real
+    model comparable with its random-weight stand-in's), and computes what the saved model computed."""
+    from repro.backends.models import build_model
+
+    random = build_model("llama-68m", tiny=True, seed=3)
+    random.save_pretrained(tmp_path / "ckpt")
+    loaded = build_model("llama-68m", path=str(tmp_path / "ckpt"))
+    assert random.config._attn_implementation == loaded.config._attn_implementation == "eager"
+    ids = torch.arange(7)[None]
+    with torch.inference_mode():
+        assert torch.equal(random(ids).logits, loaded(ids).logits)
