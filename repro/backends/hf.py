@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from repro.backends.models import require_torch
-from repro.backends.ragged import Item, Runner, chain_mask, tree_mask
+from repro.backends.ragged import Item, KvCaches, Runner, chain_mask, tree_mask
 from repro.sim.backend import Executed
 from repro.sim.plan import CandidateTree, PlanError
 
@@ -102,8 +102,8 @@ class HfBackend:
         self.gen = self.torch.Generator(device="cpu").manual_seed(self.seed)
         self.toks: dict[int, list[int]] = {}  # prompt + output tokens the engine has emitted
         self.beyond: dict[int, list[int]] = {}  # target tokens verified past a request's end (the record's truth)
-        self.tkv: dict[int, Any] = {}
-        self.dkv: dict[int, Any] = {}
+        self.tkv = KvCaches(self.torch)  # the target's and the draft's caches, per request
+        self.dkv = KvCaches(self.torch)
         self.lookup_tokens: dict[int, list[int]] = {}  # prompt-lookup proposals of the step being planned
         self.pending_draft_s = 0.0  # drafting the policy's drafter did while the step was being scheduled
         self.rec: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
@@ -166,7 +166,7 @@ class HfBackend:
         for rid in rids.tolist():
             for d in (self.tkv, self.dkv):
                 if rid in d:
-                    d[rid] = d[rid].to(dev, non_blocking=False)
+                    d.move(rid, dev)
         return self._sync() - t0
 
     def _sync(self) -> float:
@@ -208,8 +208,9 @@ class HfBackend:
             items.append(Item(cache, new, list(range(have, n)), chain_mask(torch, len(new), self.draft.device)))
             need.append((rid, have))
         logits, kv = self.draft.forward(items)
-        for (rid, have), it, lg, k in zip(need, items, logits, kv, strict=True):
-            self.dkv[rid] = k if it.cache is None else torch.cat([it.cache, k], dim=3)
+        for (rid, have), lg, k in zip(need, logits, kv, strict=True):
+            self.dkv.crop(rid, have)  # what the pass read (a recomputed last token: one less than held)
+            self.dkv.append(rid, k)
             self._record(rid, lg, have + 1)
             out.append(lg[-1])
         return out
@@ -242,7 +243,7 @@ class HfBackend:
                            chain_mask(torch, 1, self.draft.device)) for i in live]
             logits, kv = self.draft.forward(items)
             for i, lg, k in zip(live, logits, kv, strict=True):
-                self.dkv[rids[i]] = torch.cat([self.dkv[rids[i]], k], dim=3)
+                self.dkv.append(rids[i], k)
                 tok, q = self._pick(lg[-1])
                 chains[i].append(tok)
                 qs[i].append(q)
@@ -285,11 +286,8 @@ class HfBackend:
                   dec: DecodeBatch) -> Executed:
         for rid in [*pre.ids.tolist(), *dec.ids.tolist()]:  # the target's cache never runs ahead of the engine
             c = int(s.num_computed[rid])
-            if rid in self.tkv and self.tkv[rid].shape[3] > c:
-                if c:
-                    self.tkv[rid] = self.tkv[rid][:, :, :, :c]
-                else:
-                    del self.tkv[rid]
+            if self.tkv.length(rid) > c:
+                self.tkv.crop(rid, c)
         t0 = self._sync()
         draft_s = self.pending_draft_s
         self.pending_draft_s = 0.0
@@ -303,8 +301,7 @@ class HfBackend:
         t2 = self._sync()
         npre = pre.ids.size
         for j, rid in enumerate(pre.ids.tolist()):
-            cache = self.tkv.get(rid)
-            self.tkv[rid] = kv[j] if cache is None else self.torch.cat([cache, kv[j]], dim=3)
+            self.tkv.append(rid, kv[j])
             if pre.completes[j]:
                 self.tokens(rid).append(self._sample(logits[j][-1]))
         proposed, accepted, matched, accept_prob = self._accept(s, dec, spec, logits[npre:], kv[npre:])
@@ -394,9 +391,7 @@ class HfBackend:
             else:
                 matched[i] = acc
             idx = torch.tensor(keep, dtype=torch.long, device=k_new.device)
-            cache = self.tkv.get(rid)
-            kept = k_new.index_select(3, idx)
-            self.tkv[rid] = kept if cache is None else torch.cat([cache, kept], dim=3)
+            self.tkv.append(rid, k_new.index_select(3, idx))
             self._emit(s, rid, out, acc, dlg)
         return proposed, accepted, matched, accept_prob
 
@@ -413,11 +408,11 @@ class HfBackend:
         toks.extend(out[:emit])
         if emit < len(out):
             self.beyond[rid] = out[emit:]
-        if self.tkv[rid].shape[3] > ctx + emit:  # a capped last step keeps only what was emitted
-            self.tkv[rid] = self.tkv[rid][:, :, :, : ctx + emit]
+        if self.tkv.length(rid) > ctx + emit:  # a capped last step keeps only what was emitted
+            self.tkv.crop(rid, ctx + emit)
         limit = ctx + 1 + min(acc, emit)  # the draft keeps true, emitted tokens only (d_1..d_j with j <= both)
-        if rid in self.dkv and self.dkv[rid].shape[3] > limit:
-            self.dkv[rid] = self.dkv[rid][:, :, :, :limit]
+        if self.dkv.length(rid) > limit:
+            self.dkv.crop(rid, limit)
 
     def _sample(self, logits: Any) -> int:
         if self.temperature > 0:

@@ -113,3 +113,61 @@ class Runner:
         keys = torch.stack([torch.stack([layers[j].keys[:, :, lm:], layers[j].values[:, :, lm:]], dim=1)
                             for j in range(self.layers)], dim=1)  # [b, layers, 2, kv_heads, qm, head_dim]
         return [out.logits[i, :q].float() for i, q in enumerate(qs)], [keys[i, :, :, :, :q] for i, q in enumerate(qs)]
+
+
+class KvCaches:
+    """Per-request KV caches (``[layers, 2, kv_heads, L, head_dim]``), each in a buffer allocated once with room to
+    grow (``headroom`` tokens past what it first holds, doubled when full): a step's new KV is written in place after
+    the request's last token and a cut back only moves its length, so no step copies a request's whole cache to
+    extend it. ``caches[rid]`` is the view of its first L tokens."""
+
+    def __init__(self, torch: Any, headroom: int = 256) -> None:
+        self.torch, self.headroom = torch, int(headroom)
+        self._buf: dict[int, Any] = {}
+        self._len: dict[int, int] = {}
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._len
+
+    def __getitem__(self, rid: int) -> Any:
+        return self._buf[rid][:, :, :, : self._len[rid]]
+
+    def get(self, rid: int, default: Any = None) -> Any:
+        return self[rid] if rid in self._len else default
+
+    def length(self, rid: int) -> int:
+        """The tokens the request's cache holds (0: none)."""
+        return self._len.get(rid, 0)
+
+    def pop(self, rid: int, default: Any = None) -> Any:
+        """Free the request's cache; returns its view (``default`` when it had none)."""
+        if rid not in self._len:
+            return default
+        view = self[rid]
+        del self._buf[rid], self._len[rid]
+        return view
+
+    def append(self, rid: int, kv: Any) -> None:
+        """Write ``kv`` (``[layers, 2, kv_heads, q, head_dim]``) after the request's last cached token."""
+        q, n = int(kv.shape[3]), self._len.get(rid, 0)
+        buf = self._buf.get(rid)
+        if buf is None or n + q > buf.shape[3]:
+            room = max(2 * (n + q), n + q + self.headroom)
+            grown = self.torch.empty(*kv.shape[:3], room, kv.shape[4], dtype=kv.dtype, device=kv.device)
+            if n and buf is not None:
+                grown[:, :, :, :n] = buf[:, :, :, :n]
+            self._buf[rid] = buf = grown
+        buf[:, :, :, n:n + q] = kv
+        self._len[rid] = n + q
+
+    def crop(self, rid: int, n: int) -> None:
+        """Keep the request's first ``n`` cached tokens (none: its cache is freed)."""
+        if n <= 0:
+            self.pop(rid)
+        elif rid in self._len:
+            self._len[rid] = min(int(n), self._len[rid])
+
+    def move(self, rid: int, device: Any) -> None:
+        """Move the request's cached tokens to ``device`` (a swap), its room given up."""
+        self._buf[rid] = self[rid].to(device, non_blocking=False)
+
