@@ -62,10 +62,10 @@ def speculative_ks(systems: Sequence[str]) -> list[int]:
     return sorted(ks) if ks else [1, 2, 3, 4, 5]
 
 
-def profile_tables(args: Any, out: Path, ks: Sequence[int]) -> tuple[Path, Path]:
+def profile_tables(args: Any, out: Path, ks: Sequence[int], prompt: int, context: int) -> tuple[Path, Path]:
     """Step 1: the target's and the draft's passes on this device (``python -m repro.profile --engine hf``, in a
-    process of its own as a user runs it)."""
-    tokens, contexts, batches = _grid(args.num_requests, args.input_len, args.input_len + args.output_len, ks)
+    process of its own as a user runs it), over prompts up to ``prompt`` tokens and contexts up to ``context``."""
+    tokens, contexts, batches = _grid(args.num_requests, prompt, context, ks)
     table = out / "profile.csv"
     argv = ["--model", args.model, "--draft", args.draft, "--engine", "hf", "--device", args.device,
             "--out", str(table), "--tokens", *map(str, tokens), "--contexts", *map(str, contexts),
@@ -83,18 +83,21 @@ def profile_tables(args: Any, out: Path, ks: Sequence[int]) -> tuple[Path, Path]
 
 def compare(args: Any, overrides: Sequence[str]) -> list[dict[str, Any]]:
     """Steps 1-3 for every system: a row per (system, metric)."""
-    from repro.experiments.simulate import compose, run_point
+    from repro.experiments.simulate import build, compose, run_point
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    table, draft_table = profile_tables(args, out, speculative_ks(args.systems))
-    print(f"sim_vs_real: profiled {args.model} + {args.draft} on {args.device} ({time.perf_counter() - t0:.0f} s)",
-          flush=True)
     workload = [] if any(o.split("=")[0].lstrip("+").startswith("workload") for o in overrides) else [
         "workload=fixed", f"workload.input_len={args.input_len}", f"workload.output_len={args.output_len}"]
     common = [f"model={args.model}", f"model@draft={args.draft}", "engine=hf_eager", f"seed={args.seed}",
               f"num_requests={args.num_requests}", f"rps={args.rps}", *workload, *overrides]
+    # the requests both runs serve (the workload does not depend on the cost model): the profile spans their lengths
+    requests = build(compose([*common, f"system={args.systems[0]}"])).table
+    t0 = time.perf_counter()
+    table, draft_table = profile_tables(args, out, speculative_ks(args.systems), int(requests.prompt_len.max()),
+                                        int((requests.prompt_len + requests.output_len).max()))
+    print(f"sim_vs_real: profiled {args.model} + {args.draft} on {args.device} ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
     rows: list[dict[str, Any]] = []
     for system in args.systems:
         rec = out / f"recording-{system}.parquet"
