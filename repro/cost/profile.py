@@ -27,8 +27,9 @@ profile does not split its components). Other columns (the profiler's ``mode``) 
 A pass that mixes prefill chunks with decodes (chunked prefill: Sarathi-Serve, vLLM V1) is priced from the same grid
 in two parts (:meth:`ProfileCostModel.mixed_s`): the linear work of all its tokens as a prefill of that many tokens,
 plus the decodes' attention over their cached context (their decode row at that context less the row extrapolated to
-context 0). On this CPU (a 4-layer model, ``python -m repro.profile --mixed``'s cells) that came within 6 % of the
-measured mixed passes, where pricing the whole pass as decodes at the mean context was 12-300 % high.
+context 0). Against the committed H100/H200 mixed steps that comes within -17 % to +1 %, on this CPU (a 4-layer
+model, ``python -m repro.profile --mixed``'s cells, quiet) within 11 %, where pricing the whole pass as decodes at the
+mean context was up to 385 % high.
 """
 
 from __future__ import annotations
