@@ -267,12 +267,8 @@ class CostModel:
             or shape.query_pairs < 0
         ):
             raise ValueError(f"negative quantity in {shape}")
-        if which in self._profiles and 0 < shape.prefill_tokens < shape.num_tokens:  # prefill chunks beside decodes
+        if which in self._profiles:  # a measured profile prices the pass (mixed prefill and decodes included)
             return self._profiles[which].forward(shape, which)
-        if which in self._profiles:
-            return ForwardCost(self.forward_s(shape.num_tokens, shape.num_seqs, shape.kv_read_tokens,
-                                              shape.prefill_attn_pairs, shape.lm_head_tokens, shape.decode_only,
-                                              shape.query_pairs, which), 0.0, 0.0, 0.0, 0.0)
         linear, lm_head, allreduce, overhead = self._fixed(which, shape.num_tokens, shape.num_seqs,
                                                            shape.lm_head_tokens, shape.decode_only)
         c = self._coeffs[which]

@@ -176,21 +176,18 @@ class ProfileCostModel:
             per_seq = num_tokens / num_seqs
             if ctx > per_seq and per_seq <= self._spec[1][-1]:  # verification, not prefill chunks: cached context
                 return self._verify_s(num_seqs, per_seq, ctx - per_seq)
-        i, u = _bracket(self.tokens, num_tokens)
-        j, v = _bracket(self.contexts, ctx)
-        g = self._grid
-        j1 = min(j + 1, len(self.contexts) - 1)
-        i1 = min(i + 1, len(self.tokens) - 1)
-        lo = g[i][j] + v * (g[i][j1] - g[i][j])
-        hi = g[i1][j] + v * (g[i1][j1] - g[i1][j])
-        return max(0.0, lo + u * (hi - lo))
+        return max(0.0, self._bilinear(num_tokens, self.contexts, 0, ctx))
 
     def _decode_s(self, num_seqs: float, ctx: float) -> float:
         """A decode pass of ``num_seqs`` sequences at context ``ctx`` from the decode columns only (context > 0,
         extrapolated linearly below the first: context 0 holds the prefill rows)."""
         cols = tuple(c for c in self.contexts if c > 0)
-        first = len(self.contexts) - len(cols)
-        i, u = _bracket(self.tokens, num_seqs)
+        return self._bilinear(num_seqs, cols, len(self.contexts) - len(cols), ctx)
+
+    def _bilinear(self, num_tokens: float, cols: tuple[float, ...], first: int, ctx: float) -> float:
+        """The grid interpolated (linearly extrapolated outside) at (``num_tokens``, ``ctx``) over the context
+        columns ``cols``, which start at column ``first`` of the grid."""
+        i, u = _bracket(self.tokens, num_tokens)
         j, v = _bracket(cols, ctx)
         g = self._grid
         i1, j1 = min(i + 1, len(self.tokens) - 1), min(j + 1, len(cols) - 1)
