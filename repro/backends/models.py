@@ -96,9 +96,17 @@ def build_model(name: str | ModelSpec, *, tiny: bool | TinyShape = False, seed: 
         spec = name if isinstance(name, ModelSpec) else load_model(name)
         config = hf_config(spec, tiny)
         config._attn_implementation = "eager"  # exact custom (tree) masks on every device
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
+        if str(device).startswith("cuda"):
+            # initialised on the GPU itself: a 7B model's random init and copy take seconds there, minutes on the
+            # host (seeded by the device's generator, so its weights differ from the same seed's on a CPU)
+            dev = torch.device(device)
+            with torch.random.fork_rng(devices=[dev.index or 0]), dev:
+                torch.manual_seed(seed)
+                model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
     return model.to(device).eval()
 
 
@@ -109,9 +117,11 @@ def noisy_copy(model: Any, noise: float, seed: int = 1) -> Any:
 
     torch, _ = require_torch()
     out = copy.deepcopy(model)
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    # the noise is drawn where the weights are (a 7B model's on a GPU in seconds; a CPU's as before, bit for bit)
+    dev = next(out.parameters()).device
+    g = torch.Generator(device=dev).manual_seed(seed)
     with torch.no_grad():
         for p in out.parameters():
             if p.numel() > 1:
-                p.add_((torch.randn(p.shape, generator=g) * noise * float(p.float().std())).to(p.device, p.dtype))
+                p.add_((torch.randn(p.shape, generator=g, device=dev) * noise * float(p.float().std())).to(p.dtype))
     return out.eval()

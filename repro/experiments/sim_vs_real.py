@@ -81,6 +81,22 @@ def profile_tables(args: Any, out: Path, ks: Sequence[int], prompt: int, context
     return table, table.with_suffix(".draft.csv")
 
 
+def _hardware_of(table: Path, overrides: Sequence[str]) -> list[str]:
+    """``hardware=<id>`` for the GPU the profile was measured on (its sidecar's ``gpu``), so that both runs describe
+    the device they ran on and ``cost=profile`` accepts the table; nothing for a CPU profile or where the overrides
+    name the hardware."""
+    import json
+
+    from repro.cost.spec import hardware_for
+
+    if any(o.split("=")[0].lstrip("+") == "hardware" for o in overrides):
+        return []
+    side = table.with_suffix(table.suffix + ".json")
+    gpu = str(json.loads(side.read_text()).get("gpu") or "") if side.is_file() else ""
+    hw = hardware_for(gpu) if gpu else None
+    return [f"hardware={hw}"] if hw else []
+
+
 def compare(args: Any, overrides: Sequence[str]) -> list[dict[str, Any]]:
     """Steps 1-3 for every system: a row per (system, metric)."""
     from repro.experiments.simulate import build, compose, run_point
@@ -98,6 +114,7 @@ def compare(args: Any, overrides: Sequence[str]) -> list[dict[str, Any]]:
                                         int((requests.prompt_len + requests.output_len).max()))
     print(f"sim_vs_real: profiled {args.model} + {args.draft} on {args.device} ({time.perf_counter() - t0:.0f} s)",
           flush=True)
+    common += _hardware_of(table, overrides)
     rows: list[dict[str, Any]] = []
     for system in args.systems:
         rec = out / f"recording-{system}.parquet"

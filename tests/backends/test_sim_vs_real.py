@@ -63,3 +63,18 @@ def test_the_simulator_matches_backend_hf_on_this_cpu(tmp_path: Path) -> None:
 def test_a_stray_word_is_named() -> None:
     with pytest.raises(ConfigError, match="'oops' is neither a flag nor KEY=VALUE"):
         sim_vs_real.main(["oops"])
+
+
+@pytest.mark.parametrize(("gpu", "overrides", "expected"), [
+    ("NVIDIA H100 80GB HBM3", [], ["hardware=h100-80g"]),  # the first H100 run was refused: a100-80g by default
+    ("NVIDIA H200", [], ["hardware=h200"]),
+    ("NVIDIA H100 80GB HBM3", ["hardware=h100-80g"], []),  # the user's own choice stands
+    (None, [], []),  # a CPU profile: no GPU to name
+])
+def test_both_runs_name_the_gpu_the_profile_was_measured_on(tmp_path: Path, gpu: str | None, overrides: list[str],
+                                                            expected: list[str]) -> None:
+    import json
+
+    table = tmp_path / "profile.csv"
+    (tmp_path / "profile.csv.json").write_text(json.dumps({"model": "llama2-7b", "gpu": gpu}))
+    assert sim_vs_real._hardware_of(table, overrides) == expected
