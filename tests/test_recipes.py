@@ -42,7 +42,8 @@ def python_blocks() -> list[str]:
 
 def test_the_section_has_every_recipe_the_issue_names() -> None:
     text = " ".join(commands())
-    for needle in ("exp.systems=", "system.k=5", "workload.arrival.segments=", "workload=trace_file", "name: hf"):
+    for needle in ("exp.systems=", "exp.systems=[+", "system.k=5", "workload.arrival.segments=", "workload=trace_file",
+                   "name: hf"):
         assert needle in text, needle
     assert python_blocks() and "tpot_ms" in python_blocks()[0]
 

@@ -111,6 +111,8 @@ class ExpSpec:
     compare: tuple[str, ...] = ()  # points.csv columns `repro check` compares (empty: all but the wall-clock ones)
     #: the values the paper leaves open, with their plausible ranges (repro.experiments.openchoices)
     open: tuple[OpenChoice, ...] = ()
+    #: a leaderboard over the cases and a load column (repro.experiments.league; conf/exp/league.yaml)
+    league: Mapping[str, Any] = field(default_factory=dict)
     source: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -146,8 +148,13 @@ class ExpSpec:
             requires=tuple(str(m) for m in _list(raw, "requires", "Python module names")),
             compare=tuple(str(c) for c in _list(raw, "compare", "points.csv column names")),
             open=parse_open(raw.get("open")),
+            league=_map(raw.get("league"), "exp.league"),
             source=raw,
         )
+        if spec.league:
+            from repro.experiments.league import LeagueSpec
+
+            LeagueSpec.parse(spec.league)
         if raw.get("systems") is not None and spec.kind in SYSTEM_KINDS and not spec.system_labels():
             raise ConfigError("exp.systems: an empty list runs no system (name one or more: exp.systems=[vllm])")
         check(spec.derived, [SEED_KEY, *spec.grid_columns()])

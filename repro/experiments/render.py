@@ -95,10 +95,10 @@ def _run_line(manifest: Mapping[str, Any], points: pd.DataFrame) -> str:
 
 def write_summary(
     out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame, notes: Sequence[str],
-    shown: panels.Shown | None = None,
+    shown: panels.Shown | None = None, extra: Sequence[str] = (),
 ) -> Path:
-    """summary.md of a sweep: title, description, run line, the systems' names in the figures, a table per figure,
-    the paper claims."""
+    """summary.md of a sweep: title, description, run line, the systems' names in the figures, ``extra`` sections (a
+    league's leaderboard), a table per figure, the paper claims."""
     exp = _exp(manifest)
     parts = [f"# {exp.name or manifest.get('exp', '')}: {exp.title}\n"]
     sources = manifest.get("data") or []
@@ -121,6 +121,7 @@ def write_summary(
         named = [f"`{v}` = {shown.names[v]}" + (" (the suite's variant, dashed)" if v in shown.variants else "")
                  for v in labels if v in shown.names]
         parts.append("Systems in the figures: " + "; ".join(named) + ".\n")
+    parts.extend(extra)
     for spec in exp.figures:
         table = figure_table(points, spec)
         y = spec.get("y")
@@ -265,7 +266,14 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     shown.variants.update(e.label for e in entries if e.variant)
     with panels.showing(shown):
         paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
-    return [*paths, write_summary(out_dir, manifest, points, skipped, shown)]
+    extra: list[str] = []
+    if exp.league:
+        from repro.experiments import league
+
+        scenarios = [str(c.label) for c in exp.case_list() if c.label is not None]
+        more, extra = league.render(out_dir, exp.league, exp.case_key, exp.system_labels(), scenarios, points)
+        paths = [*paths, *more]
+    return [*paths, write_summary(out_dir, manifest, points, skipped, shown, extra)]
 
 
 def redraw(results_dir: Path) -> list[Path]:

@@ -504,10 +504,36 @@ def run_experiment(
     return ExperimentResult(ctx.spec.name, ctx.out_dir, points, manifest, num_run, time.perf_counter() - t0, verdicts)
 
 
+def add_systems(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) -> None:
+    """``exp.systems=[+NAME, ...]``: the experiment's own systems (its quick list with ``quick=true``) and then
+    these, written into ``cfg.exp.systems`` (bring your own policy to every scenario of an experiment, e.g. the
+    league). A list without ``+`` replaces the experiment's, as before."""
+    from omegaconf import open_dict
+
+    listed = OmegaConf.select(cfg, "exp.systems")
+    items = list(OmegaConf.to_container(listed)) if listed is not None else []  # type: ignore[arg-type]
+    added = [s for s in items if isinstance(s, str) and s.startswith("+")]
+    if not added:
+        return
+    if len(added) != len(items):
+        raise ConfigError(f"exp.systems={items}: either every entry adds to the experiment's systems (+NAME) or "
+                          "none does (a list without + replaces them)")
+    name = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("exp=")), None)
+    path = conf_dir / "exp" / f"{name}.yaml"
+    if name is None or not path.is_file():
+        raise ConfigError(f"exp.systems={items}: +NAME adds to an experiment's systems; name the experiment "
+                          "(+exp=NAME)")
+    own = OmegaConf.to_container(OmegaConf.load(path)).get("exp", {})  # type: ignore[union-attr]
+    quick_list = (own.get("quick") or {}).get("systems") if cfg.get("quick") else None
+    with open_dict(cfg):
+        cfg.exp.systems = [*(quick_list or own.get("systems") or []), *(s[1:] for s in added)]
+
+
 def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_dir: Path | None,
                 say: Callable[[str], None]) -> RunContext:
     """Check the experiment and the command line (:class:`ConfigError` naming the key), apply quick mode and the
     command line's narrowing (each narrowing said on ``say``); the run's context, nothing written yet."""
+    add_systems(cfg, overrides, conf_dir)
     exp_raw = to_dict(cfg.exp)
     ExpSpec.parse(exp_raw)  # the block as written: a typo is named before anything else
     groups = group_overrides(conf_dir)
