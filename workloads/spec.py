@@ -329,7 +329,9 @@ def parse_workload(cfg: Mapping[str, Any]) -> WorkloadSpec:
     if unknown:
         raise ValueError(f"workload: unknown key(s) {unknown}; allowed: {sorted(names)}")
     arrival = dict(data.get("arrival") or {})
-    if "segments" in arrival:
+    if arrival.get("segments") is None:
+        arrival.pop("segments", None)  # null: none (a workload that another arrival kind may fill in)
+    else:
         arrival["segments"] = tuple((float(s[0]), float(s[1])) for s in arrival["segments"])
     data["arrival"] = _make(ArrivalSpec, arrival, "workload.arrival")
     data["datasets"] = _datasets(data.get("datasets"), "workload.datasets")

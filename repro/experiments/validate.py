@@ -62,6 +62,7 @@ KNOBS: dict[str, Knob] = {
     "load_scale": Knob("float", 0),
     "num_requests": Knob("int", 0),
     "max_sim_time_s": Knob("float", 0, nullable=True),
+    "max_concurrency": Knob("int", 0, nullable=True),  # null: open loop (a case may close it, another not)
     "engine.block_size": Knob("int", 0),
     "engine.gpu_memory_utilization": Knob("float", 0, high=1.0),
     "engine.record_steps": Knob("bool"),

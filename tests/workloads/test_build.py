@@ -227,7 +227,9 @@ def test_shipped_configs_build(path: Path, data: str, tmp_path: Path, monkeypatc
     # "ambient": the data folder there is; "empty": no data, every loader on its embedded fallback
     if data == "empty":
         monkeypatch.setenv("REPRO_DATA", str(tmp_path))
-    root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "load_scale": 1.0, "workload": OmegaConf.load(path)})
+    # dataset: the league's workload reads its experiment's (conf/exp/league.yaml sets it per scenario)
+    root = OmegaConf.create({"num_requests": 60, "rps": 2.0, "load_scale": 1.0, "dataset": "sharegpt",
+                             "workload": OmegaConf.load(path)})
     if path.stem == "trace_file":
         trace = tmp_path / "trace.csv"
         trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,6\n1.5,30,7\n")
