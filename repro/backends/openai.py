@@ -133,7 +133,7 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
            prompts: Sequence[str | list[int]] | None = None, vocab_size: int | None = None, seed: int = 0,
            timeout_s: float = 600.0, max_concurrency: int | None = None,
            progress: Callable[[int, int], None] | None = None,
-           sampling: dict[str, Any] | None = None) -> ReplayResult:
+           sampling: dict[str, Any] | None = None, ignore_eos: bool = True) -> ReplayResult:
     """Send request ``i`` (``prompts[i]``, or ``prompt_len[i]`` random token ids, asking for exactly
     ``output_len[i]`` tokens) to ``{base_url}/completions`` (``base_url``: the OpenAI base, ``http://host:port/v1``)
     at ``arrival_s[i]`` seconds after the start, streaming.
@@ -142,7 +142,9 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
     cap is reached waits, in arrival order, and its ``sent_at`` is when it is sent). ``timeout_s``: the socket
     timeout of each request. ``progress(done, total)`` is called after each request finishes. ``sampling``: the
     body's sampling fields (default ``{"temperature": 0.0}``, greedy, as vLLM's benchmark sends; e.g.
-    ``{"temperature": 0.7, "top_p": 0.95, "seed": 0}``)."""
+    ``{"temperature": 0.7, "top_p": 0.95, "seed": 0}``). ``ignore_eos``: send vLLM's ``ignore_eos`` (every request
+    runs to ``max_tokens``); off for a server that refuses the field (``transformers serve``), where a request may
+    stop at its end-of-sequence token."""
     arrival = np.asarray(arrival_s, dtype=float)
     plen = np.asarray(prompt_len, dtype=int)
     olen = np.asarray(output_len, dtype=int)
@@ -164,7 +166,8 @@ def replay(arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | 
 
     def run(i: int) -> None:
         prompt = prompts[i] if isinstance(prompts[i], str) else [int(t) for t in prompts[i]]
-        body = {"model": model, "prompt": prompt, "max_tokens": int(olen[i]), "ignore_eos": True,
+        body = {"model": model, "prompt": prompt, "max_tokens": int(olen[i]),
+                **({"ignore_eos": True} if ignore_eos else {}),
                 "stream": True, "stream_options": {"include_usage": True}, **fields}
         try:
             _send(url, body, timeout_s, t0, records[i])

@@ -222,6 +222,22 @@ def real_backend(cfg: DictConfig, table: Any, deployment: Deployment) -> Any:
         raise ConfigError(f"backend=hf: {exc}") from None
 
 
+def text_tokenizer(b: Any, served: str) -> Any:
+    """backend.prompt_format=text: the tokenizer that decodes the prompts' ids (``backend.tokenizer``, else the
+    served model when it names a local folder), or a one-line error naming what to provide."""
+    import os
+
+    path = str(b.get("tokenizer") or served)
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (ImportError, OSError, ValueError) as exc:
+        raise ConfigError(f"backend.prompt_format=text: no tokenizer at {path!r} ({str(exc).splitlines()[0][:120]}); "
+                          "set backend.tokenizer to a local tokenizer folder"
+                          + ("" if os.path.isdir(path) else " (the served name is not a local folder)")) from None
+
+
 def real_prompts(cfg: DictConfig, table: Any, vocab_size: int) -> Any:
     """What a real backend sends as each request's prompt (:func:`workloads.prompts.prompt_ids`): its dataset's own,
     in the target's tokenizer, where the data has it."""
@@ -400,13 +416,18 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     n = len(table)
     sampling = {"temperature": 0.0, **{k: (float(b[k]) if k != "top_k" else int(b[k]))
                                        for k in ("temperature", "top_p", "top_k") if b.get(k) is not None}}
-    vocab = int(b.vocab_size or model.vocab_size)
+    text = str(b.get("prompt_format") or "ids") == "text"
+    detok = text_tokenizer(b, served) if text else None
+    vocab = int(b.vocab_size or (min(model.vocab_size, len(detok)) if detok is not None else model.vocab_size))
     prompts = real_prompts(cfg, table, vocab)
     synthetic = random_prompts(table.prompt_len, vocab, int(cfg.seed))  # what a request without its own sends
+    sent: list[Any] = [p if p is not None else q for p, q in zip(prompts.ids, synthetic, strict=True)]
+    if detok is not None:  # a server whose completions take text only: the ids decoded (it tokenizes them again)
+        sent = [detok.decode(ids) for ids in sent]
     before = scrape(str(b.url))
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url), model=served,
-                 prompts=[p if p is not None else q for p, q in zip(prompts.ids, synthetic, strict=True)],
-                 timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency, sampling=sampling)
+                 prompts=sent, timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency, sampling=sampling,
+                 ignore_eos=bool(b.get("ignore_eos", True)))
     spec = spec_metrics(before, scrape(str(b.url)))
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
@@ -437,6 +458,12 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     metrics.update(spec)
     notes = [f"{table.source}; replayed against {b.url} as {served!r}"
              + ("" if spec else " (the server reported no speculative-decoding counters at /metrics)"), prompts.how]
+    if detok is not None:
+        notes.append("backend=openai: prompts sent as text (the ids decoded; the server's own tokenization sets "
+                     "their length)" + ("" if b.get("ignore_eos", True) else
+                                        ", without ignore_eos (a request may stop at its end-of-sequence token)"))
+    elif not b.get("ignore_eos", True):
+        notes.append("backend=openai: sent without ignore_eos (a request may stop at its end-of-sequence token)")
     if (~ok).any():
         notes.append(f"backend=openai: {int((~ok).sum())} of {n} requests failed; the first error: "
                      f"{next(e for e in r['error'] if e)}")
