@@ -23,7 +23,7 @@ The block::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,10 +248,9 @@ def findings(wins: pd.DataFrame, rank: pd.DataFrame, spec: LeagueSpec, case_key:
 
 
 def render(out_dir: Path, raw: Mapping[str, Any], case_key: str, systems: Sequence[str], scenarios: Sequence[str],
-           points: pd.DataFrame) -> tuple[list[Path], list[str]]:
-    """Write who_wins.csv/.png, ranking.csv and coverage.csv; return the paths and summary.md's sections."""
-    from repro.experiments.render import markdown_table
-
+           points: pd.DataFrame, markdown_table: Callable[..., str]) -> tuple[list[Path], list[str]]:
+    """Write who_wins.csv/.png, ranking.csv and coverage.csv; return the paths and summary.md's sections (tables
+    drawn by ``markdown_table``, :func:`repro.experiments.render.markdown_table`)."""
     spec = LeagueSpec.parse(raw)
     pts = points[points[spec.primary].notna()] if spec.primary in points.columns else points.iloc[0:0]
     if pts.empty or case_key not in pts.columns or spec.x not in pts.columns:

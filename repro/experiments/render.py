@@ -271,7 +271,8 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
         from repro.experiments import league
 
         scenarios = [str(c.label) for c in exp.case_list() if c.label is not None]
-        more, extra = league.render(out_dir, exp.league, exp.case_key, exp.system_labels(), scenarios, points)
+        more, extra = league.render(out_dir, exp.league, exp.case_key, exp.system_labels(), scenarios, points,
+                                    markdown_table)
         paths = [*paths, *more]
     return [*paths, write_summary(out_dir, manifest, points, skipped, shown, extra)]
 
