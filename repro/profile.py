@@ -68,6 +68,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.core.host import free_bytes, l2_bytes
 from repro.cost.spec import ModelSpec, load_model
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -78,7 +79,6 @@ DECODES = (8, 32)  # ... beside this many decodes
 COLUMNS = ("num_tokens", "context", "latency_ms", "num_seqs", "mode")
 MIXED_COLUMNS = ("chunk_tokens", "decode_seqs", "context", "latency_ms", "mode")
 ENGINE = "plain PyTorch decoder (python -m repro.profile): SDPA attention, static KV cache written in place"
-SAFETY_BYTES = 1 << 30  # kept free beside a cell's estimate (allocator slack, cuBLAS workspace)
 
 
 def _torch() -> Any:
@@ -271,6 +271,10 @@ class Timer:
         self._flush = torch.empty(flush_bytes // 4, dtype=torch.float32) if flush_bytes and not self.cuda else None
 
     def median_ms(self, fn: Callable[[], Any], warmup: int, repeat: int) -> float:
+        return statistics.median(self.samples_ms(fn, warmup, repeat))
+
+    def samples_ms(self, fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
+        """``repeat`` timed passes of ``fn`` after ``warmup`` untimed ones (a CUDA graph of it where it can)."""
         torch = self.torch
         run, self.mode = fn, "eager"
         for _ in range(warmup):
@@ -291,7 +295,7 @@ class Timer:
                 t0 = time.perf_counter()
                 run()
                 times.append((time.perf_counter() - t0) * 1e3)
-            return statistics.median(times)
+            return times
         torch.cuda.synchronize()
         times = []
         for _ in range(repeat):
@@ -301,7 +305,7 @@ class Timer:
             end.record()
             end.synchronize()
             times.append(float(start.elapsed_time(end)))
-        return statistics.median(times)
+        return times
 
     def _capture(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         torch = self.torch
@@ -317,74 +321,50 @@ class Timer:
         return graph.replay
 
 
-def free_bytes(torch: Any, device: str, cap_gib: float | None) -> int:
-    """What a cell may use: the device's free memory (a CPU: MemAvailable) less a safety margin, at most
-    ``cap_gib``."""
-    free = int(torch.cuda.mem_get_info(device)[0]) if device.startswith("cuda") else _mem_available()
-    free -= SAFETY_BYTES
-    return min(free, int(cap_gib * 2**30)) if cap_gib is not None else free
-
-
-def l2_bytes() -> int:
-    """This CPU's per-core L2 cache (sysfs), 2 MiB when it cannot be read."""
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(base.glob("index*")) if base.is_dir() else []:
-        try:
-            if (index / "level").read_text().strip() == "2" and (index / "type").read_text().strip() != "Instruction":
-                size = (index / "size").read_text().strip().upper()
-                scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-                return int(size.rstrip("KMG")) * scale
-        except (OSError, ValueError):
-            continue
-    return 2 * 2**20
-
-
-def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62  # unknown: no limit but --max-memory-gib
-
-
 def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: int, graphs: bool = True,
             cap_gib: float | None = None, done: set[tuple[int, ...]] | frozenset[tuple[int, ...]] = frozenset(),
-            flush_bytes: int = 0) -> Iterator[tuple[Cell, float | None, str]]:
+            flush_bytes: int = 0, rounds: int = 1) -> Iterator[tuple[Cell, float | None, str]]:
     """Each cell's median latency in ms (None: skipped, with the reason as the third item; else the mode), measured
-    in order; cells whose key is in ``done`` are not measured (nor yielded). ``flush_bytes``: :class:`Timer`'s."""
+    in order; cells whose key is in ``done`` are not measured (nor yielded). ``flush_bytes``: :class:`Timer`'s.
+    ``rounds`` > 1 sweeps the cells that many times, ``repeat`` passes each time, and yields each cell's median over
+    all its passes after the last round: a slow phase of the host lasting seconds (``backend=hf`` on an H100,
+    docs/gpu.md) then falls on every cell alike instead of on a few neighbours."""
     torch, spec, device = model.torch, model.spec, model.device
     timer = Timer(torch, device, graphs, flush_bytes)
     width = torch.finfo(model.dtype).bits // 8
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    samples: dict[tuple[int, ...], list[float]] = {}
     with torch.inference_mode():
-        for cell in cells:
-            if cell.key in done:
-                continue
-            need = cell_bytes(spec, cell, width)
-            room = free_bytes(torch, device, cap_gib)
-            if need > room:
-                yield cell, None, f"needs ~{need / 2**20:,.0f} MiB, {max(room, 0) / 2**20:,.0f} MiB free"
-                continue
-            ms: float | None = None
-            try:
-                groups = [(torch.randint(spec.vocab_size, (g.seqs, g.new), device=device),
-                           model.cache(g.seqs, g.context, g.new) if g.context else None, g.context, g.all_logits)
-                          for g in cell.groups]
-                ms = timer.median_ms(partial(model.forward_groups, groups), warmup, repeat)
-            except oom:
-                pass
-            finally:
-                groups = []
-                timer._graph = None
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()
-            if ms is None:
-                yield cell, None, "out of memory"
-            else:
-                yield cell, ms, timer.mode
+        for r in range(max(1, rounds)):
+            for cell in cells:
+                if cell.key in done or (r and cell.key not in samples):  # later rounds: the cells that ran
+                    continue
+                need = cell_bytes(spec, cell, width)
+                room = free_bytes(torch, device, cap_gib)
+                if need > room:
+                    samples.pop(cell.key, None)
+                    yield cell, None, f"needs ~{need / 2**20:,.0f} MiB, {max(room, 0) / 2**20:,.0f} MiB free"
+                    continue
+                times: list[float] | None = None
+                try:
+                    groups = [(torch.randint(spec.vocab_size, (g.seqs, g.new), device=device),
+                               model.cache(g.seqs, g.context, g.new) if g.context else None, g.context,
+                               g.all_logits) for g in cell.groups]
+                    times = timer.samples_ms(partial(model.forward_groups, groups), warmup, repeat)
+                except oom:
+                    pass
+                finally:
+                    groups = []
+                    timer._graph = None
+                    if device.startswith("cuda"):
+                        torch.cuda.empty_cache()
+                if times is None:
+                    samples.pop(cell.key, None)
+                    yield cell, None, "out of memory"
+                    continue
+                samples.setdefault(cell.key, []).extend(times)
+                if r == max(1, rounds) - 1:
+                    yield cell, statistics.median(samples.pop(cell.key)), timer.mode
 
 
 def profile(spec: ModelSpec, device: str = "cpu", tokens: Sequence[int] = TOKENS,
@@ -496,7 +476,8 @@ def run_table(model: RandomDecoder, cells: Sequence[Cell], out: Path, info: dict
     count = 0
     t0 = time.perf_counter()
     for cell, ms, how in measure(model, cells, args.warmup, args.repeat, not args.no_cuda_graphs,
-                                 args.max_memory_gib, done, int(getattr(args, "flush_mib", 0) * 2**20)):
+                                 args.max_memory_gib, done, int(getattr(args, "flush_mib", 0) * 2**20),
+                                 int(getattr(args, "rounds", 1))):
         if ms is None:
             skipped.append(f"{cell.kind} {cell.key}: {how}")
             continue
@@ -527,6 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--draft", default=None, help="also profile this conf/model draft (its own CSV: .draft.csv)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1, help="sweep the grid this many times, --repeat passes a cell "
+                        "each time, a cell's median over them all (a host's slow phases spread over every cell)")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="time eager passes on a GPU")
     parser.add_argument("--max-memory-gib", type=float, default=None,
                         help="skip cells needing more than this (default: the device's free memory)")
@@ -584,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             meta = {**meta, **hf_stamp(model, args.tiny)}
         if args.flush_mib:
             meta = {**meta, "flush_mib": round(float(args.flush_mib), 3)}
+        if args.rounds > 1:
+            meta = {**meta, "rounds": int(args.rounds)}
         count, skipped = run_table(model, cells, path, meta, args, mixed)
         more = f"; {len(skipped)} skipped (too large for the device's memory; see {path.name}.json)" if skipped else ""
         print(f"{path}: {count} cells measured ({who.name} on {meta.get('gpu') or args.device}){more}", flush=True)

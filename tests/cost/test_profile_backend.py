@@ -365,3 +365,30 @@ def test_a_profile_for_another_setup_is_refused(table: Path, tmp_path: Path, sid
         build(compose([*base, *overrides]))
     (tmp_path / "p.csv.json").write_text(json.dumps({"model": "llama2-7b", "gpu": "NVIDIA A100-SXM4-80GB", "tp": 1}))
     build(compose(["system=vllm", "num_requests=5", "cost=profile", f"cost.table={path}"]))  # the right one runs
+
+
+def test_rounds_take_each_cells_median_over_every_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--rounds R sweeps the grid R times and a cell's value is the median of all its passes, yielded once after
+    the last sweep (a slow phase of the host then falls on every cell; docs/gpu.md's H100 run)."""
+    from repro import profile
+
+    calls: list[int] = []
+
+    def fake(self: object, fn: object, warmup: int, repeat: int) -> list[float]:
+        calls.append(len(calls))
+        sweep = (len(calls) - 1) // 3  # three cells a sweep: sweep 0 slow (a phase), sweeps 1-2 fast
+        return [50.0] * repeat if sweep == 0 else [30.0 + sweep] * repeat
+
+    torch = pytest.importorskip("torch", reason="needs PyTorch")
+    monkeypatch.setattr(profile.Timer, "samples_ms", fake)
+    tiny = ModelSpec(name="tiny", num_layers=1, hidden_size=32, num_heads=4, num_kv_heads=1, intermediate_size=64,
+                     vocab_size=100, max_context=64, tokenizer="llama2")
+    model = profile.RandomDecoder(tiny, "cpu", torch.float32)
+    cells = list(profile.grid((1, 2), (0, 16), (), (1,)))[:3]
+    assert len(cells) == 3
+    got = list(profile.measure(model, cells, warmup=0, repeat=2, rounds=3))
+    assert [c.key for c, _, _ in got] == [c.key for c in cells] and len(calls) == 9
+    assert [ms for _, ms, _ in got] == [32.0, 32.0, 32.0]  # median of 31, 31, 32, 32, 50, 50 (a sweep at 50 alone: 50)
+    calls.clear()
+    once = list(profile.measure(model, cells, warmup=0, repeat=2))  # the default: one sweep, as before
+    assert [ms for _, ms, _ in once] == [50.0, 50.0, 50.0]
