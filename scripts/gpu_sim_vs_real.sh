@@ -6,7 +6,8 @@
 # under its own time limit; its profile, recordings and report are packed into $OUT/sim_vs_real.tgz as it finishes,
 # so a run cut short keeps what it finished. Commit the reports (summary.md, comparison.csv, the figure, the
 # profile with its sidecar) under profiles/sim_vs_real/ with the device's name.
-# Usage: OUT=/some/folder [GPU_TAG=h100] bash scripts/gpu_sim_vs_real.sh [quick]
+# Usage: OUT=/some/folder [GPU_TAG=h100] [ROUNDS=3] bash scripts/gpu_sim_vs_real.sh [quick]
+# (ROUNDS: profile sweeps, python -m repro.profile --rounds; not yet tried on a GPU, docs/gpu.md)
 # quick: the whole pipeline on the tiny stand-ins in seconds (DEVICE=cpu runs it on a CPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,8 @@ if [ "${1:-}" = quick ]; then
     exit $?  # non-zero: the pipeline does not run here, so a full run would not either
 fi
 common=(--no-tiny --threads 0 --systems vllm sarathi static_sd_k3 --num-requests 24 --rps 1 --input-len 256
-        --output-len 96 --repeat 7 --draft-noise 0.05)
-run llama2-7b 240 --model llama2-7b --draft llama2-7b "${common[@]}"
-run qwen2.5-7b 240 --model qwen2.5-7b --draft qwen2.5-7b "${common[@]}"
+        --output-len 96 --repeat 7 --draft-noise 0.05 --rounds "${ROUNDS:-1}")
+lim=$(( 240 + 150 * (${ROUNDS:-1} - 1) ))  # each further profile sweep: about 100 s of a 7B model's profile
+run llama2-7b "$lim" --model llama2-7b --draft llama2-7b "${common[@]}"
+run qwen2.5-7b "$lim" --model qwen2.5-7b --draft qwen2.5-7b "${common[@]}"
 ls -la "$work"

@@ -72,6 +72,8 @@ def profile_tables(args: Any, out: Path, ks: Sequence[int], prompt: int, context
             "--k", *map(str, ks), "--batches", *map(str, batches), "--repeat", str(args.repeat)]
     if args.tiny:
         argv.append("--tiny")
+    if getattr(args, "rounds", 1) > 1:
+        argv += ["--rounds", str(args.rounds)]
     if args.threads:
         argv += ["--threads", str(args.threads)]
     res = subprocess.run([sys.executable, "-m", "repro.profile", *argv], capture_output=True, text=True, check=False)
@@ -217,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=48, help="output tokens (the default fixed-length workload)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=20, help="timed repeats per profile cell (their median)")
+    p.add_argument("--rounds", type=int, default=1, help="profile sweeps, --repeat passes a cell each, one median over "
+                   "them all (python -m repro.profile --rounds: a host's slow phases spread over every cell)")
     p.add_argument("--out", default="runs/sim_vs_real", help="output folder")
     p.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides for both runs")
     return p
