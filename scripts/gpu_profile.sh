@@ -5,13 +5,9 @@
 # keeps what it finished. Usage: OUT=/some/folder [GPU_TAG=h200] bash scripts/gpu_profile.sh [quick]
 # (GPU_TAG names the files, <tag>-<model>.csv; default h100)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/gpu_profile}"
-work="$(mktemp -d)/profiles"
-mkdir -p "$OUT" "$work"
-export PYTHONUNBUFFERED=1
-py="${PYTHON:-python3}"
-pack() { tar -czf "$OUT/profiles.tgz.tmp" -C "$(dirname "$work")" profiles && mv "$OUT/profiles.tgz.tmp" "$OUT/profiles.tgz"; }
+# shellcheck source=scripts/gpu_lib.sh
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_setup profiles /tmp/gpu_profile
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv \
     >"$work/nvidia-smi.csv" 2>&1

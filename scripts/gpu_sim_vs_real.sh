@@ -10,16 +10,11 @@
 # (ROUNDS: profile sweeps, python -m repro.profile --rounds; not yet tried on a GPU, docs/gpu.md)
 # quick: the whole pipeline on the tiny stand-ins in seconds (DEVICE=cpu runs it on a CPU).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/gpu_sim_vs_real}"
-work="$(mktemp -d)/sim_vs_real"
-mkdir -p "$OUT" "$work"
-export PYTHONUNBUFFERED=1
-py="${PYTHON:-python3}"
+# shellcheck source=scripts/gpu_lib.sh
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_setup sim_vs_real /tmp/gpu_sim_vs_real
 device="${DEVICE:-cuda}"
 tag="${GPU_TAG:-h100}"
-pack() { tar -czf "$OUT/sim_vs_real.tgz.tmp" -C "$(dirname "$work")" sim_vs_real \
-    && mv "$OUT/sim_vs_real.tgz.tmp" "$OUT/sim_vs_real.tgz"; }
 
 run() {  # NAME LIMIT_S ARGS...: one report into $work/$tag-NAME/
     local name=$1 limit=$2; shift 2

@@ -9,6 +9,7 @@ target's config with the target's seed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -96,17 +97,13 @@ def build_model(name: str | ModelSpec, *, tiny: bool | TinyShape = False, seed: 
         spec = name if isinstance(name, ModelSpec) else load_model(name)
         config = hf_config(spec, tiny)
         config._attn_implementation = "eager"  # exact custom (tree) masks on every device
-        if str(device).startswith("cuda"):
-            # initialised on the GPU itself: a 7B model's random init and copy take seconds there, minutes on the
-            # host (seeded by the device's generator, so its weights differ from the same seed's on a CPU)
-            dev = torch.device(device)
-            with torch.random.fork_rng(devices=[dev.index or 0]), dev:
-                torch.manual_seed(seed)
-                model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
-        else:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
+        # on a GPU, initialised there: a 7B model's random init and copy take seconds there, minutes on the host
+        # (seeded by the device's generator, so its weights differ from the same seed's on a CPU)
+        dev = torch.device(device)
+        cuda = dev.type == "cuda"
+        with torch.random.fork_rng(devices=[dev.index or 0] if cuda else []), dev if cuda else contextlib.nullcontext():
+            torch.manual_seed(seed)
+            model = tf.AutoModelForCausalLM.from_config(config, dtype=dt)
     return model.to(device).eval()
 
 

@@ -46,6 +46,7 @@ from repro.experiments.compose import (
     Composer,
     check_data_root,
     check_grid_keys,
+    exp_name,
     hydra_context,
     known_top_keys,
     to_dict,
@@ -518,7 +519,7 @@ def add_systems(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) -> No
     if len(added) != len(items):
         raise ConfigError(f"exp.systems={items}: either every entry adds to the experiment's systems (+NAME) or "
                           "none does (a list without + replaces them)")
-    name = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("exp=")), None)
+    name = exp_name(overrides)
     path = conf_dir / "exp" / f"{name}.yaml"
     if name is None or not path.is_file():
         raise ConfigError(f"exp.systems={items}: +NAME adds to an experiment's systems; name the experiment "
@@ -538,9 +539,9 @@ def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_d
     ExpSpec.parse(exp_raw)  # the block as written: a typo is named before anything else
     groups = group_overrides(conf_dir)
     user = narrow.parse(overrides, cfg, groups)
-    exp_name = next((str(u.value) for u in user if u.key == "exp"), None)
-    check_keys([u.key for u in user if u.added and not u.group], known_top_keys(conf_dir, exp_name))
-    check_grid_keys(exp_raw, conf_dir, exp_name)
+    chosen = next((str(u.value) for u in user if u.key == "exp"), None)
+    check_keys([u.key for u in user if u.added and not u.group], known_top_keys(conf_dir, chosen))
+    check_grid_keys(exp_raw, conf_dir, chosen)
     quick = bool(cfg.get("quick"))
     # what the command line set under exp (exp.grid.rps=[...], exp.systems=[...]) wins over the quick block
     exp, quick_overrides = apply_quick(exp_raw, quick, [u.key[4:] for u in user if u.key.startswith("exp.")])

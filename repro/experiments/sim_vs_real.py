@@ -87,15 +87,11 @@ def _hardware_of(table: Path, overrides: Sequence[str]) -> list[str]:
     """``hardware=<id>`` for the GPU the profile was measured on (its sidecar's ``gpu``), so that both runs describe
     the device they ran on and ``cost=profile`` accepts the table; nothing for a CPU profile or where the overrides
     name the hardware."""
-    import json
-
-    from repro.cost.spec import hardware_for
+    from repro.sim.deployment import measured_on, profile_sidecar
 
     if any(o.split("=")[0].lstrip("+") == "hardware" for o in overrides):
         return []
-    side = table.with_suffix(table.suffix + ".json")
-    gpu = str(json.loads(side.read_text()).get("gpu") or "") if side.is_file() else ""
-    hw = hardware_for(gpu) if gpu else None
+    hw = measured_on(profile_sidecar(table, "sim_vs_real") or {})[1]
     return [f"hardware={hw}"] if hw else []
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,25 @@ def _case_table(cfg: Any, key: str, table: Any) -> Any:
                       "hardware/model, hardware or model names)")
 
 
+def profile_sidecar(path: Path, what: str = "profile") -> dict[str, Any] | None:
+    """A profile table's provenance sidecar (``<csv>.json``, written by ``python -m repro.profile``); None without
+    one, a ConfigError naming ``what`` when it is not JSON."""
+    side = path.with_suffix(path.suffix + ".json")
+    if not side.is_file():
+        return None
+    try:
+        return dict(json.loads(side.read_text()))
+    except ValueError:
+        raise ConfigError(f"{what}: {side} is not JSON") from None
+
+
+def measured_on(info: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The GPU a sidecar names and its ``conf/hardware`` id (``""``, None: a CPU profile; a name, None: a GPU no
+    conf/hardware describes)."""
+    gpu = str(info.get("gpu") or "")  # none: a CPU profile (the sim-vs-real check on this machine prices with one)
+    return gpu, hardware_for(gpu) if gpu else None
+
+
 def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
     """Check that a profile table's provenance sidecar (``<csv>.json``) describes the run.
 
@@ -167,13 +186,9 @@ def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
     for ``cost.draft_table``), tp and, for a GPU profile, ``hardware``; a mismatch is a one-line ConfigError. A table
     without a sidecar is taken as given.
     """
-    side = path.with_suffix(path.suffix + ".json")
-    if not side.is_file():
+    info = profile_sidecar(path, f"cost.{key}")
+    if info is None:
         return
-    try:
-        info = json.loads(side.read_text())
-    except ValueError:
-        raise ConfigError(f"cost.{key}: {side} is not JSON") from None
     want = cfg.draft.name if key == "draft_table" else cfg.model.name
     role = "draft" if key == "draft_table" else "model"
     if info.get("model") not in (None, str(want)):
@@ -182,8 +197,7 @@ def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
     tp = int(cfg.get("draft_tp", 1) if key == "draft_table" else cfg.get("tp", 1))
     if int(info.get("tp", 1)) != tp:
         raise ConfigError(f"cost.{key}: {path.name} was measured at tp={info.get('tp', 1)}, this run has tp={tp}")
-    gpu = str(info.get("gpu") or "")  # none: a CPU profile (the sim-vs-real check on this machine prices with one)
-    hw = hardware_for(gpu) if gpu else None
+    gpu, hw = measured_on(info)
     if gpu and hw is None:
         raise ConfigError(f"cost.{key}: {path.name} was measured on {gpu}, which no conf/hardware describes")
     if hw is not None and hw != str(cfg.hardware.name):
