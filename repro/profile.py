@@ -356,6 +356,8 @@ def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: in
                 finally:
                     groups = []
                     timer._graph = None
+                    if hasattr(model, "release"):  # backend=hf's pool (repro.backends.passes)
+                        model.release()
                     if device.startswith("cuda"):
                         torch.cuda.empty_cache()
                 if times is None:

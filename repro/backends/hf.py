@@ -21,23 +21,25 @@ runs it. Per step:
   (rejection) sampling: accept d with probability min(1, p(d)/q(d)), else sample from norm(max(0, p − q)). The KV
   of the accepted path is kept, the rest dropped.
 
-Each request has its own target and draft KV cache (one tensor per request: layers × {K, V} × heads × tokens × head
-dim). The target's cache is cut back to the engine's ``num_computed`` at the start of a step and a recompute
-preemption drops both caches, so the request's tokens are recomputed for real; the draft's cache only ever holds
-true tokens. Prompts are each request's own, as the target's tokenizer encodes its dataset's text or ids, where the
-dataset has them and the model's vocabulary holds the tokenizer's (:mod:`workloads.prompts`); elsewhere
-deterministic random token ids of the workload's prompt lengths (the ``tiny`` stand-ins' vocabulary is 512 ids, so
-they always get those). The step's time is the measured wall clock of its model passes
-(``torch.cuda.synchronize`` around each phase on a GPU), so the engine's clock, and with it every request's TTFT and
-TPOT, advances by what the hardware took.
+Each request holds a slot in the target's and the draft's KV pools (:class:`~repro.backends.kvslots.KvSlots`: one
+buffer per model, allocated ahead, written and read in place by every pass; what a pass wrote is kept only once the
+step commits it, so rejected tokens cost no copy). The target's cache is cut back to the engine's ``num_computed``
+at the start of a step and a recompute preemption drops both caches, so the request's tokens are recomputed for
+real; the draft's cache only ever holds true tokens. Prompts are each request's own, as the target's tokenizer
+encodes its dataset's text or ids, where the dataset has them and the model's vocabulary holds the tokenizer's
+(:mod:`workloads.prompts`); elsewhere deterministic random token ids of the workload's prompt lengths (the ``tiny``
+stand-ins' vocabulary is 512 ids, so they always get those). The step's time is the measured wall clock of its model
+passes (``torch.cuda.synchronize`` around each phase on a GPU), so the engine's clock, and with it every request's
+TTFT and TPOT, advances by what the hardware took.
 
 With ``record`` the backend keeps, per request and output position, the draft's top-``w`` tokens and probabilities on
 the true context and the target's token there: :meth:`HfBackend.records_frame`, the recording ``oracle=trace``
 replays in the simulator (:mod:`repro.oracle`).
 
 Deviations (from a serving engine):
-    - the batch is padded to its longest sequence (no paged attention, no CUDA graphs): the timings show the model on
-      this device, not vLLM's kernels; use ``python -m repro.profile`` + ``cost=profile`` for engine-grade tables;
+    - a pass is padded to its longest run of new tokens, and a pool of slots × the longest sequence stands for paged
+      attention (no CUDA graphs either): the timings show the model on this device, not vLLM's kernels; use
+      ``python -m repro.profile`` + ``cost=profile`` for engine-grade tables;
     - tree candidates are recomputed per beam layer (the draft sees the partial tree each layer) instead of being
       cached; chains draft incrementally;
     - the draft's memory actions (Nightjar) are not physically moved: their time is the cost model's; the KV block
@@ -55,8 +57,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.backends.kvslots import KvSlots
 from repro.backends.models import require_torch
-from repro.backends.ragged import Item, KvCaches, Runner, chain_mask, tree_mask
+from repro.backends.ragged import Item, Runner, chain_mask, tree_mask
 from repro.sim.backend import Executed
 from repro.sim.plan import CandidateTree, PlanError
 
@@ -102,8 +105,8 @@ class HfBackend:
         self.gen = self.torch.Generator(device="cpu").manual_seed(self.seed)
         self.toks: dict[int, list[int]] = {}  # prompt + output tokens the engine has emitted
         self.beyond: dict[int, list[int]] = {}  # target tokens verified past a request's end (the record's truth)
-        self.tkv = KvCaches(self.torch)  # the target's and the draft's caches, per request
-        self.dkv = KvCaches(self.torch)
+        self.tkv = self.target.kv  # the target's and the draft's KV pools (a slot per request)
+        self.dkv = self.draft.kv if self.draft is not None else KvSlots(self.torch, 0, 0, 0, None, None)
         self.lookup_tokens: dict[int, list[int]] = {}  # prompt-lookup proposals of the step being planned
         self.pending_draft_s = 0.0  # drafting the policy's drafter did while the step was being scheduled
         self.rec: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
@@ -119,8 +122,10 @@ class HfBackend:
             for runner in (self.target, self.draft):
                 if runner is None:
                     continue
-                _, kv = runner.forward([Item(None, [0, 1, 2, 3], [0, 1, 2, 3], chain_mask(torch, 4, runner.device))])
-                runner.forward([Item(kv[0], [4], [4], chain_mask(torch, 1, runner.device))])
+                runner.forward([Item(-1, 0, [0, 1, 2, 3], [0, 1, 2, 3], chain_mask(torch, 4, runner.device))])
+                runner.kv.commit(-1, 4)
+                runner.forward([Item(-1, 4, [4], [4], chain_mask(torch, 1, runner.device))])
+                runner.kv.pop(-1)
 
     # ---------------------------------------------------------------------------------------------- tokens
     def tokens(self, rid: int) -> list[int]:
@@ -161,12 +166,12 @@ class HfBackend:
     def swap(self, rids: np.ndarray, *, to_host: bool) -> float:
         """A swap preemption (``to_host``) or a swap-in: the requests' target and draft caches move between the
         device and host memory; returns the measured seconds."""
-        dev = "cpu" if to_host else self.target.device
         t0 = self._sync()
-        for rid in rids.tolist():
-            for d in (self.tkv, self.dkv):
-                if rid in d:
-                    d.move(rid, dev)
+        with self.torch.inference_mode():
+            for rid in rids.tolist():
+                for d in (self.tkv, self.dkv):
+                    if rid in d:
+                        d.swap(rid, to_host)
         return self._sync() - t0
 
     def _sync(self) -> float:
@@ -198,19 +203,13 @@ class HfBackend:
         items, out, need = [], [], []
         for rid, n in zip(rids, upto, strict=True):
             toks = self.tokens(rid)
-            cache = self.dkv.get(rid)
-            have = 0 if cache is None else int(cache.shape[3])
-            if have >= n:  # already there: recompute the last token's logits from the cache before it
-                assert cache is not None
-                cache = cache[:, :, :, : n - 1] if n > 1 else None
-                have = n - 1
+            have = min(self.dkv.length(rid), n - 1)  # all there: recompute the last token's logits from before it
             new = toks[have:n]
-            items.append(Item(cache, new, list(range(have, n)), chain_mask(torch, len(new), self.draft.device)))
-            need.append((rid, have))
-        logits, kv = self.draft.forward(items)
-        for (rid, have), lg, k in zip(need, logits, kv, strict=True):
-            self.dkv.crop(rid, have)  # what the pass read (a recomputed last token: one less than held)
-            self.dkv.append(rid, k)
+            items.append(Item(rid, have, new, list(range(have, n)), chain_mask(torch, len(new), self.draft.device)))
+            need.append((rid, have, n))
+        logits = self.draft.forward(items)
+        for (rid, have, n), lg in zip(need, logits, strict=True):
+            self.dkv.commit(rid, n)
             self._record(rid, lg, have + 1)
             out.append(lg[-1])
         return out
@@ -239,11 +238,11 @@ class HfBackend:
             qs[i].append(q)
         for step in range(1, max(ks)):
             live = [i for i, k in enumerate(ks) if k > step]
-            items = [Item(self.dkv[rids[i]], [chains[i][-1]], [ctx[i] + step - 1],
-                           chain_mask(torch, 1, self.draft.device)) for i in live]
-            logits, kv = self.draft.forward(items)
-            for i, lg, k in zip(live, logits, kv, strict=True):
-                self.dkv.append(rids[i], k)
+            items = [Item(rids[i], ctx[i] + step - 1, [chains[i][-1]], [ctx[i] + step - 1],
+                          chain_mask(torch, 1, self.draft.device)) for i in live]
+            logits = self.draft.forward(items)
+            for i, lg in zip(live, logits, strict=True):
+                self.dkv.commit(rids[i], ctx[i] + step)
                 tok, q = self._pick(lg[-1])
                 chains[i].append(tok)
                 qs[i].append(q)
@@ -298,14 +297,14 @@ class HfBackend:
         if spec or plan.draft_sync:
             draft_s += t1 - t0
         items = self._target_items(s, pre, dec, trees, spec)
-        logits, kv = self.target.forward(items) if items else ([], [])
+        logits = self.target.forward(items) if items else []
         t2 = self._sync()
         npre = pre.ids.size
         for j, rid in enumerate(pre.ids.tolist()):
-            self.tkv.append(rid, kv[j])
+            self.tkv.commit(rid, items[j].start + len(items[j].tokens))
             if pre.completes[j]:
                 self.tokens(rid).append(self._sample(logits[j][-1]))
-        proposed, accepted, matched, accept_prob = self._accept(s, dec, spec, logits[npre:], kv[npre:])
+        proposed, accepted, matched, accept_prob = self._accept(s, dec, spec, logits[npre:], items[npre:])
         return Executed(draft_s=draft_s, verify_s=t2 - t1, proposed=proposed, accepted=accepted, matched=matched,
                         accept_prob=accept_prob, num_tokens=sum(len(it.tokens) for it in items))
 
@@ -347,7 +346,7 @@ class HfBackend:
         for rid, chunk in zip(pre.ids.tolist(), pre.tokens.tolist(), strict=True):
             c = int(s.num_computed[rid])
             toks = self.tokens(rid)[c:c + chunk]
-            items.append(Item(self.tkv.get(rid), toks, list(range(c, c + chunk)), chain_mask(torch, chunk, dev)))
+            items.append(Item(rid, c, toks, list(range(c, c + chunk)), chain_mask(torch, chunk, dev)))
         for i, rid in enumerate(dec.ids.tolist()):
             toks = self.tokens(rid)
             ctx = len(toks) - 1
@@ -364,22 +363,24 @@ class HfBackend:
             depth = [0]
             for p in parents:
                 depth.append(depth[p + 1] + 1 if p >= 0 else 1)
-            items.append(Item(self.tkv.get(rid), [toks[-1], *new], [ctx + d for d in depth],
-                              tree_mask(torch, parents, dev)))
+            items.append(Item(rid, ctx, [toks[-1], *new], [ctx + d for d in depth], tree_mask(torch, parents, dev)))
+        for it in items:
+            if self.tkv.length(it.rid) != it.start:
+                raise RuntimeError(f"backend=hf: request {it.rid}'s target cache holds {self.tkv.length(it.rid)} "
+                                   f"tokens, its pass starts at {it.start}")
         return items
 
     def _accept(self, s: RequestState, dec: DecodeBatch, spec: Mapping[int, _Spec], logits: Sequence[Any],
-                kv: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                items: Sequence[Item]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Verify each decoding request's drafts against the target's ``logits``, keep the accepted path's KV and
         emit its tokens; returns (proposed, accepted, matched, accept_prob) per request."""
-        torch = self.torch
         n = dec.ids.size
         proposed = np.zeros(n, dtype=np.int64)
         accepted = np.zeros(n, dtype=np.int64)
         matched = np.zeros(n, dtype=np.int64)
         accept_prob = np.zeros(n)
         for i, rid in enumerate(dec.ids.tolist()):
-            lg, k_new = logits[i], kv[i]
+            lg = logits[i]
             new, parents, qs, dlg = spec.get(i, ([], [], [], []))
             keep, out = self._verify(lg, new, parents, qs)
             acc = len(out) - 1
@@ -391,8 +392,7 @@ class HfBackend:
                     accept_prob[i] = self._accept_prob(lg, new, dlg)
             else:
                 matched[i] = acc
-            idx = torch.tensor(keep, dtype=torch.long, device=k_new.device)
-            self.tkv.append(rid, k_new.index_select(3, idx))
+            self.tkv.keep(rid, items[i].start, keep)
             self._emit(s, rid, out, acc, dlg)
         return proposed, accepted, matched, accept_prob
 
@@ -531,10 +531,10 @@ class RealDrafter:
             items, last = [], []
             for r, c, tr in zip(rids, ctx, trees, strict=True):
                 par = tr["parent"]
-                items.append(Item(b.dkv[r], list(tr["tok"]), [c + d - 1 for d in tr["depth"]],
-                                   tree_mask(torch, par, b.draft.device)[1:, 1:]))
+                items.append(Item(r, b.dkv.length(r), list(tr["tok"]), [c + d - 1 for d in tr["depth"]],
+                                  tree_mask(torch, par, b.draft.device)[1:, 1:]))
                 last.append([j for j, d in enumerate(tr["depth"]) if d == i - 1])
-            logits, _ = b.draft.forward(items)
+            logits = b.draft.forward(items)
             for tr, lg, prev in zip(trees, logits, last, strict=True):
                 self._grow(tr, [lg[j] for j in prev], prev, [tr["pp"][j] for j in prev], i, per_parent(i),
                            layer_width(i))

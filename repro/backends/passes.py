@@ -3,9 +3,10 @@ engine that ``backend=hf`` runs, for the simulator to price a run with (``cost=p
 one (:mod:`repro.experiments.sim_vs_real`).
 
 :mod:`repro.profile` times its own decoder (a static KV cache written in place, SDPA, CUDA graphs): what a serving
-engine's kernels do. ``backend=hf`` runs transformers models through :class:`~repro.backends.ragged.Runner`: every
-sequence brings its own cache, the pass pads the batch to its longest cache and its longest run of new tokens and
-copies the caches into one, and every new token gets its logits. Timing those passes, not the profiler's, is what
+engine's kernels do. ``backend=hf`` runs transformers models through :class:`~repro.backends.ragged.Runner`: the
+caches lie in one preallocated pool (:class:`~repro.backends.kvslots.KvSlots`) that each pass writes in place and
+reads where it lies, the pass pads the batch to its longest run of new tokens, and every new token gets its
+logits. Timing those passes, not the profiler's, is what
 makes a simulation priced from the table and the real run model the same engine.
 """
 
@@ -19,8 +20,9 @@ from repro.backends.models import TinyShape, build_model, require_torch
 from repro.backends.ragged import Item, Runner, chain_mask
 from repro.cost.spec import ModelSpec
 
-ENGINE = ("backend=hf's passes (transformers eager, per-sequence caches padded and copied into one batch, logits "
-          "for every new token; repro.backends.ragged.Runner)")
+ENGINE = ("backend=hf's passes (transformers eager, caches in one preallocated pool written and read in place, "
+          "batches padded to their longest run of new tokens, logits for every new token; "
+          "repro.backends.ragged.Runner)")
 
 
 def tiny_spec(spec: ModelSpec, shape: TinyShape | None = None) -> ModelSpec:
@@ -42,26 +44,34 @@ class BackendPasses:
         self.runner = Runner(build_model(spec.name, tiny=tiny, seed=seed, device=device, dtype=name))
         self.spec = tiny_spec(spec) if tiny else spec
         self.device, self.dtype = device, self.runner.dtype
-        cfg = self.runner.cfg
-        self._kv = (int(cfg.num_key_value_heads), int(getattr(cfg, "head_dim", None)
-                                                      or cfg.hidden_size // cfg.num_attention_heads))
+        self._next = 0  # the next request id cache() hands out
 
-    def cache(self, batch: int, context: int, new: int = 0) -> list[Any]:
-        """``batch`` per-sequence caches of ``context`` random tokens (``[layers, 2, kv_heads, context, head_dim]``,
-        as ``backend=hf`` keeps them); ``new`` is unused (the backend appends a pass's KV after it)."""
-        heads, hd = self._kv
-        return [self.torch.randn(self.runner.layers, 2, heads, context, hd, device=self.device, dtype=self.dtype)
-                for _ in range(batch)]
+    def cache(self, batch: int, context: int, new: int = 0) -> list[int]:
+        """``batch`` requests holding ``context`` random tokens each in the runner's pool, as ``backend=hf`` keeps
+        them; returns their ids (a pass writes its ``new`` tokens after them, uncommitted, so every timed pass reads
+        the same context; :meth:`release` frees them)."""
+        rids = list(range(self._next, self._next + batch))
+        self._next += batch
+        self.runner.kv.fill_random(rids, context)
+        return rids
 
-    def forward_groups(self, groups: Sequence[tuple[Any, list[Any] | None, int, bool]]) -> Any:
-        """One ragged pass over every sequence of ``groups`` (``(tokens [b, n], caches or None, context, _)``)."""
+    def forward_groups(self, groups: Sequence[tuple[Any, list[int] | None, int, bool]]) -> Any:
+        """One ragged pass over every sequence of ``groups`` (``(tokens [b, n], requests or None, context, _)``;
+        prompts without requests take slots of their own, the same on every call)."""
         torch = self.torch
         items = []
-        for tokens, caches, context, _ in groups:
+        prompts = 0
+        for tokens, rids, context, _ in groups:
             ids = tokens.tolist()
             n = len(ids[0])
             mask = chain_mask(torch, n, self.runner.device)
             for i, row in enumerate(ids):
-                items.append(Item(caches[i] if caches is not None else None, row, list(range(context, context + n)),
-                                  mask))
+                if rids is None:
+                    prompts += 1
+                rid = rids[i] if rids is not None else -prompts
+                items.append(Item(rid, context, row, list(range(context, context + n)), mask))
         return self.runner.forward(items)
+
+    def release(self) -> None:
+        """Free every request a cell made and the pool's buffer (:func:`repro.profile.measure`, after each cell)."""
+        self.runner.kv.clear()

@@ -1,8 +1,10 @@
-"""Ragged batched passes of one causal LM over per-sequence KV caches (``backend=hf``, :mod:`repro.backends.hf`).
+"""Ragged batched passes of one causal LM over its KV pool (``backend=hf``, :mod:`repro.backends.hf`).
 
-Each sequence of a pass brings its own cache, its new tokens, their positions and which new tokens each one sees
+Each sequence of a pass names its request (its slot in the model's :class:`~repro.backends.kvslots.KvSlots`), where
+its new tokens start (the cached tokens it reads), the tokens, their positions and which new tokens each one sees
 (:func:`chain_mask` for prefill chunks and chains, :func:`tree_mask` for token trees). Items of like length share a
-pass, padded to its longest cache and its longest run of new tokens (:meth:`Runner.forward`).
+pass, padded to its longest run of new tokens (:meth:`Runner.forward`); their new keys and values are written into
+the pool in place and attention reads the pool where it lies (no cache is copied to run a pass).
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repro.backends.kvslots import KvSlots
 from repro.backends.models import require_torch
 
 
 @dataclass
 class Item:
-    """One sequence of a ragged pass: its cache, new tokens, their positions and which new tokens each one sees."""
+    """One sequence of a ragged pass: its request, the cached tokens it reads (its new tokens are written from
+    ``start``), its new tokens, their positions and which new tokens each one sees."""
 
-    cache: Any  # [layers, 2, kv_heads, L, head_dim] or None
+    rid: int
+    start: int
     tokens: list[int]
     positions: list[int]
     mask: Any  # [q, q] bool: row i attends to new token j
@@ -42,7 +47,7 @@ def tree_mask(torch: Any, parent: Sequence[int], device: Any) -> Any:
 
 
 class Runner:
-    """Ragged batched passes of one causal LM over per-sequence KV caches (module docstring)."""
+    """Ragged batched passes of one causal LM over its KV pool ``kv`` (module docstring)."""
 
     def __init__(self, model: Any) -> None:
         self.torch, _ = require_torch()
@@ -53,121 +58,60 @@ class Runner:
         self.vocab = int(cfg.vocab_size)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        heads = int(cfg.num_attention_heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        self.kv = KvSlots(self.torch, self.layers, kv_heads, head_dim, self.dtype, self.device)
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
-    def forward(self, items: Sequence[Item]) -> tuple[list[Any], list[Any]]:
-        """Per item: logits of its new tokens [q, vocab] and their KV [layers, 2, kv_heads, q, head_dim].
+    def forward(self, items: Sequence[Item]) -> list[Any]:
+        """Per item, the logits of its new tokens [q, vocab]; their keys and values are written into ``kv`` from
+        the item's ``start`` (kept once the caller commits them: :meth:`KvSlots.commit`, :meth:`KvSlots.keep`).
 
         The items go through the model in passes of like length, their runs of new tokens within a factor of two
-        (1, 2, 3-4, 5-8, ... tokens), each pass padded to its longest cache and run (:meth:`_pass`): a 256-token
-        prefill chunk beside eight decodes is two passes, not nine sequences padded to 256 tokens (on this CPU, with
-        Llama-68M: 0.25 s against 1.8 s)."""
+        (1, 2, 3-4, 5-8, ... tokens), each pass padded to its longest run (:meth:`_pass`): a 256-token prefill chunk
+        beside eight decodes is two passes, not nine sequences padded to 256 tokens (on this CPU, with Llama-68M:
+        0.25 s against 1.8 s)."""
         buckets: dict[int, list[int]] = {}
         for i, it in enumerate(items):
             buckets.setdefault((len(it.tokens) - 1).bit_length(), []).append(i)
         if len(buckets) <= 1:
             return self._pass(items)
         logits: list[Any] = [None] * len(items)
-        kvs: list[Any] = [None] * len(items)
         for idx in buckets.values():
-            lg, kv = self._pass([items[i] for i in idx])
-            for i, a, b in zip(idx, lg, kv, strict=True):
-                logits[i], kvs[i] = a, b
-        return logits, kvs
+            for i, a in zip(idx, self._pass([items[i] for i in idx]), strict=True):
+                logits[i] = a
+        return logits
 
-    def _pass(self, items: Sequence[Item]) -> tuple[list[Any], list[Any]]:
-        """One batched pass of ``items``, padded to the longest cache and the longest run of new tokens."""
-        from transformers import DynamicCache
-
+    def _pass(self, items: Sequence[Item]) -> list[Any]:
+        """One batched pass of ``items``, in the order of their slots, padded to the longest run of new tokens."""
         torch = self.torch
         dev, dt = self.device, self.dtype
-        b = len(items)
-        lens = [0 if it.cache is None else int(it.cache.shape[3]) for it in items]
         qs = [len(it.tokens) for it in items]
-        lm, qm = max(lens), max(qs)
+        qm = max(qs)
+        starts = [int(it.start) for it in items]
+        slots = self.kv.reserve([it.rid for it in items], max(starts) + qm)
+        order = sorted(range(len(items)), key=slots.__getitem__)  # consecutive slots are read in place
+        width = max(starts) + qm
+        b = len(items)
         ids = torch.zeros(b, qm, dtype=torch.long)
         pos = torch.zeros(b, qm, dtype=torch.long)
-        allow = torch.zeros(b, qm, lm + qm, dtype=torch.bool, device=dev)
-        for i, (it, n, q) in enumerate(zip(items, lens, qs, strict=True)):
-            ids[i, :q] = torch.tensor(it.tokens, dtype=torch.long)
-            pos[i, :q] = torch.tensor(it.positions, dtype=torch.long)
-            allow[i, :q, :n] = True
-            allow[i, :q, lm:lm + q] = it.mask
+        allow = torch.zeros(b, qm, width, dtype=torch.bool, device=dev)
+        for r, i in enumerate(order):
+            it, n, q = items[i], starts[i], qs[i]
+            ids[r, :q] = torch.tensor(it.tokens, dtype=torch.long)
+            pos[r, :q] = torch.tensor(it.positions, dtype=torch.long)
+            allow[r, :q, :n] = True
+            allow[r, :q, n:n + q] = it.mask
             pad = torch.arange(q, qm, device=dev)
-            allow[i, pad, lm + pad] = True  # padding rows see themselves only (no empty softmax)
-        mask = torch.zeros(b, 1, qm, lm + qm, dtype=dt, device=dev)
+            allow[r, pad, n + pad] = True  # padding rows see themselves only (no empty softmax)
+        mask = torch.zeros(b, 1, qm, width, dtype=dt, device=dev)
         mask.masked_fill_(~allow[:, None], torch.finfo(dt).min)
-        cache = DynamicCache(config=self.cfg)
-        if lm:
-            shape = next(it.cache for it in items if it.cache is not None).shape
-            past = torch.zeros(b, self.layers, 2, shape[2], lm, shape[4], dtype=dt, device=dev)
-            for i, (it, n) in enumerate(zip(items, lens, strict=True)):
-                if n:
-                    past[i, :, :, :, :n] = it.cache
-            for layer in range(self.layers):
-                cache.update(past[:, layer, 0], past[:, layer, 1], layer)
+        cache = self.kv.pass_cache([slots[i] for i in order], [starts[i] for i in order], qm)
         out = self.model(input_ids=ids.to(dev), position_ids=pos.to(dev), attention_mask=mask, use_cache=True,
                          **{self._cache_kw: cache})
-        layers: Any = cache.layers
-        keys = torch.stack([torch.stack([layers[j].keys[:, :, lm:], layers[j].values[:, :, lm:]], dim=1)
-                            for j in range(self.layers)], dim=1)  # [b, layers, 2, kv_heads, qm, head_dim]
-        return [out.logits[i, :q].float() for i, q in enumerate(qs)], [keys[i, :, :, :, :q] for i, q in enumerate(qs)]
-
-
-class KvCaches:
-    """Per-request KV caches (``[layers, 2, kv_heads, L, head_dim]``), each in a buffer allocated once with room to
-    grow (``headroom`` tokens past what it first holds, doubled when full): a step's new KV is written in place after
-    the request's last token and a cut back only moves its length, so no step copies a request's whole cache to
-    extend it. ``caches[rid]`` is the view of its first L tokens."""
-
-    def __init__(self, torch: Any, headroom: int = 256) -> None:
-        self.torch, self.headroom = torch, int(headroom)
-        self._buf: dict[int, Any] = {}
-        self._len: dict[int, int] = {}
-
-    def __contains__(self, rid: object) -> bool:
-        return rid in self._len
-
-    def __getitem__(self, rid: int) -> Any:
-        return self._buf[rid][:, :, :, : self._len[rid]]
-
-    def get(self, rid: int, default: Any = None) -> Any:
-        return self[rid] if rid in self._len else default
-
-    def length(self, rid: int) -> int:
-        """The tokens the request's cache holds (0: none)."""
-        return self._len.get(rid, 0)
-
-    def pop(self, rid: int, default: Any = None) -> Any:
-        """Free the request's cache; returns its view (``default`` when it had none)."""
-        if rid not in self._len:
-            return default
-        view = self[rid]
-        del self._buf[rid], self._len[rid]
-        return view
-
-    def append(self, rid: int, kv: Any) -> None:
-        """Write ``kv`` (``[layers, 2, kv_heads, q, head_dim]``) after the request's last cached token."""
-        q, n = int(kv.shape[3]), self._len.get(rid, 0)
-        buf = self._buf.get(rid)
-        if buf is None or n + q > buf.shape[3]:
-            room = max(2 * (n + q), n + q + self.headroom)
-            grown = self.torch.empty(*kv.shape[:3], room, kv.shape[4], dtype=kv.dtype, device=kv.device)
-            if n and buf is not None:
-                grown[:, :, :, :n] = buf[:, :, :, :n]
-            self._buf[rid] = buf = grown
-        buf[:, :, :, n:n + q] = kv
-        self._len[rid] = n + q
-
-    def crop(self, rid: int, n: int) -> None:
-        """Keep the request's first ``n`` cached tokens (none: its cache is freed)."""
-        if n <= 0:
-            self.pop(rid)
-        elif rid in self._len:
-            self._len[rid] = min(int(n), self._len[rid])
-
-    def move(self, rid: int, device: Any) -> None:
-        """Move the request's cached tokens to ``device`` (a swap), its room given up."""
-        self._buf[rid] = self[rid].to(device, non_blocking=False)
-
+        logits: list[Any] = [None] * b
+        for r, i in enumerate(order):
+            logits[i] = out.logits[r, :qs[i]].float()
+        return logits

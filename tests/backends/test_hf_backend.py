@@ -295,29 +295,3 @@ def test_a_checkpoint_runs_the_same_attention_as_random_weights(tmp_path: Path) 
     ids = torch.arange(7)[None]
     with torch.inference_mode():
         assert torch.equal(random(ids).logits, loaded(ids).logits)
-
-
-def test_kv_caches_grow_in_place_as_concatenation_would() -> None:
-    """KvCaches: appends and cuts equal torch.cat and slicing, and a step's append inside the buffer's room writes in
-    place (the buffer is allocated once per request, not copied each step)."""
-    from repro.backends.ragged import KvCaches
-
-    caches = KvCaches(torch, headroom=8)
-    ref = None
-    for q in (5, 1, 3, 1):  # a prompt, then decode steps
-        kv = torch.randn(2, 2, 1, q, 4)
-        caches.append(7, kv)
-        ref = kv if ref is None else torch.cat([ref, kv], dim=3)
-        assert torch.equal(caches[7], ref)
-    buffer = caches._buf[7]
-    caches.crop(7, 6)  # a rejected draft's KV dropped
-    ref = ref[:, :, :, :6]
-    kv = torch.randn(2, 2, 1, 2, 4)
-    caches.append(7, kv)
-    assert torch.equal(caches[7], torch.cat([ref, kv], dim=3)) and caches._buf[7] is buffer  # written in place
-    caches.append(7, torch.randn(2, 2, 1, 30, 4))  # past its room: grown, what it held kept
-    assert caches.length(7) == 38 and torch.equal(caches[7][:, :, :, :8], torch.cat([ref, kv], dim=3))
-    caches.move(7, "cpu")
-    assert caches.length(7) == 38
-    caches.crop(7, 0)
-    assert 7 not in caches and caches.get(7) is None and caches.pop(7, "none") == "none"

@@ -104,7 +104,7 @@ def test_repro_profile_measures_a_tiny_random_model_into_a_table(tmp_path: Path)
 
 
 def test_repro_profile_times_backend_hfs_own_passes(tmp_path: Path) -> None:
-    """``--engine hf``: the passes ``backend=hf`` runs (its Runner over per-sequence caches), stamped as such, with
+    """``--engine hf``: the passes ``backend=hf`` runs (its Runner over its KV pool), stamped as such, with
     the CPU's private caches flushed before each timed pass (twice the L2 by default)."""
     pytest.importorskip("transformers", reason="--engine hf runs transformers models (pip install -e '.[real]')")
     import json
