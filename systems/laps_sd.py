@@ -61,7 +61,7 @@ from collections import deque
 
 import numpy as np
 
-from repro.sim.plan import StepPlan, StepResult, ids
+from repro.sim.plan import RunResult, StepPlan, StepResult, ids
 from repro.sim.policy import Policy, PolicyContext
 from repro.sim.state import View
 from systems.lib import LogNormalLengthPredictor, check_positive_int, contenders, length_predictor, serve_in_order
@@ -94,6 +94,7 @@ def estimate_s(pred_len: float | np.ndarray, accept: float | np.ndarray, n: int,
 
 class LAPSSD(Policy):
     uses_draft_model = True
+    repeats_some_plans = True  # a batch of pinned requests (plan_repeats)
 
     def __init__(self, num_queues: int = 4, growth: float = 2.0, first_threshold_s: float = 0.25, gamma: int = 5,
                  delta: float = 0.05, k: int = 4, length_error_sigma: float = 0.25, max_batch: int = 1) -> None:
@@ -112,11 +113,13 @@ class LAPSSD(Policy):
         self.predictor = LogNormalLengthPredictor(length_error_sigma)
         self.sigma = length_error_sigma
         self._n = 0
+        self._pinned_batch = False  # the last plan's batch: every running request pinned, filling it
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         self.predictor = length_predictor(self.sigma, ctx.rng)
         self._n = 0
+        self._pinned_batch = False
 
     def _grow(self, n: int) -> None:
         """Per-request state, sized to the workload on first sight."""
@@ -169,6 +172,7 @@ class LAPSSD(Policy):
             elif self.perceptible[rid]:
                 settled.append(rid)
         pinned = running if len(settled) == running.size else ids(settled)  # all pinned: no new array
+        self._pinned_batch = len(settled) == running.size >= self.max_batch
         # pinned requests that fill the batch are the batch: only their own order matters, not the contenders'
         order = self.order(view, pinned) if pinned.size >= self.max_batch else self.order(view)
         return serve_in_order(view, order, max_batch=self.max_batch, k=self.k, pinned=pinned)
@@ -185,6 +189,27 @@ class LAPSSD(Policy):
                 # (accepted + one per round + the prefill's), NaN if it never did
                 "stable_rounds": np.where(stable, self.stable_rounds, np.nan),
                 "stable_tokens": np.where(stable, self.stable_tokens, np.nan)}
+
+    def plan_repeats(self, plan: StepPlan) -> bool:
+        """A batch of pinned requests filling ``max_batch`` is served until one finishes (or a request arrives): the
+        same plan each step, and ``observe`` only adds up (:meth:`observe_run`)."""
+        return self._pinned_batch
+
+    def observe_run(self, run: RunResult) -> None:
+        """:meth:`observe` after each step of a run of pinned requests: they are perceptible, so only their
+        attained service and counters and the T_SSM and T_LLM sums move, each summed in step order as ``observe``
+        sums it (every step proposes ``k`` tokens per request)."""
+        step_s = run.draft_s + run.verify_s
+        for rid, took in zip(run.decode_ids.tolist(), run.num_steps.tolist(), strict=True):
+            self.attained_s[rid] = _in_order(self.attained_s[rid], step_s[:took])
+        self.proposed[run.decode_ids] += run.num_proposed
+        self.accepted[run.decode_ids] += run.num_accepted
+        self.spec_rounds[run.decode_ids] += run.num_steps
+        self.rounds += int(run.draft_s.size)
+        self.draft_s_sum = float(_in_order(self.draft_s_sum, run.draft_s / self.k))
+        self.verify_s_sum = float(_in_order(self.verify_s_sum, run.verify_s))
+        for rid in run.finished_ids.tolist():
+            self.rates.pop(rid, None)
 
     def observe(self, result: StepResult) -> None:
         step_s = result.draft_s + result.verify_s  # §4.2: E_i, speculation + verification
@@ -227,3 +252,10 @@ class LAPSSD(Policy):
                                              self.draft_s_sum / self.rounds, self.verify_s_sum / self.rounds)
         for rid in result.finished_ids.tolist():
             self.rates.pop(rid, None)
+
+
+def _in_order(start: float, terms: np.ndarray) -> float:
+    """``start`` plus each of ``terms`` in turn (the sum a loop of ``+=`` makes, bit for bit)."""
+    if terms.size == 0:
+        return start
+    return float(np.add.accumulate(np.concatenate([[start], terms]))[-1])

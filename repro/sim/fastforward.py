@@ -39,7 +39,7 @@ import numpy as np
 
 from repro.cost.step import verify_runs_s
 from repro.sim.lookahead import AR_RUN, NEVER, RUN_AHEAD_MAX, RunColumns
-from repro.sim.plan import StepPlan
+from repro.sim.plan import RunResult, StepPlan
 from repro.sim.policy import whole_prompts_that_fit
 from repro.sim.state import FINISHED as _FINISHED
 from repro.sim.state import RUNNING as _RUNNING
@@ -461,6 +461,9 @@ class FastForward:
         r.sync_view()
         if r.observers:
             self._trace(run, end_at, draft, verify, schedule_wall_s)
+        if not r.policy.repeats_plan:  # a plan it promised on its own (Policy.repeats_some_plans): it observes the run
+            r.policy.observe_run(RunResult(rids, took, k * took, acc if k else np.zeros_like(took), draft[:steps],
+                                           verify[:steps], rids[fin]))
         return end
 
     def _trace(self, run: _Run, end_at: np.ndarray, draft: np.ndarray, verify: np.ndarray,

@@ -147,3 +147,21 @@ class StepResult:
     @property
     def latency_s(self) -> float:
         return self.end_at - self.start_at
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A run of one repeated decode step, computed at once by the engine's fast path, as a policy that promised the
+    plan (:meth:`Policy.plan_repeats <repro.sim.policy.Policy.plan_repeats>`) observes it
+    (:meth:`Policy.observe_run <repro.sim.policy.Policy.observe_run>`): per step, in order, its drafting and
+    verification seconds (``StepResult.draft_s`` and ``verify_s`` of each); per request of ``decode_ids``, the steps
+    it ran in (from the first) and the draft tokens it proposed and accepted over them; the requests that finished,
+    at the run's last step."""
+
+    decode_ids: np.ndarray
+    num_steps: np.ndarray
+    num_proposed: np.ndarray
+    num_accepted: np.ndarray
+    draft_s: np.ndarray
+    verify_s: np.ndarray
+    finished_ids: np.ndarray

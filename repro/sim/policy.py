@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repro.sim.plan import ProposerName, StepPlan, StepResult
+from repro.sim.plan import ProposerName, RunResult, StepPlan, StepResult
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel
@@ -107,6 +107,11 @@ class Policy:
       plan is the repeated decode step again over every running request (the new ones last) with the same chain
       length, ``observe`` changing nothing for either. vLLM's scheduler and static speculation (unless it switches
       off by batch size) declare it. ``None``: the policy plans its own admissions.
+    - ``repeats_some_plans``: the policy promises ``repeats_plan``'s repetition for some of its plans only, those for
+      which :meth:`plan_repeats` says so, and takes the run of such a plan's steps at once in :meth:`observe_run`,
+      ending in the state its ``observe`` would have left after each of them. LAPS-SD makes it for a batch of
+      requests that are all pinned (perceptible, run to completion): its plan repeats, and its observations only
+      add up.
     """
 
     uses_draft_model: bool = False
@@ -129,6 +134,7 @@ class Policy:
     repeats_plan: bool = False  #: a fast-path promise (see the class docstring)
     keeps_plan_after_finish: bool = False  #: a fast-path promise (see the class docstring)
     admits: WholePromptAdmission | None = None  #: a fast-path promise and the admission rule (see the class docstring)
+    repeats_some_plans: bool = False  #: a fast-path promise (see the class docstring)
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx
@@ -138,6 +144,16 @@ class Policy:
 
     def observe(self, result: StepResult) -> None:
         """Called after every step with what a real server observes."""
+
+    def plan_repeats(self, plan: StepPlan) -> bool:
+        """Whether the fast path may repeat ``plan`` (the class docstring's promises): ``repeats_plan`` by default; a
+        policy with ``repeats_some_plans`` says so plan by plan."""
+        return self.repeats_plan
+
+    def observe_run(self, run: RunResult) -> None:
+        """Called once for a run of the repeated steps of a plan that :meth:`plan_repeats` promised (with
+        ``repeats_some_plans``), in place of :meth:`observe` after each of them."""
+        raise NotImplementedError(f"{type(self).__name__} promises repeats_some_plans without observe_run")
 
     def request_columns(self) -> Mapping[str, np.ndarray]:
         """Per-request values the policy estimated, by column name, each an array indexed by request id (NaN where

@@ -71,7 +71,8 @@ class Replica:
         self.observers = tuple(observers)
         # the fast path, only where every observer takes runs (the step trace does; the round trace and
         # counterfactual arms need single steps) and the models are simulated
-        self.fast_forward = bool(fast_forward and policy.repeats_plan and arms is None and backend is None
+        self.fast_forward = bool(fast_forward and (policy.repeats_plan or policy.repeats_some_plans) and arms is None
+                                 and backend is None
                                  and all(hasattr(o, "on_run") for o in self.observers))
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
         self.draft_ready_at: float | None = None  # when an asynchronous draft reload completes
@@ -142,7 +143,7 @@ class Replica:
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
             return None
-        if self.fast_forward:
+        if self.fast_forward and self.policy.plan_repeats(plan):
             end = self.fast_path.run_ahead(plan, now, until, limit,
                                            None if max_steps is None else max_steps - self.num_steps, wall_s, arrivals)
             if end is not None:
