@@ -39,7 +39,9 @@ replays in the simulator (:mod:`repro.oracle`).
 Deviations (from a serving engine):
     - a pass is padded to its longest run of new tokens, and a pool of slots × the longest sequence stands for paged
       attention (no CUDA graphs either): the timings show the model on this device, not vLLM's kernels; use
-      ``python -m repro.profile`` + ``cost=profile`` for engine-grade tables;
+      ``python -m repro.profile`` + ``cost=profile`` for engine-grade tables; the pool grows (a copy of it) inside
+      the measured step that first needs more room, a handful of times a run, where a serving engine sizes its pool
+      once at start-up;
     - tree candidates are recomputed per beam layer (the draft sees the partial tree each layer) instead of being
       cached; chains draft incrementally;
     - the draft's memory actions (Nightjar) are not physically moved: their time is the cost model's; the KV block
