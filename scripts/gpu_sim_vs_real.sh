@@ -5,7 +5,8 @@
 # docs/gpu.md), vLLM, Sarathi-Serve and static k = 3. Each model runs
 # under its own time limit; its profile, recordings and report are packed into $OUT/sim_vs_real.tgz as it finishes,
 # so a run cut short keeps what it finished. Commit the reports (summary.md, comparison.csv, the figure, the
-# profile with its sidecar) under profiles/sim_vs_real/ with the device's name.
+# profile with its sidecar) under profiles/sim_vs_real/ with the device's name. The backend's tests run on the device
+# first (backend-tests.txt in the pack).
 # Usage: OUT=/some/folder [GPU_TAG=h100] [ROUNDS=3] bash scripts/gpu_sim_vs_real.sh [quick]
 # (ROUNDS: profile sweeps, python -m repro.profile --rounds; not yet tried on a GPU, docs/gpu.md)
 # quick: the whole pipeline on the tiny stand-ins in seconds (DEVICE=cpu runs it on a CPU).
@@ -30,6 +31,13 @@ if [ "${1:-}" = quick ]; then
     run tiny 120 --model llama-68m --draft llama-68m --systems vllm static_sd_k3 --num-requests 6
     exit $?  # non-zero: the pipeline does not run here, so a full run would not either
 fi
+# first, backend=hf's own checks on the device: the KV pool and greedy exactness of every kind of step (float32)
+echo "== backend tests on $device ($(date -u +%T))"
+REPRO_TEST_DEVICE="$device" timeout 240 "$py" -m pytest -q -p no:cacheprovider -p no:randomly \
+    tests/backends/test_kvslots.py tests/backends/test_hf_backend.py > "$work/backend-tests.txt" 2>&1
+echo "   exit $? ($(date -u +%T))"
+tail -3 "$work/backend-tests.txt"
+pack
 common=(--no-tiny --threads 0 --systems vllm sarathi static_sd_k3 --num-requests 24 --rps 1 --input-len 256
         --output-len 96 --repeat 7 --draft-noise 0.05 --rounds "${ROUNDS:-1}")
 lim=$(( 240 + 150 * (${ROUNDS:-1} - 1) ))  # each further profile sweep: about 100 s of a 7B model's profile

@@ -1,9 +1,11 @@
 """``backend=hf``'s KV pool (:class:`repro.backends.kvslots.KvSlots`) and the ragged passes over it: a pass over
 sequences of different cached lengths gives each the logits of its own uncached forward, attention reads consecutive
 slots in place (no copy of the cache), and the bookkeeping (commit, crop, a tree's kept path, swaps, growth) keeps
-exactly the tokens it should."""
+exactly the tokens it should. ``REPRO_TEST_DEVICE=cuda`` runs them on a GPU (float32)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -17,17 +19,18 @@ from repro.backends.models import build_model
 from repro.backends.ragged import Item, Runner, chain_mask, tree_mask
 
 pytestmark = pytest.mark.usefixtures("no_data")
+DEVICE = torch.device(os.environ.get("REPRO_TEST_DEVICE", "cpu"))
 
 
 @pytest.fixture(scope="module")
 def runner() -> Runner:
     torch.manual_seed(0)
-    return Runner(build_model("llama-68m", tiny=True, seed=5))
+    return Runner(build_model("llama-68m", tiny=True, seed=5, device=str(DEVICE), dtype="float32"))
 
 
 def _full(runner: Runner, toks: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        return runner.model(input_ids=torch.tensor([toks])).logits[0].float()
+        return runner.model(input_ids=torch.tensor([toks], device=runner.device)).logits[0].float()
 
 
 def _prefill(runner: Runner, rid: int, toks: list[int]) -> None:
@@ -82,12 +85,12 @@ def test_a_tree_pass_keeps_the_accepted_path_as_the_cache(runner: Runner) -> Non
 
 def test_consecutive_slots_are_read_in_place_and_others_gathered() -> None:
     """Attention reads a view of the pool's buffer for consecutive slots (no copy), a gather otherwise."""
-    pool = KvSlots(torch, 2, 1, 4, torch.float32, torch.device("cpu"))
+    pool = KvSlots(torch, 2, 1, 4, torch.float32, DEVICE)
     pool.fill_random([0, 1, 2], 5)
     with torch.inference_mode():
         for slots, in_place in (([0, 1, 2], True), ([1, 2], True), ([0, 2], False)):
             cache = pool.pass_cache(slots, [5] * len(slots), 1)
-            k = torch.ones(len(slots), 1, 1, 4)
+            k = torch.ones(len(slots), 1, 1, 4, device=DEVICE)
             keys, _ = cache.update(k, k, 1)
             shares = keys.untyped_storage().data_ptr() == pool.buf.untyped_storage().data_ptr()
             assert shares == in_place, slots
@@ -97,12 +100,13 @@ def test_consecutive_slots_are_read_in_place_and_others_gathered() -> None:
 
 def test_the_pool_keeps_what_its_caller_commits() -> None:
     """commit, crop, keep, swap and growth: the cache is always the tokens written and kept, in order."""
-    pool = KvSlots(torch, 1, 1, 2, torch.float32, torch.device("cpu"), slots=1)
+    pool = KvSlots(torch, 1, 1, 2, torch.float32, DEVICE, slots=1)
     with torch.inference_mode():
         def write(rid: int, start: int, vals: list[float]) -> None:
             slot = pool.reserve([rid], start + len(vals))[0]
-            x = torch.tensor(vals, dtype=torch.float32)[None, None, :, None].expand(1, 1, len(vals), 2)
-            pool.write(0, torch.tensor([[slot] * len(vals)]), torch.arange(start, start + len(vals))[None], x, x)
+            x = torch.tensor(vals, dtype=torch.float32, device=DEVICE)[None, None, :, None].expand(1, 1, len(vals), 2)
+            pool.write(0, torch.tensor([[slot] * len(vals)], device=DEVICE),
+                       torch.arange(start, start + len(vals), device=DEVICE)[None], x, x)
 
         def held(rid: int) -> list[float]:
             return pool.get(rid)[0, 0, 0, :, 0].tolist()
