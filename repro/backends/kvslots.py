@@ -13,8 +13,8 @@ where it lies. :class:`KvSlots` is that for the ragged passes of :class:`~repro.
 - what a pass wrote becomes the request's cache only when its caller says so (:meth:`KvSlots.commit`, or
   :meth:`KvSlots.keep` for a verified tree's accepted path, moved down in place), so a tree the draft expands, or
   verification's rejected tokens, cost nothing to drop;
-- the buffer grows (doubling its slots, or its tokens to the next power of two) only when a request needs more:
-  memory is the run's most concurrent requests times its longest sequence, as for a static cache;
+- the buffer grows only when a request needs more (its slots or its tokens at least doubled, tokens a multiple of
+  256): memory is the run's most concurrent requests times its longest sequence, as for a static cache;
 - a swap copies a request's tokens to the host and frees its slot; :meth:`KvSlots.clear` gives the buffer back.
 
 Positions a pass's padding rows write past a sequence's length hold finite keys that no query sees (masked: weight
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-MIN_TOKENS = 256  # the buffer's first length (tokens per slot): grown to the next power of two past what is needed
+STEP = 256  # the buffer's tokens per slot are a multiple of this
 
 
 class KvSlots:
@@ -113,19 +113,25 @@ class KvSlots:
     # ----------------------------------------------------------------------------------------------- room
     def reserve(self, rids: Sequence[int], tokens: int) -> list[int]:
         """A slot for each request (a new one at length 0 for a request without), and room for ``tokens`` tokens per
-        slot; returns the slots."""
+        slot; returns the slots. A first buffer is sized to what is asked (tokens rounded up to ``STEP``); a
+        buffer that must grow at least doubles what it lacks, so a run grows it a handful of times."""
+        new = [r for r in dict.fromkeys(rids) if r not in self._slot]
+        for rid in new:
+            if rid in self._host:
+                raise RuntimeError(f"request {rid}'s cache is on the host (swapped out): swap it in first")
         if self.buf is None:
-            self._grow(self.first_slots, max(MIN_TOKENS, _pow2(tokens)))
-        elif tokens > self.buf.shape[4]:
-            self._grow(int(self.buf.shape[2]), _pow2(tokens))
+            self._grow(max(self.first_slots, len(new)), _round_up(max(tokens, 1)))
+        else:
+            slots, room = int(self.buf.shape[2]), int(self.buf.shape[4])
+            more = len(new) > len(self._free)
+            if more or tokens > room:
+                used = slots - len(self._free)
+                self._grow(max(2 * slots, used + len(new)) if more else slots,
+                           _round_up(max(tokens, 2 * room)) if tokens > room else room)
         out = []
         for rid in rids:
             slot = self._slot.get(rid)
             if slot is None:
-                if rid in self._host:
-                    raise RuntimeError(f"request {rid}'s cache is on the host (swapped out): swap it in first")
-                if not self._free:
-                    self._grow(2 * int(self.buf.shape[2]), int(self.buf.shape[4]))
                 slot = self._slot[rid] = heapq.heappop(self._free)
                 self._len.setdefault(rid, 0)
             out.append(slot)
@@ -240,8 +246,8 @@ def _pass_cache_class() -> type:
 PassCache = Any  # the class _pass_cache_class() returns (for annotations)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+def _round_up(n: int) -> int:
+    return -(-int(n) // STEP) * STEP
 
 
 def _gib(elements: int, dtype: Any, torch: Any) -> float:

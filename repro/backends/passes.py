@@ -6,8 +6,8 @@ one (:mod:`repro.experiments.sim_vs_real`).
 engine's kernels do. ``backend=hf`` runs transformers models through :class:`~repro.backends.ragged.Runner`: the
 caches lie in one preallocated pool (:class:`~repro.backends.kvslots.KvSlots`) that each pass writes in place and
 reads where it lies, the pass pads the batch to its longest run of new tokens, and every new token gets its
-logits. Timing those passes, not the profiler's, is what
-makes a simulation priced from the table and the real run model the same engine.
+logits. Timing those passes, not the profiler's, is what makes a simulation priced from the table and the real run
+model the same engine.
 """
 
 from __future__ import annotations

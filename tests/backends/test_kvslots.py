@@ -135,3 +135,17 @@ def test_the_pool_keeps_what_its_caller_commits() -> None:
         assert held(3) == [1, 2, 3, 4] and pool.length(3) == 4
         pool.crop(3, 0)
         assert 3 not in pool and pool.get(3) is None and pool.pop(3, "none") == "none"
+
+
+def test_a_first_buffer_is_what_is_asked_and_growth_at_least_doubles() -> None:
+    """The profiler's cell of 64 sequences at 2,049 tokens gets 64 slots of 2,304 tokens (not a power of two past
+    it: a cell that fits the device's memory fits the pool); a pool that must grow at least doubles what it lacks."""
+    pool = KvSlots(torch, 1, 1, 2, torch.float32, DEVICE)
+    pool.fill_random(list(range(64)), 2049)
+    assert pool.capacity == (64, 2304)
+    pool.reserve([100], 10)
+    assert pool.capacity == (128, 2304)
+    pool.reserve([0, 1], 2400)
+    assert pool.capacity == (128, 4608) and pool.length(0) == 2049
+    pool.clear()
+    assert pool.capacity == (0, 0) and 0 not in pool
