@@ -185,6 +185,9 @@ class RandomDecoder:
         store[:, :, :, :, :context].normal_()
         return [(store[i, 0], store[i, 1]) for i in range(s.num_layers)]
 
+    def release(self) -> None:
+        """After a cell: nothing to free (its caches are the cell's own tensors, dropped with it)."""
+
     def forward(self, tokens: Any, cache: list[tuple[Any, Any]] | None, all_logits: bool = False) -> Any:
         """One pass of one group: ``tokens`` is [batch, new]; each sequence attends the cache's first
         ``cache length − new`` tokens plus its new ones (causally among them), writing the new K/V in place; without
@@ -270,9 +273,6 @@ class Timer:
         # caches as an engine's host work between two passes does (flush_bytes; 0: back-to-back, warm caches)
         self._flush = torch.empty(flush_bytes // 4, dtype=torch.float32) if flush_bytes and not self.cuda else None
 
-    def median_ms(self, fn: Callable[[], Any], warmup: int, repeat: int) -> float:
-        return statistics.median(self.samples_ms(fn, warmup, repeat))
-
     def samples_ms(self, fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
         """``repeat`` timed passes of ``fn`` after ``warmup`` untimed ones (a CUDA graph of it where it can)."""
         torch = self.torch
@@ -356,8 +356,7 @@ def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: in
                 finally:
                     groups = []
                     timer._graph = None
-                    if hasattr(model, "release"):  # backend=hf's pool (repro.backends.passes)
-                        model.release()
+                    model.release()
                     if device.startswith("cuda"):
                         torch.cuda.empty_cache()
                 if times is None:

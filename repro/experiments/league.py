@@ -144,9 +144,10 @@ def winners(points: pd.DataFrame, spec: LeagueSpec, case_key: str) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def ranking(points: pd.DataFrame, spec: LeagueSpec, case_key: str) -> pd.DataFrame:
-    """Per system: cells run, wins by the primary metric, mean rank over the metrics, and per metric the geometric
-    mean of its value normalized to the cell's best."""
+def ranking(points: pd.DataFrame, spec: LeagueSpec, case_key: str, wins: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per system: cells run, wins by the primary metric (``wins``: :func:`winners` of the same points, if already
+    made), mean rank over the metrics, and per metric the geometric mean of its value normalized to the cell's
+    best."""
     ranks: list[pd.DataFrame] = []
     norms: list[pd.DataFrame] = []
     for (_, x), cell in points.groupby([case_key, spec.x], sort=False):
@@ -160,10 +161,10 @@ def ranking(points: pd.DataFrame, spec: LeagueSpec, case_key: str) -> pd.DataFra
         norms.append(n)
     rank = pd.concat(ranks, ignore_index=True)
     norm = pd.concat(norms, ignore_index=True)
-    wins = winners(points, spec, case_key)["best"].value_counts()
-    out = pd.DataFrame({"system": rank.groupby("system", sort=False).size().index})
-    out["cells"] = rank.groupby("system", sort=False).size().to_numpy()
-    out["wins"] = [int(wins.get(s, 0)) for s in out["system"]]
+    won = (winners(points, spec, case_key) if wins is None else wins)["best"].value_counts()
+    cells = rank.groupby("system", sort=False).size()
+    out = pd.DataFrame({"system": cells.index, "cells": cells.to_numpy()})
+    out["wins"] = [int(won.get(s, 0)) for s in out["system"]]
     # every (cell, metric) rank counts once: a metric ranked in fewer cells weighs less
     out["mean_rank"] = rank.melt(id_vars="system").groupby("system", sort=False)["value"].mean() \
         .reindex(out["system"]).to_numpy()
@@ -256,7 +257,7 @@ def render(out_dir: Path, raw: Mapping[str, Any], case_key: str, systems: Sequen
     if pts.empty or case_key not in pts.columns or spec.x not in pts.columns:
         return [], []
     wins = winners(pts, spec, case_key)
-    rank = ranking(pts, spec, case_key)
+    rank = ranking(pts, spec, case_key, wins)
     cover = coverage(pts, systems, scenarios, spec, case_key)
     paths = []
     for name, frame in (("who_wins", wins), ("ranking", rank), ("coverage", cover)):

@@ -417,6 +417,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     sampling = {"temperature": 0.0, **{k: (float(b[k]) if k != "top_k" else int(b[k]))
                                        for k in ("temperature", "top_p", "top_k") if b.get(k) is not None}}
     text = str(b.get("prompt_format") or "ids") == "text"
+    ignore_eos = bool(b.get("ignore_eos", True))
     detok = text_tokenizer(b, served) if text else None
     vocab = int(b.vocab_size or (min(model.vocab_size, len(detok)) if detok is not None else model.vocab_size))
     prompts = real_prompts(cfg, table, vocab)
@@ -427,7 +428,7 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
     before = scrape(str(b.url))
     res = replay(table.arrival_s, table.prompt_len, table.output_len, base_url=str(b.url), model=served,
                  prompts=sent, timeout_s=float(b.timeout_s), max_concurrency=table.max_concurrency, sampling=sampling,
-                 ignore_eos=bool(b.get("ignore_eos", True)))
+                 ignore_eos=ignore_eos)
     spec = spec_metrics(before, scrape(str(b.url)))
     r = res.requests
     ok = r["success"].to_numpy(dtype=bool)
@@ -460,9 +461,9 @@ def run_openai(cfg: DictConfig, t0: float) -> PointResult:
              + ("" if spec else " (the server reported no speculative-decoding counters at /metrics)"), prompts.how]
     if detok is not None:
         notes.append("backend=openai: prompts sent as text (the ids decoded; the server's own tokenization sets "
-                     "their length)" + ("" if b.get("ignore_eos", True) else
+                     "their length)" + ("" if ignore_eos else
                                         ", without ignore_eos (a request may stop at its end-of-sequence token)"))
-    elif not b.get("ignore_eos", True):
+    elif not ignore_eos:
         notes.append("backend=openai: sent without ignore_eos (a request may stop at its end-of-sequence token)")
     if (~ok).any():
         notes.append(f"backend=openai: {int((~ok).sum())} of {n} requests failed; the first error: "
