@@ -145,12 +145,20 @@ def mixed_grid(chunks: Sequence[int] = CHUNKS, decodes: Sequence[int] = DECODES,
     return [Cell("mixed", (Group(1, p, 0), Group(d, 1, c))) for p in chunks for d in decodes for c in contexts if c > 0]
 
 
-def cell_bytes(spec: ModelSpec, cell: Cell, dtype_bytes: int = 2) -> int:
+def cache_tokens(groups: Sequence[Group]) -> int:
+    """The cached token positions a pass of ``groups`` holds in this module's decoder: each sequence's own cache at
+    its full length (the profiler's model interface: ``model.cache_tokens``)."""
+    return sum(g.seqs * (g.context + g.new) for g in groups)
+
+
+def cell_bytes(spec: ModelSpec, cell: Cell, dtype_bytes: int = 2,
+               held: Callable[[Sequence[Group]], int] = cache_tokens) -> int:
     """An upper estimate of the memory one cell needs beside the weights, in ``dtype_bytes`` per value: its KV cache
-    at full length, and the activations of a pass (kept twice: a CUDA graph's pool beside the eager warm-up)."""
+    (``held``: the cached token positions the model allocates for the cell's groups), and the activations of a pass
+    (kept twice: a CUDA graph's pool beside the eager warm-up)."""
     b = dtype_bytes
     h, q, kv = spec.hidden_size, spec.num_heads * spec.hd, spec.num_kv_heads * spec.hd
-    cache = sum(2 * spec.num_layers * g.seqs * spec.num_kv_heads * (g.context + g.new) * spec.hd for g in cell.groups)
+    cache = 2 * spec.num_layers * spec.num_kv_heads * spec.hd * held(cell.groups)
     tokens = sum(g.tokens for g in cell.groups)
     act = tokens * (4 * h + q + 2 * kv + 3 * spec.intermediate_size)
     masks = sum(g.seqs * spec.num_heads * g.new * (g.context + g.new) for g in cell.groups if g.new > 1 and g.context)
@@ -187,6 +195,11 @@ class RandomDecoder:
 
     def release(self) -> None:
         """After a cell: nothing to free (its caches are the cell's own tensors, dropped with it)."""
+
+    @staticmethod
+    def cache_tokens(groups: Sequence[Group]) -> int:
+        """The cached token positions a cell of ``groups`` allocates (:func:`cache_tokens`)."""
+        return cache_tokens(groups)
 
     def forward(self, tokens: Any, cache: list[tuple[Any, Any]] | None, all_logits: bool = False) -> Any:
         """One pass of one group: ``tokens`` is [batch, new]; each sequence attends the cache's first
@@ -332,14 +345,16 @@ def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: in
     torch, spec, device = model.torch, model.spec, model.device
     timer = Timer(torch, device, graphs, flush_bytes)
     width = torch.finfo(model.dtype).bits // 8
-    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    from repro.backends.kvslots import PoolFull  # backend=hf's pool: no room for its buffer (torch not imported)
+
+    oom = (getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError, PoolFull)
     samples: dict[tuple[int, ...], list[float]] = {}
     with torch.inference_mode():
         for r in range(max(1, rounds)):
             for cell in cells:
                 if cell.key in done or (r and cell.key not in samples):  # later rounds: the cells that ran
                     continue
-                need = cell_bytes(spec, cell, width)
+                need = cell_bytes(spec, cell, width, model.cache_tokens)
                 room = free_bytes(torch, device, cap_gib)
                 if need > room:
                     samples.pop(cell.key, None)

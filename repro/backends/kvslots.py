@@ -31,6 +31,10 @@ from typing import Any
 STEP = 256  # the buffer's tokens per slot are a multiple of this
 
 
+class PoolFull(RuntimeError):
+    """The device has no room for the pool's buffer (the profiler skips such a cell; a run stops, naming the size)."""
+
+
 class KvSlots:
     """One model's KV pool (module docstring). ``layers``, ``kv_heads``, ``head_dim``: the model's attention shape."""
 
@@ -120,7 +124,7 @@ class KvSlots:
             if rid in self._host:
                 raise RuntimeError(f"request {rid}'s cache is on the host (swapped out): swap it in first")
         if self.buf is None:
-            self._grow(max(self.first_slots, len(new)), _round_up(max(tokens, 1)))
+            self._grow(max(self.first_slots, len(new)), room_tokens(tokens))
         else:
             slots, room = int(self.buf.shape[2]), int(self.buf.shape[4])
             more = len(new) > len(self._free)
@@ -143,10 +147,13 @@ class KvSlots:
         with torch.inference_mode():
             try:
                 new = torch.zeros(layers, 2, slots, heads, tokens, hd, dtype=self.dtype, device=self.device)
-            except RuntimeError as err:  # out of memory (torch.OutOfMemoryError is a RuntimeError)
-                raise RuntimeError(f"backend=hf: the KV pool of {slots} slots x {tokens} tokens does not fit "
-                                   f"({_gib(layers * 2 * slots * heads * tokens * hd, self.dtype, torch):.1f} "
-                                   "GiB): fewer concurrent requests or shorter sequences") from err
+            except RuntimeError as err:
+                if not _out_of_memory(torch, err):
+                    raise
+                raise PoolFull(f"backend=hf: the KV pool of {slots} slots x {tokens} tokens does not fit "
+                               f"({_gib(layers * 2 * slots * heads * tokens * hd, self.dtype, torch):.1f} GiB; "
+                               f"{str(err).splitlines()[0][:160]}): fewer concurrent requests or shorter "
+                               "sequences") from err
             old = self.buf
             have = 0 if old is None else int(old.shape[2])
             if old is not None:
@@ -201,27 +208,30 @@ def _pass_cache_class() -> type:
     from transformers.cache_utils import Cache, CacheLayerMixin
 
     class SlotLayer(CacheLayerMixin):
-        """One layer of a pass: writes the new tokens into the pool, returns what attention reads."""
+        """One layer of a pass: writes the new tokens into the pool, returns what attention reads. It holds the
+        pass's indices, not the pass (no reference cycle), and not what it returned: a pass's cache is freed with
+        it, not at Python's next garbage collection (views of a grown-out pool or a pass's gathered keys, left to a
+        cycle, held GPU memory across passes)."""
 
         def __init__(self, pass_: PassCache, layer: int) -> None:
             super().__init__()
-            self.p, self.layer = pass_, layer
+            self.pool, self.layer = pass_.pool, layer
+            self.rows, self.cols, self.first, self.slots = pass_.rows, pass_.cols, pass_.first, pass_.slots
+            self.tokens, self.q = pass_.tokens, pass_.q
 
         def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
             pass
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            p = self.p
-            p.pool.write(self.layer, p.rows, p.cols, key_states, value_states)
-            self.keys, self.values = p.pool.read(self.layer, p.first, p.slots, p.tokens)
+            self.pool.write(self.layer, self.rows, self.cols, key_states, value_states)
             self.is_initialized = True
-            return self.keys, self.values
+            return self.pool.read(self.layer, self.first, self.slots, self.tokens)
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.p.tokens, 0
+            return self.tokens, 0
 
         def get_seq_length(self) -> int:
-            return self.p.tokens - self.p.q
+            return self.tokens - self.q
 
         def get_max_length(self) -> int:
             return -1
@@ -248,6 +258,18 @@ PassCache = Any  # the class _pass_cache_class() returns (for annotations)
 
 def _round_up(n: int) -> int:
     return -(-int(n) // STEP) * STEP
+
+
+def room_tokens(n: int) -> int:
+    """The tokens per slot a first buffer for sequences of ``n`` tokens holds (``n`` rounded up to ``STEP``)."""
+    return _round_up(max(int(n), 1))
+
+
+def _out_of_memory(torch: Any, err: BaseException) -> bool:
+    """Whether ``err`` is an allocation's failure (the device's, or a CPU allocator's), not another error."""
+    oom = getattr(torch, "OutOfMemoryError", None)
+    text = str(err).lower()
+    return (oom is not None and isinstance(err, oom)) or "out of memory" in text or "can't allocate" in text
 
 
 def _gib(elements: int, dtype: Any, torch: Any) -> float:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from repro.backends.kvslots import room_tokens
 from repro.backends.models import TinyShape, build_model, require_torch
 from repro.backends.ragged import Item, Runner, chain_mask
 from repro.cost.spec import ModelSpec
@@ -52,8 +53,16 @@ class BackendPasses:
         the same context; :meth:`release` frees them)."""
         rids = list(range(self._next, self._next + batch))
         self._next += batch
+        self.runner.kv.reserve(rids, context + new)  # the cell's whole room at once: no growth in a timed pass
         self.runner.kv.fill_random(rids, context)
         return rids
+
+    def cache_tokens(self, groups: Sequence[Any]) -> int:
+        """The cached token positions a cell of ``groups`` (:class:`repro.profile.Group`) takes in the pool: a slot
+        per sequence (at least the pool's first slots), each as long as the longest sequence, rounded up as the
+        pool rounds it."""
+        slots = max(self.runner.kv.first_slots, sum(g.seqs for g in groups))
+        return slots * room_tokens(max(g.context + g.new for g in groups))
 
     def forward_groups(self, groups: Sequence[tuple[Any, list[int] | None, int, bool]]) -> Any:
         """One ragged pass over every sequence of ``groups`` (``(tokens [b, n], requests or None, context, _)``;

@@ -149,3 +149,32 @@ def test_a_first_buffer_is_what_is_asked_and_growth_at_least_doubles() -> None:
     assert pool.capacity == (128, 4608) and pool.length(0) == 2049
     pool.clear()
     assert pool.capacity == (0, 0) and 0 not in pool
+
+
+def test_a_pass_cache_is_freed_when_dropped_not_at_the_next_garbage_collection(runner: Runner) -> None:
+    """A pass's transformers ``Cache`` holds no reference cycle and keeps nothing it returned, so the pool's buffer
+    (or a grown-out one, or a pass's gathered keys) is freed with it. On an H100 a cycle kept every cell's pool of
+    the profiler alive until Python's collector ran: a 16 GiB pool then did not fit beside the 7B model."""
+    import gc
+    import weakref
+
+    pool = KvSlots(torch, 2, 1, 4, torch.float32, DEVICE)
+    pool.fill_random([0, 2], 5)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.inference_mode():
+            cache = pool.pass_cache([0, 2], [5, 5], 1)  # slots apart: each layer gathers its keys
+            k = torch.ones(2, 1, 1, 4, device=DEVICE)
+            for layer in cache.layers:
+                layer.update(k, k, 0)
+        gone = weakref.ref(cache)
+        del cache, layer
+        assert gone() is None
+        runner.kv.clear()
+        _prefill(runner, 3, [1, 2, 3, 4])
+        runner.kv.clear()
+        assert not [o for o in gc.get_objects() if type(o).__name__ in ("SlotLayer", "PassCache")]
+    finally:
+        if was:
+            gc.enable()

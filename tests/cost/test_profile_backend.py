@@ -126,6 +126,45 @@ def test_repro_profile_times_backend_hfs_own_passes(tmp_path: Path) -> None:
     assert profile.main(["--model", "llama-68m", "--tiny", "--out", str(tmp_path / "x.csv")]) == 2  # needs --engine hf
 
 
+def test_backend_hfs_cells_take_their_pool_at_once_and_one_that_does_not_fit_is_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--engine hf``: a cell's memory estimate is the pool it takes (a slot per sequence, each rounded up as the
+    pool rounds it: 128 decodes at 16 tokens take 128 x 256), its room is reserved before the timed passes (no
+    growth inside one), and a pool the device cannot hold skips the cell as out of memory instead of ending the
+    profile (an H100 run died so on Llama-2-7B)."""
+    pytest.importorskip("transformers", reason="--engine hf runs transformers models (pip install -e '.[real]')")
+    torch = pytest.importorskip("torch", reason="needs PyTorch")
+    from repro import profile
+    from repro.backends import kvslots
+    from repro.backends.passes import BackendPasses
+
+    spec = load_model("llama2-7b")
+    model = BackendPasses(spec, "cpu", torch.float32, tiny=True)
+    decode, mixed = profile.Group(128, 1, 16), (profile.Group(1, 300, 0), profile.Group(8, 1, 64))
+    assert model.cache_tokens([decode]) == 128 * 256 and model.cache_tokens(mixed) == 9 * 512
+    assert profile.RandomDecoder.cache_tokens([decode]) == 128 * 17
+    small = model.spec
+    per_token = 2 * small.num_layers * small.num_kv_heads * small.hd * 2
+    cell = profile.Cell("decode", (decode,))
+    assert profile.cell_bytes(small, cell, 2, model.cache_tokens) - profile.cell_bytes(small, cell, 2) == (
+        per_token * 128 * (256 - 17))
+    grew: list[tuple[int, int]] = []
+    real_grow = kvslots.KvSlots._grow
+
+    def grow(self: kvslots.KvSlots, slots: int, tokens: int) -> None:
+        grew.append((slots, tokens))
+        if slots >= 8:
+            raise kvslots.PoolFull("no room")
+        real_grow(self, slots, tokens)
+
+    monkeypatch.setattr(kvslots.KvSlots, "_grow", grow)
+    cells = list(profile.grid((1, 8), (256,)))  # a decode one token past a 256-token slot
+    got = list(profile.measure(model, cells, warmup=1, repeat=1, graphs=False))
+    assert [(c.key, ms is None, how) for c, ms, how in got] == [((1, 256, 1), False, "eager"),
+                                                               ((8, 256, 8), True, "out of memory")]
+    assert grew == [(4, 512), (8, 512)]  # one buffer a cell, sized before the passes (not 256, then 512)
+
+
 @pytest.mark.parametrize("chunk", [128, 512])
 @pytest.mark.parametrize("decodes", [8, 32])
 @pytest.mark.parametrize("context", [128, 512, 2048])
