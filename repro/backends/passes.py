@@ -60,7 +60,8 @@ class BackendPasses:
     def cache_tokens(self, groups: Sequence[Any]) -> int:
         """The cached token positions a cell of ``groups`` (:class:`repro.profile.Group`) takes in the pool: a slot
         per sequence (at least the pool's first slots), each as long as the longest sequence, rounded up as the
-        pool rounds it."""
+        pool rounds it. (A mixed cell's prompt takes its slot in the first, untimed pass, which can grow the pool
+        past this: there a pool that does not fit is still skipped, by :class:`~repro.backends.kvslots.PoolFull`.)"""
         slots = max(self.runner.kv.first_slots, sum(g.seqs for g in groups))
         return slots * room_tokens(max(g.context + g.new for g in groups))
 
