@@ -68,6 +68,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.backends.kvslots import PoolFull  # backend=hf's pool without room for its buffer (imports no torch)
 from repro.core.host import free_bytes, l2_bytes
 from repro.cost.spec import ModelSpec, load_model
 
@@ -345,8 +346,6 @@ def measure(model: RandomDecoder, cells: Sequence[Cell], warmup: int, repeat: in
     torch, spec, device = model.torch, model.spec, model.device
     timer = Timer(torch, device, graphs, flush_bytes)
     width = torch.finfo(model.dtype).bits // 8
-    from repro.backends.kvslots import PoolFull  # backend=hf's pool: no room for its buffer (torch not imported)
-
     oom = (getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError, PoolFull)
     samples: dict[tuple[int, ...], list[float]] = {}
     with torch.inference_mode():

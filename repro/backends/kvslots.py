@@ -115,6 +115,11 @@ class KvSlots:
         self._free = []
 
     # ----------------------------------------------------------------------------------------------- room
+    def first_size(self, new: int, tokens: int) -> tuple[int, int]:
+        """The (slots, tokens per slot) of a first buffer for ``new`` requests of ``tokens`` tokens: the slots asked
+        (at least the pool's first ones), the tokens rounded up to ``STEP``."""
+        return max(self.first_slots, int(new)), _round_up(max(int(tokens), 1))
+
     def reserve(self, rids: Sequence[int], tokens: int) -> list[int]:
         """A slot for each request (a new one at length 0 for a request without), and room for ``tokens`` tokens per
         slot; returns the slots. A first buffer is sized to what is asked (tokens rounded up to ``STEP``); a
@@ -124,7 +129,7 @@ class KvSlots:
             if rid in self._host:
                 raise RuntimeError(f"request {rid}'s cache is on the host (swapped out): swap it in first")
         if self.buf is None:
-            self._grow(max(self.first_slots, len(new)), room_tokens(tokens))
+            self._grow(*self.first_size(len(new), tokens))
         else:
             slots, room = int(self.buf.shape[2]), int(self.buf.shape[4])
             more = len(new) > len(self._free)
@@ -258,11 +263,6 @@ PassCache = Any  # the class _pass_cache_class() returns (for annotations)
 
 def _round_up(n: int) -> int:
     return -(-int(n) // STEP) * STEP
-
-
-def room_tokens(n: int) -> int:
-    """The tokens per slot a first buffer for sequences of ``n`` tokens holds (``n`` rounded up to ``STEP``)."""
-    return _round_up(max(int(n), 1))
 
 
 def _out_of_memory(torch: Any, err: BaseException) -> bool:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from repro.backends.kvslots import room_tokens
 from repro.backends.models import TinyShape, build_model, require_torch
 from repro.backends.ragged import Item, Runner, chain_mask
 from repro.cost.spec import ModelSpec
@@ -62,8 +61,9 @@ class BackendPasses:
         per sequence (at least the pool's first slots), each as long as the longest sequence, rounded up as the
         pool rounds it. (A mixed cell's prompt takes its slot in the first, untimed pass, which can grow the pool
         past this: there a pool that does not fit is still skipped, by :class:`~repro.backends.kvslots.PoolFull`.)"""
-        slots = max(self.runner.kv.first_slots, sum(g.seqs for g in groups))
-        return slots * room_tokens(max(g.context + g.new for g in groups))
+        slots, tokens = self.runner.kv.first_size(sum(g.seqs for g in groups),
+                                                  max(g.context + g.new for g in groups))
+        return slots * tokens
 
     def forward_groups(self, groups: Sequence[tuple[Any, list[int] | None, int, bool]]) -> Any:
         """One ragged pass over every sequence of ``groups`` (``(tokens [b, n], requests or None, context, _)``;

@@ -91,9 +91,9 @@ class Runner:
         qs = [len(it.tokens) for it in items]
         qm = max(qs)
         starts = [int(it.start) for it in items]
-        slots = self.kv.reserve([it.rid for it in items], max(starts) + qm)
+        width = max(starts) + qm  # the tokens attention reads: the longest cache read plus the pass's run
+        slots = self.kv.reserve([it.rid for it in items], width)
         order = sorted(range(len(items)), key=slots.__getitem__)  # consecutive slots are read in place
-        width = max(starts) + qm
         b = len(items)
         ids = torch.zeros(b, qm, dtype=torch.long)
         pos = torch.zeros(b, qm, dtype=torch.long)
