@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.core import jit
 from repro.cost.step import decode_pass_s
 from repro.sim.plan import PreemptMode, StepPlan, ids
 from repro.sim.policy import whole_prompts_that_fit
@@ -166,7 +167,16 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
                      free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
     if adm.rids.size:
         return adm, EMPTY, EMPTY
-    decode = running[pending_tokens(view, running) == 1]  # split_running's decode-ready half
+    if jit.enabled():  # the same reads, compiled (systems.kernels.ready_to_decode)
+        out = np.empty(running.size, dtype=np.int64)
+        n, blocks = jit.kernel("systems.kernels", "ready_to_decode")(
+            view.prompt_len, view.num_generated, view.num_computed, view.kv_blocks, running, 1 + lookahead,
+            view.block_size, out)
+        decode = out[:n]
+        if n and blocks <= view.free_blocks:  # (make_room keeps every one)
+            return NO_ADMISSION, decode, EMPTY
+    else:
+        decode = running[pending_tokens(view, running) == 1]  # split_running's decode-ready half
     if decode.size == 0:
         return NO_ADMISSION, EMPTY, EMPTY
     kept, preempted, _ = make_room(view, decode, 1 + lookahead, view.free_blocks)

@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from repro.core import jit
 from repro.cost.model import CostModel, Which
 from repro.cost.step import decode_pass_s
 from repro.sim.plan import IDLE, ProposerName, StepPlan, StepResult
@@ -409,12 +410,20 @@ class TurboSpec(Policy):
             return 0
         max_len = min(self.max_len, self.pld_proposed_len) if self.proposer == "pld" else self.max_len
         free = view.free_blocks + (int(view.kv_blocks[preempt].sum()) if preempt.size else 0)
-        computed, blocks, bs = view.num_computed[decode], view.kv_blocks[decode], view.block_size
+        bs = view.block_size
         # no request needs fewer blocks for a longer proposal: when the longest fits, the guard drops no k
-        fits = kv_blocks_needed_at(computed, blocks, spec, bs, max_len) <= free
-        need = None if fits else kv_blocks_needed(computed, blocks, spec, bs, max_len)
+        if jit.enabled():  # the same reads, compiled (systems.kernels.blocks_and_context)
+            at_max, context = jit.kernel("systems.kernels", "blocks_and_context")(
+                view.num_computed, view.kv_blocks, decode, spec, bs, max_len)
+            need = None if at_max <= free else kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode],
+                                                                  spec, bs, max_len)
+        else:
+            computed, blocks = view.num_computed[decode], view.kv_blocks[decode]
+            fits = kv_blocks_needed_at(computed, blocks, spec, bs, max_len) <= free
+            need = None if fits else kv_blocks_needed(computed, blocks, spec, bs, max_len)
+            context = computed.sum()
         acc = self.acceptance
-        return argmax_goodput(acc.alpha, int(decode.size), float(computed.sum()), self.latency,
+        return argmax_goodput(acc.alpha, int(decode.size), float(context), self.latency,
                               max_len, free, need, num_spec=num_spec,
                               match_rate=acc.match_rate if self.proposer == "pld" else 1.0,
                               verify_frac=acc.verify_frac, min_k=min_k)

@@ -213,6 +213,21 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
 
 
 @pytest.fixture
+def use_jit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``use_jit(True | False)``: the compiled kernels on or off (``REPRO_JIT``, :func:`repro.core.jit.refresh`) for
+    the rest of the test; read again afterwards, so no other test inherits the choice."""
+    from repro.core import jit
+
+    def use(on: bool) -> None:
+        monkeypatch.setenv("REPRO_JIT", "1" if on else "0")
+        jit.refresh()
+        assert jit.enabled() == on
+
+    yield use
+    jit.refresh()  # (before monkeypatch restores REPRO_JIT: enabled() reads it again when next asked)
+
+
+@pytest.fixture
 def no_data(tmp_path: Path) -> Iterator[None]:
     """``$REPRO_DATA`` pinned to an empty folder (embedded statistics) for a test whose subject does not depend on the
     data: it then runs alike on every machine, and CI's no-data pass need not repeat it (tests/data_record.py)."""

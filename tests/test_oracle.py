@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -387,13 +388,10 @@ def test_beam_equals_scoring_every_rank(confidence: float, depth: int, width: in
 
 @pytest.mark.parametrize("confidence", [1.0, 0.6])
 @pytest.mark.parametrize("mean", [0.05, 0.5, 0.95])
-def test_compiled_beam_equals_its_numpy_reference(monkeypatch: pytest.MonkeyPatch, confidence: float,
-                                                  mean: float) -> None:
+def test_compiled_beam_equals_its_numpy_reference(use_jit: Any, confidence: float, mean: float) -> None:
     """The compiled beam (repro.oracle.kernels.beam) gives the vectorized NumPy beam's trees bit for bit, ties
     included (a weak drafter's top two ranks tie), over batches of every depth and width."""
     pytest.importorskip("numba")
-    from repro.core import jit
-
     oracle = make_oracle(40, mean, seed=3, confidence=confidence)
     stream = oracle._stream("draft")
     rng = np.random.default_rng(7)
@@ -401,9 +399,8 @@ def test_compiled_beam_equals_its_numpy_reference(monkeypatch: pytest.MonkeyPatc
         n = int(rng.integers(1, 41))
         rids, pos = rng.choice(40, n, replace=False), rng.integers(0, 1500, n)
         beams = []
-        for flag in ("1", "0"):
-            monkeypatch.setenv("REPRO_JIT", flag)
-            assert jit.enabled() == (flag == "1")
+        for on in (True, False):
+            use_jit(on)
             beams.append(stream.beam(rids, pos, depth, width))
         for name in ("parent", "rank", "prob", "path_prob"):
             got, want = getattr(beams[0], name), getattr(beams[1], name)

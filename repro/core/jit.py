@@ -20,8 +20,20 @@ from typing import Any
 
 
 def enabled() -> bool:
-    """Whether compiled kernels are used: Numba importable and ``REPRO_JIT`` not ``0``."""
-    return _numba() is not None and os.environ.get("REPRO_JIT", "1") != "0"
+    """Whether compiled kernels are used: Numba importable and ``REPRO_JIT`` not ``0`` (read once per process, and
+    again after :func:`refresh`: a step asks several times, and reading the environment costs a microsecond)."""
+    on = _ON[0]
+    if on is None:
+        on = _ON[0] = _numba() is not None and os.environ.get("REPRO_JIT", "1") != "0"
+    return on
+
+
+_ON: list[bool | None] = [None]
+
+
+def refresh() -> None:
+    """Read ``REPRO_JIT`` again at the next :func:`enabled` (a test that sets it)."""
+    _ON[0] = None
 
 
 @functools.cache

@@ -91,3 +91,36 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
                 prob[j, node] = table[rows[at], rk]
             on[:] = new_on
             h[:] = new_h
+
+
+def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarray, pos: np.ndarray,
+                 k: np.ndarray, accepted: np.ndarray, matched: np.ndarray) -> bool:
+    """:meth:`repro.oracle.streams._TokenStream.score_chain`'s accepted (leading hits) and matched (all hits) of
+    each request's chain of ``k[i]`` positions from ``pos[i]``, read through the chunk table (``table[r, c]``: the
+    pool slot of request r's chunk c, -1 where not generated) from the ``hit`` pool. Returns False (the outputs
+    partly written) where a chunk a chain reads is not generated yet: the caller generates it and asks again."""
+    mask = (1 << shift) - 1
+    width = table.shape[1]
+    for i in range(rids.shape[0]):
+        r = rids[i]
+        p = pos[i]
+        lead = True
+        a = 0
+        m = 0
+        for j in range(k[i]):
+            q = p + j
+            c = q >> shift
+            if c >= width:
+                return False
+            slot = table[r, c]
+            if slot < 0:
+                return False
+            if hit[(slot << shift) | (q & mask)]:
+                m += 1
+                if lead:
+                    a += 1
+            else:
+                lead = False
+        accepted[i] = a
+        matched[i] = m
+    return True

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.seeding import Seeder
 from repro.oracle.distributions import A0_MIN, P_FLOOR, _beta_mean_sd, reported_dist, sample_rank, true_dist
 from repro.oracle.scoring import TreeReads, _Beam, beam_layers, chain_steps, expand_layers
@@ -122,6 +123,14 @@ class _TokenStream:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
+        if jit.enabled():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
+            store, n = self.store, k.size
+            accepted, matched = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            scores = jit.kernel("repro.oracle.kernels", "chain_scores")
+            if not scores(store.table, store.pools["hit"], store._shift, rids, pos, k, accepted, matched):
+                store.locate(rids[:, None], pos[:, None] + _AR[:kmax])  # generate the chunks the chains read
+                scores(store.table, store.pools["hit"], store._shift, rids, pos, k, accepted, matched)
+            return k.copy(), accepted, matched
         idx = self.store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])  # may grow the pools
         hit = self.store.pools["hit"][idx] & (_AR[:kmax + 1] < k[:, None])  # last column: always False
         return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them

@@ -59,6 +59,13 @@ class KvPool:
         if self.used > self.total:
             raise PlanError(f"out of KV blocks: the plan needs {self.used} of {self.total} (preempt first)")
 
+    def grew(self, blocks: int) -> None:
+        """The requests' KV grew by ``blocks`` in all (:meth:`allocate`'s count, where a compiled kernel wrote the
+        requests' blocks)."""
+        self.used += blocks
+        if self.used > self.total:
+            raise PlanError(f"out of KV blocks: the plan needs {self.used} of {self.total} (preempt first)")
+
     def shrink_to(self, rids: np.ndarray, tokens: np.ndarray) -> None:
         """Shrink the requests' KV to ``tokens`` tokens each (rejected speculation frees its slots)."""
         bs = self.block_size

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.speculation import TreeSpec, check_trees
 from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
@@ -283,6 +284,17 @@ class Replica:
         n = int(dids.size)
         if n == 0:
             return DecodeBatch(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
+        if jit.enabled() and not trees and not prop.proposes_first:  # the same, compiled (repro.sim.kernels)
+            k = np.zeros(n, dtype=np.int64) if plan.k is None else np.asarray(plan.k, dtype=np.int64)
+            if k.shape == dids.shape:
+                gen, ctx = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+                added = jit.kernel("repro.sim.kernels", "decode_begin")(
+                    s.status, s.num_generated, s.num_computed, s.prompt_len, s.kv_blocks, dids, k, self.kv.block_size,
+                    gen, ctx)
+                if added >= 0:
+                    self.kv.grew(added)
+                    return DecodeBatch(dids, gen, ctx, k, k > 0, trees, None)
+            # (a malformed plan: the NumPy path below reports it)
         gen = s.num_generated[dids]
         dc = s.num_computed[dids]
         if np.count_nonzero((s.status[dids] != _RUNNING) | (dc != s.prompt_len[dids] + gen - 1)):
@@ -331,8 +343,20 @@ class Replica:
         """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
         emitted and the requests that finished."""
         s, dids = self.s, dec.ids
-        if dids.size == 0:
+        n = dids.size
+        if n == 0:
             return _NO_INT, _NO_INT
+        if jit.enabled():  # the same, compiled (repro.sim.kernels)
+            emitted, finished = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            delta, done = jit.kernel("repro.sim.kernels", "decode_apply")(
+                s.output_len, s.num_generated, s.num_computed, s.kv_blocks, s.num_draft_computed, s.num_proposed,
+                s.num_accepted, s.num_matched, s.num_spec_steps, s.num_decode_steps, s.first_decode_at,
+                s.last_token_at, s.first_token_at, dids, dec.gen, dec.ctx, dec.drafted,
+                np.asarray(proposed, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
+                np.asarray(matched, dtype=np.int64), self.kv.block_size,
+                (2 if plan.draft_sync else 1) if prop.keeps_kv else 0, start_at, end_at, emitted, finished)
+            self.kv.used += delta
+            return emitted, finished[:done]
         gen = dec.gen
         remaining = s.output_len[dids] - gen
         emitted = np.minimum(accepted + 1, remaining)

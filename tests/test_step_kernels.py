@@ -1,0 +1,89 @@
+"""The step path's compiled kernels (``repro.sim.kernels``, ``repro.oracle.kernels.chain_scores``) against their
+NumPy references: whole simulations run step by step with the kernels on and off leave the same state and step
+trace, bit for bit, over the step-by-step systems of every family and the situations that exercise each branch
+(chains of every length, no speculation, prompt lookup, trees, a draft cache kept in step, KV pressure with
+preemption, finishes, a request whose prompt completes in its decode step)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from repro.experiments.simulate import build, compose
+from repro.oracle import TokenOracle
+from repro.sim.engine import SimOutput
+from tests.test_fast_forward import STATE
+
+pytestmark = [pytest.mark.usefixtures("no_data"), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+WORKLOAD = ["workload=sharegpt", "num_requests=40", "seed=2", "+engine.fast_forward=false"]
+PRESSURE = ["workload=sharegpt", "num_requests=60", "seed=1", "+engine.fast_forward=false"]
+SCENARIOS = {
+    "turbospec, draft model": ["system=turbospec", "rps=4", *WORKLOAD],
+    "turbospec, KV pressure (preemption; the proposal's blocks do not all fit)": [
+        "system=turbospec", "rps=8", "engine.gpu_memory_utilization=0.22", *PRESSURE],
+    "turbospec, prompt lookup (proposes before verification)": ["system=turbospec", "system.proposer=pld",
+                                                                 "workload=sonnet", "rps=2", "num_requests=30"],
+    "nightjar (switches speculation off and on, draft cache catch-up)": ["system=nightjar", "rps=12", *WORKLOAD],
+    "adaserve (token trees)": ["system=adaserve", "workload=adaserve_mix", "rps=3", "num_requests=30", "seed=2"],
+    "static k=3 step by step, KV pressure (preemption)": ["system=static_sd_k3", "rps=8",
+                                                          "engine.gpu_memory_utilization=0.22", *PRESSURE],
+    "vllm step by step (no speculation)": ["system=vllm", "rps=3", *WORKLOAD],
+    "sarathi step by step (chunked prefill beside decodes)": ["system=sarathi", "rps=4", *WORKLOAD],
+    "laps_sd (per-request chain lengths)": ["system=laps_sd", "model=llama2-7b", "model@draft=llama-68m",
+                                            "hardware=l20", "workload=mbpp", "rps=2", "num_requests=30"],
+    "static k=3 with EAGLE, step trace": ["system=static_sd_eagle_k3", "model=llama3-8b", "hardware=h100-80g",
+                                         "engine.record_steps=true", "rps=4", *WORKLOAD],
+}
+
+
+def _run(overrides: list[str]) -> SimOutput:
+    cfg = compose([*overrides, "engine.record_steps=true"])
+    return build(cfg).engine.run()
+
+
+@pytest.mark.parametrize("overrides", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_compiled_step_kernels_equal_their_numpy_references(use_jit: Any, overrides: list[str]) -> None:
+    pytest.importorskip("numba")
+    use_jit(False)
+    ref = _run(overrides)
+    use_jit(True)
+    got = _run(overrides)
+    for name in STATE:
+        assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
+    assert got.sim_time_s == ref.sim_time_s and got.num_steps == ref.num_steps
+    assert len(got.steps) == len(ref.steps) == ref.num_steps
+    for a, b in zip(ref.steps, got.steps, strict=True):
+        assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)
+    assert got.step_telemetry == ref.step_telemetry
+    if "KV pressure" in " ".join(overrides) or "gpu_memory_utilization" in " ".join(overrides):
+        assert int(ref.state.num_preemptions.sum()) > 0  # (the scenario does what it is there for)
+    assert int(ref.state.num_proposed.sum()) > 0 or "vllm" in overrides[0] or "sarathi" in overrides[0]
+
+
+@pytest.mark.parametrize("mean", [0.1, 0.6, 0.95])
+def test_compiled_chain_scores_equal_the_numpy_scores_and_generate_what_they_read(use_jit: Any,
+                                                                                 mean: float) -> None:
+    """Chains of mixed lengths (0 included) over chunk boundaries, on requests whose chunks are not generated yet:
+    the same (proposed, accepted, matched) as the NumPy path."""
+    pytest.importorskip("numba")
+    from tests.test_oracle import make_oracle
+
+    rng = np.random.default_rng(11)
+    rids = rng.choice(50, 30, replace=False)
+    pos = rng.integers(0, 3000, 30)
+    pos[:4] = [509, 510, 511, 1023]  # chains that cross a chunk's end
+    k = rng.integers(0, 9, 30)
+    out = []
+    for on in (False, True):
+        use_jit(on)
+        oracle: TokenOracle = make_oracle(50, mean, seed=5)
+        first = oracle.score_chain(rids, pos, k)
+        again = oracle.score_chain(rids, pos + 3, k)  # chunks held now
+        out.append((first, again))
+    for (a, b) in zip(out[0], out[1], strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype and x.tolist() == y.tolist()
