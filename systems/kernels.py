@@ -45,3 +45,24 @@ def blocks_and_context(num_computed: np.ndarray, kv_blocks: np.ndarray, decode: 
         if extra > 0:
             need += extra
     return need, context
+
+
+def acceptance_counts(k: np.ndarray, num_proposed: np.ndarray, num_accepted: np.ndarray
+                      ) -> tuple[int, int, int, int, int]:
+    """TurboSpec's ``AcceptanceTracker.update`` reads of a step: (requests asked to propose (k > 0), tokens
+    accepted, requests whose chain was rejected before its end, requests asked that got a proposal, Σ k)."""
+    asked = 0
+    accepted = 0
+    rejected = 0
+    got = 0
+    k_sum = 0
+    for i in range(k.shape[0]):
+        accepted += num_accepted[i]
+        if num_accepted[i] < num_proposed[i]:
+            rejected += 1
+        k_sum += k[i]
+        if k[i] > 0:
+            asked += 1
+            if num_proposed[i] > 0:
+                got += 1
+    return asked, accepted, rejected, got, k_sum

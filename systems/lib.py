@@ -167,7 +167,7 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
                      free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
     if adm.rids.size:
         return adm, EMPTY, EMPTY
-    if jit.enabled():  # the same reads, compiled (systems.kernels.ready_to_decode)
+    if jit.step_kernels():  # the same reads, compiled (systems.kernels.ready_to_decode)
         out = np.empty(running.size, dtype=np.int64)
         n, blocks = jit.kernel("systems.kernels", "ready_to_decode")(
             view.prompt_len, view.num_generated, view.num_computed, view.kv_blocks, running, 1 + lookahead,

@@ -294,6 +294,12 @@ class AcceptanceTracker:
         self._sum = [0] * 6
 
     def update(self, k: np.ndarray, num_proposed: np.ndarray, num_accepted: np.ndarray, scored: int) -> None:
+        if jit.step_kernels():  # the same counts, compiled (systems.kernels.acceptance_counts)
+            num_asked, accepted, rejected, got, k_sum = jit.kernel("systems.kernels", "acceptance_counts")(
+                k, num_proposed, num_accepted)
+            if num_asked:
+                self._add((accepted, accepted + rejected, got, num_asked, int(scored), k_sum))
+            return
         asked = k > 0
         num_asked = int(np.count_nonzero(asked))
         if not num_asked:
@@ -301,7 +307,9 @@ class AcceptanceTracker:
         accepted = int(num_accepted.sum())
         tested = accepted + int(np.count_nonzero(num_accepted < num_proposed))  # the first rejection ends the chain
         proposed = num_proposed if num_asked == k.size else num_proposed[asked]
-        row = (accepted, tested, int(np.count_nonzero(proposed > 0)), num_asked, int(scored), int(k.sum()))
+        self._add((accepted, tested, int(np.count_nonzero(proposed > 0)), num_asked, int(scored), int(k.sum())))
+
+    def _add(self, row: tuple[int, int, int, int, int, int]) -> None:
         self._steps.append(row)
         self._sum = [t + x for t, x in zip(self._sum, row, strict=True)]
         # drop the oldest steps while the rest still hold a full window (at most ``window`` steps)
@@ -412,7 +420,7 @@ class TurboSpec(Policy):
         free = view.free_blocks + (int(view.kv_blocks[preempt].sum()) if preempt.size else 0)
         bs = view.block_size
         # no request needs fewer blocks for a longer proposal: when the longest fits, the guard drops no k
-        if jit.enabled():  # the same reads, compiled (systems.kernels.blocks_and_context)
+        if jit.step_kernels():  # the same reads, compiled (systems.kernels.blocks_and_context)
             at_max, context = jit.kernel("systems.kernels", "blocks_and_context")(
                 view.num_computed, view.kv_blocks, decode, spec, bs, max_len)
             need = None if at_max <= free else kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode],

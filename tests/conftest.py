@@ -221,7 +221,7 @@ def use_jit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     def use(on: bool) -> None:
         monkeypatch.setenv("REPRO_JIT", "1" if on else "0")
         jit.refresh()
-        assert jit.enabled() == on
+        assert jit.enabled() == on and jit.step_kernels() == on
 
     yield use
     jit.refresh()  # (before monkeypatch restores REPRO_JIT: enabled() reads it again when next asked)

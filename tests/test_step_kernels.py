@@ -87,3 +87,26 @@ def test_compiled_chain_scores_equal_the_numpy_scores_and_generate_what_they_rea
     for (a, b) in zip(out[0], out[1], strict=True):
         for x, y in zip(a, b, strict=True):
             assert x.dtype == y.dtype and x.tolist() == y.tolist()
+
+
+def test_a_run_that_turns_the_step_kernels_on_midway_equals_one_that_never_does(
+        use_jit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``REPRO_JIT`` unset and Numba not loaded, the step kernels engage after ``LOAD_AFTER_STEPS`` steps on
+    NumPy (repro.core.jit): a run that switches there leaves what a NumPy run leaves."""
+    pytest.importorskip("numba")
+    from repro.core import jit
+
+    overrides = SCENARIOS["turbospec, draft model"]
+    use_jit(False)
+    ref = _run(overrides)
+    monkeypatch.delenv("REPRO_JIT")
+    monkeypatch.setattr(jit, "LOAD_AFTER_STEPS", 150)
+    monkeypatch.setattr(jit, "_loaded", lambda: False)  # (another test may have loaded it in this process)
+    jit.refresh()
+    assert jit.enabled() and not jit.step_kernels()
+    got = _run(overrides)
+    assert jit.step_kernels() and jit._STEPS[0] == 150 < ref.num_steps
+    for name in STATE:
+        assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
+    for a, b in zip(ref.steps, got.steps, strict=True):
+        assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)

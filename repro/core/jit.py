@@ -1,47 +1,87 @@
-"""Compiled kernels for the step-by-step path's per-node inner loops, with their NumPy references.
+"""Compiled kernels for the step-by-step path's inner loops, with their NumPy references.
 
 A kernel here is a plain Python function over NumPy arrays and scalars, written so that Numba compiles it
 (``numba.njit``, no ``fastmath``: every floating-point operation is the one its NumPy reference performs, in the same
 order, so results are bit-identical). Where Numba is not installed, or ``REPRO_JIT=0`` is set, callers use the NumPy
-reference instead; the tests run both and compare them.
+reference instead; the tests run both and compare them. Because the two give the same values, a run may switch from
+one to the other at any step.
 
 Numba is imported on the first kernel call, not with the package: a fast-forwarded run, which calls no kernel, never
 pays for it. Compiled code is cached on disk (``cache=True``, beside the module, or under ``NUMBA_CACHE_DIR`` where that
-is not writable), so only a machine's first run compiles (a second or two per kernel).
+is not writable), so only a machine's first run compiles (a second or two per kernel). Loading Numba still costs a
+process about 0.35 s (its import and the first cached kernel's load), so two kinds of kernel engage differently:
+
+- a beam search's (:func:`enabled`) on its first call: one call saves more than that;
+- a step's bookkeeping (:func:`step_kernels`), tens of microseconds a step, once Numba is loaded anyway (by a beam
+  search, or by ``REPRO_JIT=1``), or once the process has run :data:`LOAD_AFTER_STEPS` steps on NumPy
+  (:func:`stepped`): about what that many steps save, so a short run never pays more than twice the best choice,
+  and a sweep's worker runs its later points compiled.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
+#: step-by-step steps a process runs on NumPy before it loads Numba for the step kernels (0.35 s / ~70 µs a step)
+LOAD_AFTER_STEPS = 5000
+
+_ON: list[bool | None] = [None]  # enabled(), once read
+_STEP: list[bool | None] = [None]  # step_kernels(), once read
+_STEPS = [0]  # steps run on NumPy while the step kernels were off (stepped())
+
 
 def enabled() -> bool:
-    """Whether compiled kernels are used: Numba importable and ``REPRO_JIT`` not ``0`` (read once per process, and
-    again after :func:`refresh`: a step asks several times, and reading the environment costs a microsecond)."""
+    """Whether compiled kernels may be used: Numba installed (not imported here) and ``REPRO_JIT`` not ``0`` (read
+    once per process, and again after :func:`refresh`: the step path asks several times a step)."""
     on = _ON[0]
     if on is None:
-        on = _ON[0] = _numba() is not None and os.environ.get("REPRO_JIT", "1") != "0"
+        on = _ON[0] = os.environ.get("REPRO_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
     return on
 
 
-_ON: list[bool | None] = [None]
+def step_kernels() -> bool:
+    """Whether a step's bookkeeping runs compiled (the module docstring): :func:`enabled`, and ``REPRO_JIT=1``, or
+    Numba loaded already, or :data:`LOAD_AFTER_STEPS` steps run on NumPy in this process."""
+    on = _STEP[0]
+    if on is None:
+        on = _STEP[0] = enabled() and (os.environ.get("REPRO_JIT") == "1" or _loaded()
+                                       or _STEPS[0] >= LOAD_AFTER_STEPS)
+    return on
+
+
+def stepped() -> None:
+    """Count a step run on NumPy while :func:`step_kernels` is off; the step kernels engage after enough of them."""
+    _STEPS[0] += 1
+    if _STEPS[0] >= LOAD_AFTER_STEPS or _loaded():
+        _STEP[0] = None  # (read again)
+
+
+def load() -> None:
+    """Load Numba now, where :func:`enabled` (a process about to run many steps): the step kernels engage at once."""
+    if enabled():
+        _numba()
+        _STEP[0] = None
+
+
+def _loaded() -> bool:
+    return "numba" in sys.modules
 
 
 def refresh() -> None:
-    """Read ``REPRO_JIT`` again at the next :func:`enabled` (a test that sets it)."""
-    _ON[0] = None
+    """Read ``REPRO_JIT`` again at the next :func:`enabled` (a test that sets it), and count steps from 0."""
+    _ON[0] = _STEP[0] = None
+    _STEPS[0] = 0
 
 
 @functools.cache
 def _numba() -> Any:
-    try:
-        return importlib.import_module("numba")
-    except ImportError:  # the NumPy references serve
-        return None
+    return importlib.import_module("numba")
 
 
 @functools.cache

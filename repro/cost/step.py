@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.speculation import TreeSpec
 from repro.cost.model import CostModel, ForwardShape
 from repro.cost.serving import EngineProfile
@@ -96,12 +97,29 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     - CUDA graphs replay when there is no prefill, every query is one token (or the profile graphs verification) and
       the tokens fit the captured sizes.
     """
-    dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
+    terms = None
+    if dec.ids.size and jit.step_kernels() and dec.k.dtype == np.int64 and dec.ctx.dtype == np.int64:
+        n_spec, k_sum, q_max, ctx_sum, pairs = jit.kernel("repro.cost.kernels", "chain_terms")(dec.k, dec.ctx)
+        dec_tokens = k_sum + int(dec.ids.size)
+        host = 0.0 if profile.async_scheduling else \
+            profile.spec_seq_s * float(n_spec) + profile.spec_token_s * float(k_sum)
+        if profile.scorer != "batch_expansion" or not n_spec:  # _decode_terms's last lines, from the integer sums
+            kv = float(ctx_sum) + float(dec_tokens)
+            terms = (float(dec.ids.size), kv, float(pairs) if n_spec else kv, host, float(q_max))
+        elif n_spec == dec.ids.size and not dec.trees:  # every request expands: its first return
+            q_sum, kv_be = jit.kernel("repro.cost.kernels", "expand_terms")(dec.k, dec.ctx, profile.expand_reread)
+            if kv_be == kv_be:  # (NaN: a batch past NumPy's first block, whose own sum serves)
+                expanded = float(q_sum)
+                terms = (expanded + 0.0, kv_be + 0.0, kv_be + 0.0, host + profile.expand_seq_s * expanded, 1.0)
+    else:
+        dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
     tree = None  # requests scored as one multi-token query: trees that branch (a width-1 tree is a chain)
-    if dec.trees:
+    if dec.trees and terms is None:
         tree = np.fromiter((rid in dec.trees and dec.trees[rid].cand.draft_width > 1 for rid in dec.ids.tolist()),
                            dtype=bool, count=dec.ids.size)
-    if dec.ids.size:
+    if terms is not None:
+        seqs, kv, qpairs, host, qmax = terms
+    elif dec.ids.size:
         seqs, kv, qpairs, host, qmax = _decode_terms(profile, dec.k, dec.ctx, tree)
     else:
         seqs, kv, qpairs, host, qmax = 0.0, 0.0, 0.0, 0.0, 1.0

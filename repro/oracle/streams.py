@@ -123,7 +123,7 @@ class _TokenStream:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        if jit.enabled():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
+        if jit.step_kernels():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
             store, n = self.store, k.size
             accepted, matched = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
             scores = jit.kernel("repro.oracle.kernels", "chain_scores")

@@ -3,9 +3,10 @@
 Each kernel does what a stretch of :class:`~repro.sim.replica.Replica`'s NumPy code does (a dozen to thirty array
 operations of a microsecond each on a batch of tens of requests) in one compiled loop over the batch, writing the
 request state in place. The NumPy code stays as the reference: it runs where Numba is missing or ``REPRO_JIT=0``,
-and the tests run whole simulations both ways and compare every state array bit for bit. Only integer arithmetic
-and assignments happen here (no floating-point sum whose order could differ), and the batch's request ids are
-unique (the replica checks that first), so a loop writes what the fancy-indexed assignments write.
+and the tests run whole simulations both ways and compare every state array bit for bit. Only integer arithmetic,
+assignments and one addition per request (its service time plus the step's seconds, as NumPy adds a scalar to each
+element) happen here, no floating-point sum whose order could differ; the batch's request ids are unique (the
+replica checks that first), so a loop writes what the fancy-indexed assignments write.
 
 Plain Python over arrays: each runs uncompiled too, only slowly.
 """
@@ -48,11 +49,12 @@ def decode_apply(output_len: np.ndarray, num_generated: np.ndarray, num_computed
                  kv_blocks: np.ndarray, num_draft_computed: np.ndarray, num_proposed: np.ndarray,
                  num_accepted: np.ndarray, num_matched: np.ndarray, num_spec_steps: np.ndarray,
                  num_decode_steps: np.ndarray, first_decode_at: np.ndarray, last_token_at: np.ndarray,
-                 first_token_at: np.ndarray, dids: np.ndarray, gen: np.ndarray, ctx: np.ndarray,
-                 drafted: np.ndarray, proposed: np.ndarray, accepted: np.ndarray, matched: np.ndarray,
-                 block_size: int, sync_draft: int, start_at: float, end_at: float, emitted: np.ndarray,
-                 finished: np.ndarray) -> tuple[int, int]:
-    """``Replica._apply_decode`` and its ``KvPool.shrink_to``: each request emits ``accepted + 1`` tokens (capped at
+                 first_token_at: np.ndarray, service_s: np.ndarray, dids: np.ndarray, gen: np.ndarray,
+                 ctx: np.ndarray, drafted: np.ndarray, proposed: np.ndarray, accepted: np.ndarray,
+                 matched: np.ndarray, block_size: int, sync_draft: int, step_s: float, start_at: float, end_at: float,
+                 emitted: np.ndarray, finished: np.ndarray) -> tuple[int, int]:
+    """``Replica._apply_decode`` and its ``KvPool.shrink_to``, and the step's seconds (``step_s``) added to each
+    request's service (``Replica._execute``): each request emits ``accepted + 1`` tokens (capped at
     what it has left) into ``emitted``; its counters, times and KV (shrunk to its new context) follow. With
     ``sync_draft`` 1 (a proposer that keeps KV) the draft's cache of the requests drafted for takes the new context,
     with 2 (the plan's ``draft_sync`` too) every request's. Returns the change in blocks used and how many requests
@@ -66,6 +68,7 @@ def decode_apply(output_len: np.ndarray, num_generated: np.ndarray, num_computed
             spec = True
     for i in range(n):
         r = dids[i]
+        service_s[r] += step_s
         g = gen[i]
         remaining = output_len[r] - g
         e = accepted[i] + 1
@@ -96,3 +99,65 @@ def decode_apply(output_len: np.ndarray, num_generated: np.ndarray, num_computed
             finished[done] = r
             done += 1
     return delta, done
+
+
+def draft_reads(num_draft_computed: np.ndarray, dids: np.ndarray, ctx: np.ndarray, k: np.ndarray,
+                spec: np.ndarray, keeps_kv: bool) -> tuple[int, int, int, int, int]:
+    """What ``repro.sim.stepcost.StepCoster._draft_pass`` reads of the requests of ``spec`` (their contexts ``ctx``
+    and chain lengths ``k``): (how many, Σ ctx, Σ of the tokens the draft's cache misses besides the last one where
+    it ``keeps_kv``, else 0, max k, min k)."""
+    n = 0
+    c_sum = 0
+    missing = 0
+    k_max = 0
+    k_min = 0
+    for i in range(dids.shape[0]):
+        if not spec[i]:
+            continue
+        c = ctx[i]
+        if n == 0 or k[i] > k_max:
+            k_max = k[i]
+        if n == 0 or k[i] < k_min:
+            k_min = k[i]
+        n += 1
+        c_sum += c
+        if keeps_kv:
+            missing += c - num_draft_computed[dids[i]]
+    return n, c_sum, missing, k_max, k_min
+
+
+def step_sums(emitted: np.ndarray, proposed: np.ndarray, accepted: np.ndarray, matched: np.ndarray,
+              k: np.ndarray) -> tuple[int, int, int, int, int]:
+    """The sums a step record takes of a step's decode batch (``repro.sim.trace.StepTracer.on_step``): tokens
+    emitted, proposed, accepted, matched and Σ k."""
+    e = 0
+    p = 0
+    a = 0
+    m = 0
+    for i in range(emitted.shape[0]):
+        e += emitted[i]
+        p += proposed[i]
+        a += accepted[i]
+        m += matched[i]
+    s = 0
+    for i in range(k.shape[0]):
+        s += k[i]
+    return e, p, a, m, s
+
+
+def unique_ids(mark: np.ndarray, pids: np.ndarray, dids: np.ndarray) -> bool:
+    """``Replica._check_unique``: whether no request is in ``pids`` and ``dids`` twice together (``mark``: a
+    scratch array over every request id, its values meaningless before and after)."""
+    n = pids.shape[0]
+    for i in range(n):
+        mark[pids[i]] = i
+    for i in range(dids.shape[0]):
+        mark[dids[i]] = n + i
+    ok = True
+    for i in range(n):
+        if mark[pids[i]] != i:
+            ok = False
+    for i in range(dids.shape[0]):
+        if mark[dids[i]] != n + i:
+            ok = False
+    return ok

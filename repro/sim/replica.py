@@ -129,6 +129,8 @@ class Replica:
         idles. With the fast path, the steps it runs at once instead (:meth:`FastForward.run_ahead
         <repro.sim.fastforward.FastForward.run_ahead>`: before ``until``, the next arrival, or through ``arrivals``;
         by ``limit``; the replica's steps at most ``max_steps``): the end of the last."""
+        if not jit.step_kernels():
+            jit.stepped()  # (the step kernels engage once Numba is loaded, or after enough steps: repro.core.jit)
         self._draft_arrived(now)
         v = self.view
         v.now = now
@@ -196,7 +198,8 @@ class Replica:
         arm_rewards = self._arm_rewards(plan, prop, pre, dec, memory_s) \
             if self.arms is not None and dec.ids.size and not dec.trees and servers is None and real is None else None
         service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
-        if dec.ids.size:
+        compiled = jit.step_kernels()
+        if dec.ids.size and not compiled:  # (compiled: in _apply_decode's kernel)
             service[dec.ids] += draft_s + verify_s
         if pre.ids.size:
             service[pre.ids] += draft_s + verify_s
@@ -210,7 +213,8 @@ class Replica:
             accept_prob = (self.proposers.accept_prob(self.oracle, prop, servers, dec)
                            if self.policy.observes_accept_prob else None)
         end_at += send_s
-        emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at)
+        emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at,
+                                               draft_s + verify_s if compiled else None)
         done_pre = self._apply_prefill(plan, prop, pre, end_at)
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
@@ -284,7 +288,7 @@ class Replica:
         n = int(dids.size)
         if n == 0:
             return DecodeBatch(dids, _NO_INT, _NO_INT, _NO_INT, _NO_BOOL, trees, None)
-        if jit.enabled() and not trees and not prop.proposes_first:  # the same, compiled (repro.sim.kernels)
+        if jit.step_kernels() and not trees and not prop.proposes_first:  # the same, compiled (repro.sim.kernels)
             k = np.zeros(n, dtype=np.int64) if plan.k is None else np.asarray(plan.k, dtype=np.int64)
             if k.shape == dids.shape:
                 gen, ctx = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
@@ -339,22 +343,23 @@ class Replica:
 
     def _apply_decode(self, plan: StepPlan, prop: Proposer, dec: DecodeBatch, proposed: np.ndarray,
                       accepted: np.ndarray, matched: np.ndarray, start_at: float,
-                      end_at: float) -> tuple[np.ndarray, np.ndarray]:
+                      end_at: float, step_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
-        emitted and the requests that finished."""
+        emitted and the requests that finished. ``step_s`` (compiled only): the step's seconds, added to each
+        request's service here instead of by the caller."""
         s, dids = self.s, dec.ids
         n = dids.size
         if n == 0:
             return _NO_INT, _NO_INT
-        if jit.enabled():  # the same, compiled (repro.sim.kernels)
+        if step_s is not None:  # the same, compiled (repro.sim.kernels)
             emitted, finished = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
             delta, done = jit.kernel("repro.sim.kernels", "decode_apply")(
                 s.output_len, s.num_generated, s.num_computed, s.kv_blocks, s.num_draft_computed, s.num_proposed,
                 s.num_accepted, s.num_matched, s.num_spec_steps, s.num_decode_steps, s.first_decode_at,
-                s.last_token_at, s.first_token_at, dids, dec.gen, dec.ctx, dec.drafted,
+                s.last_token_at, s.first_token_at, s.service_s, dids, dec.gen, dec.ctx, dec.drafted,
                 np.asarray(proposed, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
                 np.asarray(matched, dtype=np.int64), self.kv.block_size,
-                (2 if plan.draft_sync else 1) if prop.keeps_kv else 0, start_at, end_at, emitted, finished)
+                (2 if plan.draft_sync else 1) if prop.keeps_kv else 0, step_s, start_at, end_at, emitted, finished)
             self.kv.used += delta
             return emitted, finished[:done]
         gen = dec.gen
@@ -404,6 +409,12 @@ class Replica:
 
     def _check_unique(self, pids: np.ndarray, dids: np.ndarray) -> None:
         """No request twice in one step (a later write of ``mark`` hides an earlier duplicate)."""
+        if pids.size + dids.size < 2:
+            return
+        if jit.step_kernels():  # the same, compiled (repro.sim.kernels.unique_ids)
+            if not jit.kernel("repro.sim.kernels", "unique_ids")(self._mark, pids, dids):
+                raise PlanError("a request appears twice in one step")
+            return
         both = dids if not pids.size else (pids if not dids.size else np.concatenate([pids, dids]))
         n = both.size
         if n < 2:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.errors import PlanError
 from repro.cost.model import CostModel
 from repro.cost.step import per_step, verify_terms
@@ -152,30 +153,42 @@ class StepCoster:
         cost, which, keeps_kv = prop.cost, prop.which, prop.keeps_kv
         if which is None:
             raise PlanError(f"proposer {prop.name!r} runs no model passes")
-        n = int(np.count_nonzero(spec))
-        if n == dids.size:
-            sid, c, depth = dids, dc, k
-        else:
-            sid, c, depth = dids[spec], dc[spec], k[spec]
-        csum = float(c.sum())
         width: np.ndarray | None = None
-        if trees:
-            depth = depth.copy()
-            width = np.ones_like(depth)
-            for i, rid in enumerate(sid.tolist()):
-                t = trees.get(rid)
-                if t is not None:
-                    depth[i] = t.cand.draft_depth
-                    width[i] = t.cand.draft_width
-        tok1, pairs = n, 0.0
-        if keeps_kv and n:
-            have = s.num_draft_computed[sid]
-            lag = c - have  # tokens the draft's cache misses besides the last one
-            missing = int(lag.sum())
-            if missing:
-                tok1 += missing
-                catch = lag + 1
-                pairs = float((catch * (have + (catch + 1) / 2.0)).sum())
+        tok1, pairs = 0, 0.0
+        reads = None
+        if jit.step_kernels() and not trees:  # the sums below, compiled (repro.sim.kernels.draft_reads)
+            reads = jit.kernel("repro.sim.kernels", "draft_reads")(s.num_draft_computed, dids, dc, k, spec, keeps_kv)
+        if reads is not None and not reads[2]:  # (no catch-up: its pairs are a floating-point sum, NumPy's)
+            n, c_sum, _, dmax, dmin = reads
+            csum = float(c_sum)
+            tok1 = n
+            sid = c = depth = None  # (read below only where the chains' lengths differ)
+        else:
+            n = int(np.count_nonzero(spec))
+            if n == dids.size:
+                sid, c, depth = dids, dc, k
+            else:
+                sid, c, depth = dids[spec], dc[spec], k[spec]
+            csum = float(c.sum())
+            if trees:
+                depth = depth.copy()
+                width = np.ones_like(depth)
+                for i, rid in enumerate(sid.tolist()):
+                    t = trees.get(rid)
+                    if t is not None:
+                        depth[i] = t.cand.draft_depth
+                        width[i] = t.cand.draft_width
+            tok1 = n
+            if keeps_kv and n:
+                have = s.num_draft_computed[sid]
+                lag = c - have  # tokens the draft's cache misses besides the last one
+                missing = int(lag.sum())
+                if missing:
+                    tok1 += missing
+                    catch = lag + 1
+                    pairs = float((catch * (have + (catch + 1) / 2.0)).sum())
+            if n:
+                dmax, dmin = int(depth.max()), int(depth.min())
         seq1, kv1 = n, csum + n
         if plan.draft_sync and keeps_kv:  # keep the draft's KV in sync over the rest of the step
             rest = ~spec
@@ -199,12 +212,13 @@ class StepCoster:
                                     lm_head_tokens=seq1, decode_only=pairs == 0.0, which=which)
         if not n:
             return total
-        dmax, dmin = int(depth.max()), int(depth.min())
         if width is None and dmax == dmin:  # every request drafts the same chain: closed form per step
             for j in range(2, dmax + 1):
                 total += cost.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
             return total
         if dmax >= 2:
+            if depth is None or c is None:
+                c, depth = (dc, k) if n == dids.size else (dc[spec], k[spec])
             # requests still drafting at step j: depth >= j; reverse cumulative sums over depth
             n_ge = np.bincount(depth, minlength=dmax + 1)[::-1].cumsum()[::-1]
             w_ge = n_ge if width is None else np.bincount(depth, weights=width, minlength=dmax + 1)[::-1].cumsum()[::-1]

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
+from repro.core import jit
+
 if TYPE_CHECKING:
     from repro.cost.step import DecodeBatch, PrefillBatch
     from repro.sim.plan import StepPlan, StepResult
@@ -127,12 +129,18 @@ class StepTracer:
     def on_step(self, event: StepEvent) -> None:
         res, pre, dec = event.result, event.prefill, event.decode
         n_pre, n_dec = pre.ids.size, dec.ids.size
+        if n_dec and jit.step_kernels():  # the same sums, compiled (repro.sim.kernels.step_sums)
+            emitted, proposed, accepted, matched, k_sum = jit.kernel("repro.sim.kernels", "step_sums")(
+                res.num_emitted, res.num_proposed, res.num_accepted, event.num_matched, dec.k)
+        else:
+            emitted, proposed, accepted, matched, k_sum = (
+                int(res.num_emitted.sum()), int(res.num_proposed.sum()), int(res.num_accepted.sum()),
+                int(event.num_matched.sum()), int(dec.k.sum()))
         rec = StepRecord(
             res.start_at, res.end_at - res.start_at, n_pre + n_dec, n_dec, n_pre, res.num_batched_tokens,
-            int(res.num_emitted.sum()) + int(np.count_nonzero(pre.completes)), int(res.num_proposed.sum()),
-            int(res.num_accepted.sum()), int(event.num_matched.sum()), res.draft_s, res.verify_s, event.overhead_s,
-            res.memory_s, res.send_s, int(dec.k.sum()) / n_dec if n_dec else 0.0, event.replica,
-            event.schedule_wall_s)  # (the integer sum / n: k.mean() bit for bit)
+            emitted + int(np.count_nonzero(pre.completes)) if n_pre else emitted, proposed, accepted, matched,
+            res.draft_s, res.verify_s, event.overhead_s, res.memory_s, res.send_s, k_sum / n_dec if n_dec else 0.0,
+            event.replica, event.schedule_wall_s)  # (the integer sum / n: k.mean() bit for bit)
         self._records.setdefault(event.replica, []).append(rec)
         tel = _telemetry(event.plan)
         if event.arm_rewards is not None:
