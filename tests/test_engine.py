@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,9 +170,14 @@ def _one_by_one(specs: list[TreeSpec], rids: list[int], poss: list[int]) -> None
         t.check(r, p)
 
 
-def test_trees_are_checked_together_as_each_alone() -> None:
-    """check_trees (the engine's check of a step's trees in one go) raises exactly when a tree's own check would, with
-    the first failing tree's message: random trees, some with unknown nodes, a gap to the root or the wrong request."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_trees_are_checked_together_as_each_alone(use_jit: Any, compiled: bool) -> None:
+    """check_trees (the engine's check of a step's trees in one go; compiled: repro.core.kernels.trees_connected)
+    raises exactly when a tree's own check would, with the first failing tree's message: random trees, some with
+    unknown nodes, a gap to the root or the wrong request."""
+    if compiled:
+        pytest.importorskip("numba")
+    use_jit(compiled)
     rng = np.random.default_rng(0)
     for _ in range(300):
         specs, rids, poss = [], [], []

@@ -8,6 +8,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.errors import PlanError
 
 #: The co-located proposer kinds, as systems' configs name them; each draws from the token stream of its name.
@@ -87,6 +88,12 @@ def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Seque
     counts = np.fromiter((t.nodes.shape[0] for t in specs), dtype=np.int64, count=len(specs))
     sizes = np.fromiter((t.cand.size for t in specs), dtype=np.int64, count=len(specs))
     nodes = np.concatenate([t.nodes for t in specs])
+    if not bad and jit.step_kernels():  # the same check, compiled (repro.core.kernels.trees_connected)
+        if jit.kernel("repro.core.kernels", "trees_connected")(
+                nodes.astype(np.int64, copy=False), counts, sizes,
+                np.concatenate([t.cand.parent for t in specs]).astype(np.int64, copy=False)):
+            return
+        bad = 1
     base = np.cumsum(sizes + 1) - (sizes + 1)  # tree i's slots: base[i] + node, its root at base[i] + sizes[i]
     owner = np.repeat(np.arange(len(specs)), counts)
     bad = bad or int(np.count_nonzero((nodes < 0) | (nodes >= sizes[owner])))

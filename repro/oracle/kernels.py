@@ -124,3 +124,57 @@ def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarra
         accepted[i] = a
         matched[i] = m
     return True
+
+
+def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, parent: np.ndarray, depth: np.ndarray,
+                 rank: np.ndarray, rids: np.ndarray, pos: np.ndarray, table: np.ndarray, ranks: np.ndarray,
+                 shift: int, best: np.ndarray) -> bool:
+    """:meth:`repro.oracle.TokenOracle.accept_trees`, one tree at a time: tree j selects ``counts[j]`` nodes (the
+    next of ``nodes``, indices into its candidate tree, whose ``sizes[j]`` nodes' ``parent``, ``depth`` and ``rank``
+    come next in those arrays); a node is on the accepted path when its rank is the target's (the true rank at
+    ``pos[j]`` + its depth − 1, read through the chunk ``table`` from the ``ranks`` pool) and its parent is on it (the
+    root always is); ``best[j]`` gets the deepest such node's depth (0: none). Returns False (``best`` partly
+    written) where a chunk a tree reads is not generated yet: the caller takes the NumPy path, which generates it."""
+    mask = (1 << shift) - 1
+    width = table.shape[1]
+    big = 1
+    for j in range(sizes.shape[0]):
+        if sizes[j] > big:
+            big = sizes[j]
+    on = np.zeros(big, dtype=np.bool_)
+    truth = np.empty(big, dtype=np.int64)  # (a tree is no deeper than it has nodes)
+    nb = 0
+    cb = 0
+    for j in range(counts.shape[0]):
+        cnt = counts[j]
+        reach = 0
+        for i in range(nb, nb + cnt):
+            d = depth[cb + nodes[i]]
+            if d > reach:
+                reach = d
+        r = rids[j]
+        for d in range(reach):
+            q = pos[j] + d
+            c = q >> shift
+            if c >= width:
+                return False
+            slot = table[r, c]
+            if slot < 0:
+                return False
+            truth[d] = ranks[(slot << shift) | (q & mask)]
+        for i in range(sizes[j]):
+            on[i] = False
+        b = 0
+        for d in range(1, reach + 1):  # a depth at a time: every parent is one layer up
+            for i in range(nb, nb + cnt):
+                v = cb + nodes[i]
+                if depth[v] == d:
+                    p = parent[v]
+                    ok = rank[v] == truth[d - 1] and (p < 0 or on[p])
+                    on[nodes[i]] = ok
+                    if ok and d > b:
+                        b = d
+        best[j] = b
+        nb += cnt
+        cb += sizes[j]
+    return True

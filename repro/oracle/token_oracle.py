@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.core import jit
 from repro.core.errors import MissingTableError
 from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
 from repro.oracle.distributions import _check_mean, _check_mean_of, _drift_arrays, _per_request
@@ -391,6 +392,22 @@ class TokenOracle:
         n = len(some)
         counts = np.fromiter((trees[j].nodes.shape[0] for j in some), dtype=np.int64, count=n)
         sizes = np.fromiter((c.size for c in cands), dtype=np.int64, count=n)
+        if jit.step_kernels():  # the same, one tree at a time, compiled (repro.oracle.kernels.accept_paths)
+            stream = self._stream(proposer)
+            best = np.empty(n, dtype=np.int64)
+            ranks = stream._ranks()  # (computed for the chunks held; the store's pools may grow below, not here)
+            if jit.kernel("repro.oracle.kernels", "accept_paths")(
+                    np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False), counts, sizes,
+                    np.concatenate([c.parent for c in cands]).astype(np.int64, copy=False),
+                    np.concatenate([c.depth for c in cands]).astype(np.int64, copy=False),
+                    np.concatenate([c.rank for c in cands]).astype(np.int64, copy=False),
+                    np.fromiter((c.rid for c in cands), dtype=np.int64, count=n),
+                    np.fromiter((c.pos for c in cands), dtype=np.int64, count=n),
+                    stream.store.table, ranks, stream.store._shift, best):
+                for j, b in zip(some, best.tolist(), strict=True):
+                    out[j] = b
+                return out
+            # (a chunk not generated yet: the NumPy path below generates it)
         base = np.cumsum(sizes) - sizes  # tree i's candidates at base[i] + index in the flat arrays below
         owner = np.repeat(np.arange(n), counts)  # each selected node's tree
         flat = base[owner] + np.concatenate([trees[j].nodes for j in some]).astype(np.int64)
