@@ -308,6 +308,35 @@ def _run_engine(engine: Any) -> Any:
     return engine.run()
 
 
+@contextmanager
+def _step_kernels(on: bool) -> Iterator[None]:
+    """The compiled kernels on (``REPRO_JIT=1``: what a sweep's worker runs, :mod:`repro.core.jit`) or off (the NumPy
+    references) for what runs inside, whatever this process loaded before; the caller's setting back afterwards."""
+    from repro.core import jit
+
+    old = os.environ.get("REPRO_JIT")
+    os.environ["REPRO_JIT"] = "1" if on else "0"
+    jit.refresh()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("REPRO_JIT", None)
+        else:
+            os.environ["REPRO_JIT"] = old
+        jit.refresh()
+
+
+def _run_compiled(engine: Any) -> Any:
+    with _step_kernels(True):
+        return engine.run()
+
+
+def _run_numpy(engine: Any) -> Any:
+    with _step_kernels(False):
+        return engine.run()
+
+
 def make_oracle(num_requests: int = N, dataset: str = "sharegpt") -> Any:
     """A token oracle for ``num_requests`` requests of one dataset (mean acceptance 0.62)."""
     from repro.oracle import TokenOracle
@@ -405,8 +434,10 @@ def _cases() -> dict[str, Case]:
              doc="engine_vllm_1000 scaled to 150 requests"),
         Case("engine_static_sd_k3_150", _engine_setup("static_sd_k3", 150), _run_engine, fresh=True, repeats=5,
              doc="engine_static_sd_k3_1000 scaled to 150 requests"),
-        Case("engine_turbospec_150", _engine_setup("turbospec", 150), _run_engine, fresh=True, repeats=5,
-             doc="the same with turbospec: every step planned and run one by one (no fast-forward)"),
+        Case("engine_turbospec_150", _engine_setup("turbospec", 150), _run_compiled, fresh=True, repeats=5,
+             doc="the same with turbospec: every step planned and run one by one (no fast-forward), compiled"),
+        Case("engine_turbospec_150_numpy", _engine_setup("turbospec", 150), _run_numpy, fresh=True, repeats=5,
+             doc="engine_turbospec_150 on the NumPy references (REPRO_JIT=0: a single point's path)"),
         Case("process_1000_requests", _no_setup, run_process, fresh=True, repeats=5,
              doc="python -m repro num_requests=1000 rps=2: the whole process (a child process's CPU time)"),
         Case("oracle_accept_chain_64_k4_warm", _accept_chain_warm_setup, _call, number=800,
@@ -419,8 +450,9 @@ def _cases() -> dict[str, Case]:
              doc=f"{COMPOSE_POINTS} points of {COMPOSE_EXP} composed and hashed, their config groups cached"),
         Case("adaserve_selection_64_b582_d8_w4", adaserve_setup, adaserve_select, number=40,
              doc="AdaServe selection, 64 requests, B = 582, d = 8, w = 4"),
-        *(Case(name, _point_setup(name), _run_engine, fresh=True, repeats=3,
-               doc=f"{exp} point ({system}, {' '.join(values + scale)}) run step by step, embedded statistics")
+        *(Case(name, _point_setup(name), _run_compiled, fresh=True, repeats=3,
+               doc=f"{exp} point ({system}, {' '.join(values + scale)}) run step by step, compiled (a sweep's "
+                   "worker), embedded statistics")
           for name, (exp, system, values, scale) in STEP_POINTS.items()),
     ]
     return {c.name: c for c in cases}
