@@ -395,7 +395,7 @@ class TokenOracle:
         if jit.step_kernels():  # the same, one tree at a time, compiled (repro.oracle.kernels.accept_paths)
             stream = self._stream(proposer)
             best = np.empty(n, dtype=np.int64)
-            ranks = stream._ranks()  # (computed for the chunks held; the store's pools may grow below, not here)
+            ranks = stream._ranks()  # (the rank pool, computed for every chunk held: the kernel generates none)
             if jit.kernel("repro.oracle.kernels", "accept_paths")(
                     np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False), counts, sizes,
                     np.concatenate([c.parent for c in cands]).astype(np.int64, copy=False),
