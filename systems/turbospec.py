@@ -423,13 +423,11 @@ class TurboSpec(Policy):
         if jit.step_kernels():  # the same reads, compiled (systems.kernels.blocks_and_context)
             at_max, context = jit.kernel("systems.kernels", "blocks_and_context")(
                 view.num_computed, view.kv_blocks, decode, spec, bs, max_len)
-            need = None if at_max <= free else kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode],
-                                                                  spec, bs, max_len)
         else:
-            computed, blocks = view.num_computed[decode], view.kv_blocks[decode]
-            fits = kv_blocks_needed_at(computed, blocks, spec, bs, max_len) <= free
-            need = None if fits else kv_blocks_needed(computed, blocks, spec, bs, max_len)
-            context = computed.sum()
+            at_max = kv_blocks_needed_at(view.num_computed[decode], view.kv_blocks[decode], spec, bs, max_len)
+            context = view.num_computed[decode].sum()
+        need = None if at_max <= free else kv_blocks_needed(view.num_computed[decode], view.kv_blocks[decode], spec,
+                                                             bs, max_len)
         acc = self.acceptance
         return argmax_goodput(acc.alpha, int(decode.size), float(context), self.latency,
                               max_len, free, need, num_spec=num_spec,

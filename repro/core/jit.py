@@ -79,6 +79,16 @@ def refresh() -> None:
     _STEPS[0] = 0
 
 
+def helper(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A function the kernels of its module call: compiled with them (``numba.extending.register_jitable``) where
+    Numba is installed, else left plain Python. Kernel modules are imported only to compile their kernels
+    (:func:`kernel`), so this imports nothing a run that calls no kernel would not."""
+    if importlib.util.find_spec("numba") is None:
+        return fn
+    jitable: Callable[..., Any] = importlib.import_module("numba.extending").register_jitable(fn)
+    return jitable
+
+
 @functools.cache
 def _numba() -> Any:
     return importlib.import_module("numba")

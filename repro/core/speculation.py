@@ -87,18 +87,17 @@ def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Seque
     bad = sum(t.cand.rid != rid or t.cand.pos != pos for t, rid, pos in zip(specs, rids, positions, strict=True))
     counts = np.fromiter((t.nodes.shape[0] for t in specs), dtype=np.int64, count=len(specs))
     sizes = np.fromiter((t.cand.size for t in specs), dtype=np.int64, count=len(specs))
-    nodes = np.concatenate([t.nodes for t in specs])
+    nodes = np.concatenate([t.nodes for t in specs]).astype(np.int64, copy=False)
+    parents = np.concatenate([t.cand.parent for t in specs]).astype(np.int64, copy=False)  # tree after tree
     if not bad and jit.step_kernels():  # the same check, compiled (repro.core.kernels.trees_connected)
-        if jit.kernel("repro.core.kernels", "trees_connected")(
-                nodes.astype(np.int64, copy=False), counts, sizes,
-                np.concatenate([t.cand.parent for t in specs]).astype(np.int64, copy=False)):
+        if jit.kernel("repro.core.kernels", "trees_connected")(nodes, counts, sizes, parents):
             return
         bad = 1
     base = np.cumsum(sizes + 1) - (sizes + 1)  # tree i's slots: base[i] + node, its root at base[i] + sizes[i]
     owner = np.repeat(np.arange(len(specs)), counts)
     bad = bad or int(np.count_nonzero((nodes < 0) | (nodes >= sizes[owner])))
     if not bad:
-        parent = np.concatenate([t.cand.parent for t in specs])[(base - np.arange(len(specs)))[owner] + nodes]
+        parent = parents[(base - np.arange(len(specs)))[owner] + nodes]
         sel = np.zeros(int(base[-1] + sizes[-1]) + 1, dtype=bool)
         sel[base + sizes] = True
         sel[base[owner] + nodes] = True

@@ -49,6 +49,12 @@ class DecodeBatch:
     # proposes before verification (prompt lookup), known before the target's pass
 
 
+def _host_s(profile: EngineProfile, n_spec: float, proposed: float) -> float:
+    """The host's seconds of speculation around a pass: per speculating sequence and per proposed token; none under
+    async scheduling, where that work overlaps the GPU's pass (repro.cost.serving)."""
+    return 0.0 if profile.async_scheduling else profile.spec_seq_s * n_spec + profile.spec_token_s * proposed
+
+
 def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_query: np.ndarray | None = None
                   ) -> tuple[float, float, float, float, float]:
     """(sequences, KV tokens read, query-key pairs, host seconds, largest query) of a pass's decode/verify part.
@@ -61,9 +67,7 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
     n = float(k.size)
     spec = k > 0
     n_spec = float(np.count_nonzero(spec))
-    proposed = float(k.sum())
-    # async scheduling: the host's speculation work overlaps the GPU's pass (repro.cost.serving)
-    host = 0.0 if profile.async_scheduling else profile.spec_seq_s * n_spec + profile.spec_token_s * proposed
+    host = _host_s(profile, n_spec, float(k.sum()))
     qmax = float(q.max()) if q.size else 1.0
     if profile.scorer == "batch_expansion" and n_spec:
         be = spec if multi_query is None else spec & ~multi_query
@@ -101,8 +105,7 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     if dec.ids.size and jit.step_kernels() and dec.k.dtype == np.int64 and dec.ctx.dtype == np.int64:
         n_spec, k_sum, q_max, ctx_sum, pairs = jit.kernel("repro.cost.kernels", "chain_terms")(dec.k, dec.ctx)
         dec_tokens = k_sum + int(dec.ids.size)
-        host = 0.0 if profile.async_scheduling else \
-            profile.spec_seq_s * float(n_spec) + profile.spec_token_s * float(k_sum)
+        host = _host_s(profile, float(n_spec), float(k_sum))
         if profile.scorer != "batch_expansion" or not n_spec:  # _decode_terms's last lines, from the integer sums
             kv = float(ctx_sum) + float(dec_tokens)
             terms = (float(dec.ids.size), kv, float(pairs) if n_spec else kv, host, float(q_max))
@@ -180,7 +183,7 @@ def verify_terms(cost: CostModel, k: int, blocks: Sequence[np.ndarray]
         ctx = np.ascontiguousarray(ctx)  # a row sum of another layout may add in another order
         n = ctx.shape[1]
         n_spec = float(n) if k else 0.0
-        host = 0.0 if profile.async_scheduling else profile.spec_seq_s * n_spec + profile.spec_token_s * float(n * k)
+        host = _host_s(profile, n_spec, float(n * k))
         dec_tokens = n * k + n
         if profile.scorer == "batch_expansion" and n_spec:
             expanded = float(n * q)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from repro.core import jit
+
 _U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -93,14 +95,26 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
             h[:] = new_h
 
 
+@jit.helper
+def _pool_index(table: np.ndarray, shift: int, r: int, q: int) -> int:
+    """The pool index of request ``r``'s position ``q`` through the chunk ``table`` (``table[r, c]``: the pool slot of
+    request r's chunk c, -1 where not generated; ``2**shift`` positions a chunk), -1 where its chunk is not
+    generated yet."""
+    c = q >> shift
+    if c >= table.shape[1]:
+        return -1
+    slot = table[r, c]
+    if slot < 0:
+        return -1
+    return (slot << shift) | (q & ((1 << shift) - 1))
+
+
 def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarray, pos: np.ndarray,
                  k: np.ndarray, accepted: np.ndarray, matched: np.ndarray) -> bool:
     """:meth:`repro.oracle.streams._TokenStream.score_chain`'s accepted (leading hits) and matched (all hits) of
-    each request's chain of ``k[i]`` positions from ``pos[i]``, read through the chunk table (``table[r, c]``: the
-    pool slot of request r's chunk c, -1 where not generated) from the ``hit`` pool. Returns False (the outputs
-    partly written) where a chunk a chain reads is not generated yet: the caller generates it and asks again."""
-    mask = (1 << shift) - 1
-    width = table.shape[1]
+    each request's chain of ``k[i]`` positions from ``pos[i]``, read through the chunk table (:func:`_pool_index`)
+    from the ``hit`` pool. Returns False (the outputs partly written) where a chunk a chain reads is not generated
+    yet: the caller generates it and asks again."""
     for i in range(rids.shape[0]):
         r = rids[i]
         p = pos[i]
@@ -108,14 +122,10 @@ def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarra
         a = 0
         m = 0
         for j in range(k[i]):
-            q = p + j
-            c = q >> shift
-            if c >= width:
+            at = _pool_index(table, shift, r, p + j)
+            if at < 0:
                 return False
-            slot = table[r, c]
-            if slot < 0:
-                return False
-            if hit[(slot << shift) | (q & mask)]:
+            if hit[at]:
                 m += 1
                 if lead:
                     a += 1
@@ -132,11 +142,10 @@ def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, paren
     """:meth:`repro.oracle.TokenOracle.accept_trees`, one tree at a time: tree j selects ``counts[j]`` nodes (the
     next of ``nodes``, indices into its candidate tree, whose ``sizes[j]`` nodes' ``parent``, ``depth`` and ``rank``
     come next in those arrays); a node is on the accepted path when its rank is the target's (the true rank at
-    ``pos[j]`` + its depth − 1, read through the chunk ``table`` from the ``ranks`` pool) and its parent is on it (the
-    root always is); ``best[j]`` gets the deepest such node's depth (0: none). Returns False (``best`` partly
-    written) where a chunk a tree reads is not generated yet: the caller takes the NumPy path, which generates it."""
-    mask = (1 << shift) - 1
-    width = table.shape[1]
+    ``pos[j]`` + its depth − 1, read through the chunk ``table`` from the ``ranks`` pool: :func:`_pool_index`) and
+    its parent is on it (the root always is); ``best[j]`` gets the deepest such node's depth (0: none). Returns
+    False (``best`` partly written) where a chunk a tree reads is not generated yet: the caller takes the NumPy path,
+    which generates it."""
     big = 1
     for j in range(sizes.shape[0]):
         if sizes[j] > big:
@@ -152,16 +161,11 @@ def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, paren
             d = depth[cb + nodes[i]]
             if d > reach:
                 reach = d
-        r = rids[j]
         for d in range(reach):
-            q = pos[j] + d
-            c = q >> shift
-            if c >= width:
+            at = _pool_index(table, shift, rids[j], pos[j] + d)
+            if at < 0:
                 return False
-            slot = table[r, c]
-            if slot < 0:
-                return False
-            truth[d] = ranks[(slot << shift) | (q & mask)]
+            truth[d] = ranks[at]
         for i in range(sizes[j]):
             on[i] = False
         b = 0

@@ -392,33 +392,31 @@ class TokenOracle:
         n = len(some)
         counts = np.fromiter((trees[j].nodes.shape[0] for j in some), dtype=np.int64, count=n)
         sizes = np.fromiter((c.size for c in cands), dtype=np.int64, count=n)
+        # the trees' selected nodes, and their candidates' parents, depths and ranks, one tree after another
+        nodes = np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False)
+        parents, depths, ranks = (np.concatenate([getattr(c, name) for c in cands]).astype(np.int64, copy=False)
+                                  for name in ("parent", "depth", "rank"))
+        rids = np.fromiter((c.rid for c in cands), dtype=np.int64, count=n)
+        pos = np.fromiter((c.pos for c in cands), dtype=np.int64, count=n)
         if jit.step_kernels():  # the same, one tree at a time, compiled (repro.oracle.kernels.accept_paths)
             stream = self._stream(proposer)
             best = np.empty(n, dtype=np.int64)
-            ranks = stream._ranks()  # (the rank pool, computed for every chunk held: the kernel generates none)
             if jit.kernel("repro.oracle.kernels", "accept_paths")(
-                    np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False), counts, sizes,
-                    np.concatenate([c.parent for c in cands]).astype(np.int64, copy=False),
-                    np.concatenate([c.depth for c in cands]).astype(np.int64, copy=False),
-                    np.concatenate([c.rank for c in cands]).astype(np.int64, copy=False),
-                    np.fromiter((c.rid for c in cands), dtype=np.int64, count=n),
-                    np.fromiter((c.pos for c in cands), dtype=np.int64, count=n),
-                    stream.store.table, ranks, stream.store._shift, best):
+                    nodes, counts, sizes, parents, depths, ranks, rids, pos, stream.store.table,
+                    stream._ranks(), stream.store._shift, best):  # (the rank pool of every chunk held)
                 for j, b in zip(some, best.tolist(), strict=True):
                     out[j] = b
                 return out
             # (a chunk not generated yet: the NumPy path below generates it)
         base = np.cumsum(sizes) - sizes  # tree i's candidates at base[i] + index in the flat arrays below
         owner = np.repeat(np.arange(n), counts)  # each selected node's tree
-        flat = base[owner] + np.concatenate([trees[j].nodes for j in some]).astype(np.int64)
-        depth = np.concatenate([c.depth for c in cands])[flat]
-        parent = np.concatenate([c.parent for c in cands])[flat]
+        flat = base[owner] + nodes
+        depth = depths[flat]
+        parent = parents[flat]
         reach = np.maximum.reduceat(depth, np.cumsum(counts) - counts)  # each tree's deepest selected node
-        rids = np.fromiter((c.rid for c in cands), dtype=np.int64, count=n)
-        pos = np.fromiter((c.pos for c in cands), dtype=np.int64, count=n)
         grid = pos[:, None] + np.minimum(_AR[:int(reach.max())], reach[:, None] - 1)  # past its reach: its last
         truth = self._stream(proposer).true_ranks(rids[:, None], grid)
-        hit = np.concatenate([c.rank for c in cands])[flat] == truth[owner, depth - 1]  # the target's token
+        hit = ranks[flat] == truth[owner, depth - 1]  # the target's token
         # a node is on the accepted path when it is the target's token and its parent is (the root always is),
         # settled a depth at a time: every parent is one layer up
         root = int(sizes.sum())

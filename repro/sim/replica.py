@@ -197,12 +197,9 @@ class Replica:
         end_at = now + memory_s + draft_s + verify_s
         arm_rewards = self._arm_rewards(plan, prop, pre, dec, memory_s) \
             if self.arms is not None and dec.ids.size and not dec.trees and servers is None and real is None else None
-        service = self.s.service_s  # the step's compute is service to every request in it (ids are unique)
-        compiled = jit.step_kernels()
-        if dec.ids.size and not compiled:  # (compiled: in _apply_decode's kernel)
-            service[dec.ids] += draft_s + verify_s
+        # the step's compute is service to every request in it (ids are unique): the decoding ones' in _apply_decode
         if pre.ids.size:
-            service[pre.ids] += draft_s + verify_s
+            self.s.service_s[pre.ids] += draft_s + verify_s
         # outcome: the oracle's (or the real models') acceptance, tokens emitted, requests finished
         if real is not None:
             proposed, accepted, matched, send_s = real.proposed, real.accepted, real.matched, 0.0
@@ -214,7 +211,7 @@ class Replica:
                            if self.policy.observes_accept_prob else None)
         end_at += send_s
         emitted, done_dec = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at,
-                                               draft_s + verify_s if compiled else None)
+                                               draft_s + verify_s)
         done_pre = self._apply_prefill(plan, prop, pre, end_at)
         fin = np.concatenate([done_dec, done_pre]) if done_pre.size else done_dec
         if fin.size:
@@ -343,15 +340,14 @@ class Replica:
 
     def _apply_decode(self, plan: StepPlan, prop: Proposer, dec: DecodeBatch, proposed: np.ndarray,
                       accepted: np.ndarray, matched: np.ndarray, start_at: float,
-                      end_at: float, step_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length); return the tokens
-        emitted and the requests that finished. ``step_s`` (compiled only): the step's seconds, added to each
-        request's service here instead of by the caller."""
+                      end_at: float, step_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """Emit ``accepted + 1`` tokens per decoding request (capped at its remaining length) and add the step's
+        seconds ``step_s`` to its service; return the tokens emitted and the requests that finished."""
         s, dids = self.s, dec.ids
         n = dids.size
         if n == 0:
             return _NO_INT, _NO_INT
-        if step_s is not None:  # the same, compiled (repro.sim.kernels)
+        if jit.step_kernels():  # the same, compiled (repro.sim.kernels)
             emitted, finished = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
             delta, done = jit.kernel("repro.sim.kernels", "decode_apply")(
                 s.output_len, s.num_generated, s.num_computed, s.kv_blocks, s.num_draft_computed, s.num_proposed,
@@ -362,6 +358,7 @@ class Replica:
                 (2 if plan.draft_sync else 1) if prop.keeps_kv else 0, step_s, start_at, end_at, emitted, finished)
             self.kv.used += delta
             return emitted, finished[:done]
+        s.service_s[dids] += step_s
         gen = dec.gen
         remaining = s.output_len[dids] - gen
         emitted = np.minimum(accepted + 1, remaining)

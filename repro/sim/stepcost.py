@@ -154,7 +154,7 @@ class StepCoster:
         if which is None:
             raise PlanError(f"proposer {prop.name!r} runs no model passes")
         width: np.ndarray | None = None
-        tok1, pairs = 0, 0.0
+        pairs = 0.0
         reads = None
         if jit.step_kernels() and not trees:  # the sums below, compiled (repro.sim.kernels.draft_reads)
             reads = jit.kernel("repro.sim.kernels", "draft_reads")(s.num_draft_computed, dids, dc, k, spec, keeps_kv)
