@@ -136,6 +136,36 @@ def test_an_experiment_on_real_models_is_checked_on_its_token_counts_or_skipped(
     assert "total_output_tokens" in res.stdout and "123.456" not in res.stdout  # the one token count, no latency
 
 
+def test_experiments_run_together_share_one_pool_and_match_their_references(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_many``, what ``repro check`` and ``repro all`` run: TurboSpec's Figs. 9 and 10 on one shared pool, the
+    second planned and submitted before the first ends. The points they share run once, and each experiment's
+    points.csv still equals its reference, as a run of it alone wrote it."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from repro.experiments import launch
+
+    ran: list[object] = []
+    submit = ProcessPoolExecutor.submit
+
+    def counted(self: ProcessPoolExecutor, fn: object, /, *args: object, **kwargs: object) -> object:
+        if fn is launch.run_one:
+            ran.append(args[1])
+        return submit(self, fn, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", counted)
+    names = ["turbospec_fig9", "turbospec_fig10"]
+    runs = list(check.run_many(names, True, lambda name: tmp_path / name, n_jobs=2))
+    assert [name for name, *_ in runs] == names
+    hashes = [set(result.points["config_hash"]) for _, result, _ in runs]  # type: ignore[union-attr]
+    assert hashes[0] & hashes[1], "the figures no longer share a point: pick two that do"
+    assert len(ran) == len(hashes[0] | hashes[1])  # each distinct point once
+    for name, result, seconds in runs:
+        ref, problem, changes = check.against_reference(result, reference_dir(name, quick=True), 0.0)  # type: ignore[arg-type]
+        assert ref is not None and not problem and not changes, (name, problem, changes[:3])
+        assert seconds > 0
+
+
 def test_check_names_an_unknown_experiment() -> None:
     res = _cli("check", "no_such_exp")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown experiment") and "no_such_exp" in res.stderr

@@ -24,14 +24,16 @@ package is missing). Quick references keep points.csv, manifest.json and summary
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +238,59 @@ def run_one(name: str, quick: bool, out_dir: Path, extra: Sequence[str] = (),
                                  progress=progress, overwrite=True)  # a scratch or reference folder, replaced
 
 
+#: How many experiments :func:`run_many` plans ahead of the one running (more while fewer than
+#: ``QUEUED_PER_WORKER`` points per worker wait in the pool).
+AHEAD = 2
+QUEUED_PER_WORKER = 4
+
+
+def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path], extra: Sequence[str] = (),
+             n_jobs: int | None = None, progress: Callable[[], None] | None = None,
+             ) -> Iterator[tuple[str, runner.ExperimentResult | str, float]]:
+    """Run experiments ``names`` in turn, each into ``out_dir_of(name)`` (a scratch or reference folder, replaced);
+    yields ``(name, result or why it was skipped, seconds)`` as each ends.
+
+    The experiments share one process pool (:class:`~repro.experiments.launch.PointPool`, with ``n_jobs`` workers
+    or one per core): before an experiment runs, the next :data:`AHEAD` are composed and their points submitted
+    (more while few points wait), so the workers go on with them while this process compares the one that ended
+    or draws its figures, and a point two experiments share runs once. Each experiment's results are the ones it
+    would have alone (the same points, the same files); ``seconds`` counts its own composition and run."""
+    jobs = int(n_jobs or os.cpu_count() or 1)
+    pool = launch.PointPool(jobs) if jobs > 1 else None
+    say = lambda line: tqdm.write(line, file=sys.stderr)  # noqa: E731
+    plans: dict[int, runner.RunContext | str] = {}
+    spent: dict[int, float] = {}
+
+    def plan(k: int) -> None:
+        if k >= len(names) or k in plans:
+            return
+        t0 = time.perf_counter()
+        skip = skip_reason(names[k], quick, extra)
+        if skip:
+            plans[k] = skip
+        else:
+            cfg, overrides = _compose(names[k], quick, [*extra, *([f"n_jobs={n_jobs}"] if n_jobs else [])])
+            plans[k] = runner.plan_experiment(cfg, overrides, out_dir=out_dir_of(names[k]), log=say, pool=pool)
+        spent[k] = time.perf_counter() - t0
+
+    with pool if pool is not None else contextlib.nullcontext():
+        for k, name in enumerate(names):
+            plan(k)
+            ahead = k + 1
+            while ahead < len(names) and (ahead <= k + AHEAD or (
+                    pool is not None and pool.queued() < QUEUED_PER_WORKER * jobs)):
+                plan(ahead)
+                ahead += 1
+            ctx = plans.pop(k)
+            if isinstance(ctx, str):
+                yield name, ctx, 0.0
+                continue
+            t0 = time.perf_counter()
+            result = runner.run_experiment(ctx.cfg, ctx.overrides, out_dir=ctx.out_dir, log=say, progress=progress,
+                                           overwrite=True, planned=ctx)
+            yield name, result, spent.pop(k) + time.perf_counter() - t0
+
+
 def data_present() -> bool:
     """Whether this machine has a data folder with files (updates then write the main reference)."""
     from workloads.datasets import default_data_root
@@ -335,16 +390,13 @@ def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: i
     """Run and compare (or update) each experiment against ``results``; prints one line per experiment."""
     out: list[Outcome] = []
     scratch = REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
-    for name in names:
-        ref = reference_dir(name, quick, results)
-        skip = skip_reason(name, quick, extra)
-        if skip:
-            print(f"{name}: {skip}", flush=True)
-            out.append(Outcome(name, None, skipped=skip))
+    for name, result, wall in run_many(names, quick, lambda name: scratch / name, extra, n_jobs):
+        if isinstance(result, str):
+            print(f"{name}: {result}", flush=True)
+            out.append(Outcome(name, None, skipped=result))
             continue
-        t0 = time.perf_counter()
-        result = run_one(name, quick, scratch / name, extra, n_jobs=n_jobs)
-        o = Outcome(name, None, wall_s=time.perf_counter() - t0, num_points=len(result.points))
+        o = Outcome(name, None, wall_s=wall, num_points=len(result.points))
+        ref = reference_dir(name, quick, results)
         if update:
             o.reference = store(result, ref, quick)
             print(f"{name}: reference updated ({display_path(o.reference)}, {o.num_points} points, "
@@ -389,24 +441,32 @@ def regenerate(names: Sequence[str], quick: bool, n_jobs: int | None = None,
         bar.update()
         lines.update()
 
+    scratch: dict[str, Path] = {}  # where a run goes before store() copies it (quick, or without the data folder)
+    present = data_present()
+
+    def target(name: str) -> Path:
+        if quick or not present:
+            scratch[name] = Path(tempfile.mkdtemp(prefix=f"repro-{name}-"))
+            return scratch[name]
+        return reference_dir(name, quick, results)
+
     done = []
     try:
-        for name in names:
-            ref = reference_dir(name, quick, results)
-            skip = skip_reason(name, quick)
-            if skip:
-                tqdm.write(f"{name}: {skip}", file=sys.stderr)
+        for name, result, _ in run_many(names, quick, target, n_jobs=n_jobs, progress=tick):
+            if isinstance(result, str):
+                tqdm.write(f"{name}: {result}", file=sys.stderr)
                 continue
-            with tempfile.TemporaryDirectory(prefix=f"repro-{name}-") as tmp:
-                target = Path(tmp) if quick or not data_present() else ref
-                result = run_one(name, quick, target, progress=tick, n_jobs=n_jobs)
-                dest = store(result, ref, quick)
+            dest = store(result, reference_dir(name, quick, results), quick)
+            if name in scratch:
+                shutil.rmtree(scratch.pop(name), ignore_errors=True)
             if result.manifest.get("kind", "sweep") != "sweep":
                 tick()  # counted as one point
             bar.set_postfix_str(name, refresh=False)
             done.append((name, dest, result))
     finally:
         bar.close()
+        for folder in scratch.values():
+            shutil.rmtree(folder, ignore_errors=True)
     return done
 
 

@@ -2,7 +2,9 @@
 
 Each launcher runs :func:`run_one` per point and hands every :class:`Outcome` to the caller's ``on_done`` in this
 process as it finishes, so points.csv has one writer whichever launcher runs the points
-(:mod:`repro.experiments.runner`). :class:`ProgressLines` reports progress where tqdm's bar is off.
+(:mod:`repro.experiments.runner`). :class:`ProgressLines` reports progress where tqdm's bar is off. A
+:class:`PointPool` is a process pool several experiments share (``repro check``, ``repro all``): their points are
+submitted ahead and each distinct point runs once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -106,21 +108,88 @@ class ProgressLines:
               flush=True)
 
 
+class PointPool:
+    """A process pool that outlives one experiment (``repro check`` and ``repro all`` hand one to every experiment
+    they run, :func:`repro.experiments.check.run_many`).
+
+    An experiment's points are submitted as soon as it is composed (:meth:`submit`), while the experiment before it
+    still runs, so the workers do not wait while this process composes the next experiment, compares the last one
+    with its reference or draws its figures, and the last points of one experiment share the workers with the next
+    one's. A point whose config (its hash, seeds included) was submitted before, by this experiment or an earlier one,
+    with the same tables asked for, is not run again: a point is a function of its composed config, and the
+    catalogue repeats some (Nightjar's Tables 4 and 5 run the same 189 points; AdaServe's figures share their
+    baselines). Its outcome is handed to each experiment that asks, under that experiment's point index. The workers
+    start at the first submission and stay up until :meth:`close`, so their one-off costs (imports, the compiled step
+    kernels, :mod:`repro.core.jit`) are paid once per pool instead of once per experiment."""
+
+    def __init__(self, n_jobs: int) -> None:
+        self.n_jobs = max(1, int(n_jobs))
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: dict[tuple[str, bool], Future[Outcome]] = {}
+
+    def submit(self, key: str, cfg: DictConfig, keep: bool) -> Future[Outcome]:
+        """The future of the point whose config hash is ``key`` (``keep``: with its tables), submitted if new."""
+        fut = self._futures.get((key, keep))
+        if fut is None:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self.n_jobs, initializer=worker_init,
+                                                 initargs=(os.getpid(),))
+            fut = self._futures[(key, keep)] = self._pool.submit(run_one, 0, cfg, keep)
+        return fut
+
+    def forget(self, key: str, keep: bool) -> None:
+        """Drop a point's outcome once used (one with tables: they are written to the experiment's folder)."""
+        self._futures.pop((key, keep), None)
+
+    def queued(self) -> int:
+        """Points submitted and not finished."""
+        return sum(not f.done() for f in self._futures.values())
+
+    def stop(self) -> None:
+        """Stop the workers now (Ctrl-C, a failed point): nothing submitted runs any more."""
+        if self._pool is not None:
+            with signals_held(deliver=False):
+                stop_workers(self._pool)
+            self._pool = None
+        self._futures.clear()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            for fut in self._futures.values():
+                fut.cancel()
+            self._pool.shutdown()
+            self._pool = None
+        self._futures.clear()
+
+    def __enter__(self) -> PointPool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: Any) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.stop()
+
+
 def execute(
     todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any],
-    describe: Callable[[int], str] = str,
+    describe: Callable[[int], str] = str, pool: PointPool | None = None, keys: Sequence[str] = (),
 ) -> None:
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
     ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
-    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.experiments.stopping`)."""
+    so does Ctrl-C, after stopping the pool's workers (:mod:`repro.experiments.stopping`). With a shared ``pool``
+    (and each point's config hash in ``keys``), the points are taken from it: submitted unless they were."""
+    if pool is not None:
+        _collect(todo, cfgs, keep, on_done, describe, pool, keys)
+        return
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
             on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
         return
-    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
-                               initargs=(os.getpid(),))
+    procs = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
+                                initargs=(os.getpid(),))
     try:
-        futures: dict[Future[Outcome], int] = {pool.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
+        futures: dict[Future[Outcome], int] = {procs.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -128,9 +197,30 @@ def execute(
                 on_done(_named(futures[fut], describe, fut.result))
     except BaseException:
         with signals_held(deliver=False):
-            stop_workers(pool)
+            stop_workers(procs)
         raise
-    pool.shutdown()
+    procs.shutdown()
+
+
+def _collect(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], on_done: Callable[[Outcome], Any],
+             describe: Callable[[int], str], pool: PointPool, keys: Sequence[str]) -> None:
+    """:func:`execute` on a shared :class:`PointPool`: each outcome handed on as its point finishes, in point order
+    among those finished together, once per point of this experiment that shares it."""
+    users: dict[Future[Outcome], list[int]] = {}
+    for i in todo:
+        users.setdefault(pool.submit(keys[i], cfgs[i], bool(keep[i])), []).append(i)
+    pending = set(users)
+    try:
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=lambda f: users[f][0]):
+                for i in users[fut]:
+                    on_done(replace(_named(i, describe, fut.result), index=i))
+                    if keep[i]:
+                        pool.forget(keys[i], True)
+    except BaseException:
+        pool.stop()
+        raise
 
 
 def _named(i: int, describe: Callable[[int], str], get: Callable[[], Outcome]) -> Outcome:

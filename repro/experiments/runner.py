@@ -53,7 +53,7 @@ from repro.experiments.compose import (
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
 from repro.experiments.grid import Point, expand_points, group_overrides, override
-from repro.experiments.launch import Outcome, ProgressLines, execute, execute_ray, execute_submitit
+from repro.experiments.launch import Outcome, PointPool, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.results import (
     CONF_DIR,
     KEY_COLS,
@@ -103,6 +103,10 @@ class RunContext:
     # points already run in this process, by (system, config hash): a robustness study's settings share the points
     # their knobs leave unchanged (a point is a function of its composed config, seeds included)
     memo: dict[tuple[str, str], dict[str, str]] | None = None
+    # a process pool shared with other experiments (repro check, repro all: launch.PointPool), and the sweep's
+    # points, configs and config hashes when they were composed ahead of the run to be submitted to it
+    pool: PointPool | None = None
+    composed: tuple[list[Point], list[DictConfig], list[str]] | None = None
 
 
 @dataclass
@@ -176,11 +180,40 @@ def compose_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig]]:
     return points, cfgs
 
 
+def shares_pool(ctx: RunContext) -> bool:
+    """Whether this run's points go to a shared :class:`~repro.experiments.launch.PointPool`: a local sweep's,
+    not resumed."""
+    launcher = ctx.cfg.get("launcher") or {}
+    return (ctx.pool is not None and ctx.spec.kind == "sweep" and not ctx.cfg.get("resume")
+            and str(launcher.get("kind", "local")) == "local")
+
+
+def is_real(cfg: DictConfig) -> bool:
+    return str(OmegaConf.select(cfg, "backend.kind", default="sim")) != "sim"
+
+
+def submit_ahead(ctx: RunContext) -> None:
+    """Compose a sweep's points and submit the simulated ones to the shared pool before the run (the experiments
+    before it may still be running); :func:`run_sweep` then reads them from ``ctx.composed``."""
+    if not shares_pool(ctx) or ctx.composed is not None:
+        return
+    assert ctx.pool is not None
+    points, cfgs = compose_points(ctx)
+    hashes = [config_hash(c) for c in cfgs]
+    ctx.composed = (points, cfgs, hashes)
+    for c, h in zip(cfgs, hashes, strict=True):
+        if not is_real(c):
+            ctx.pool.submit(h, c, bool(c.get("save_requests")))
+
+
 def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
     spec, name = ctx.spec, ctx.spec.name
-    points, cfgs = compose_points(ctx)
-    hashes = [config_hash(c) for c in cfgs]
+    if ctx.composed is not None:
+        points, cfgs, hashes = ctx.composed
+    else:
+        points, cfgs = compose_points(ctx)
+        hashes = [config_hash(c) for c in cfgs]
     checked: set[str] = set()
     for p, c, h in zip(points, cfgs, hashes, strict=True):  # refuse an impossible point before anything runs
         if h not in checked:
@@ -238,7 +271,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
 
     try:
         _run_points(ctx, todo, cfgs, keep, len(points), record,
-                    lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})")
+                    lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})", hashes)
     except KeyboardInterrupt as exc:
         saved = len(pf.rows) if started else len(kept)
         raise Interrupted(signum_of(exc), saved, len(points), pf.path if saved else None, started) from None
@@ -329,10 +362,11 @@ def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Seq
 
 
 def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], total: int,
-                record: Callable[[Outcome], str], describe: Callable[[int], str] = str) -> None:
+                record: Callable[[Outcome], str], describe: Callable[[int], str] = str,
+                hashes: Sequence[str] = ()) -> None:
     """Run points ``todo`` with a progress bar (or progress lines, or the caller's ``ctx.progress``) on the run's
-    launcher (``launcher=local|ray``); ``record`` stores each outcome and returns the bar's postfix; ``describe``
-    names a point in a failure report."""
+    launcher (``launcher=local|ray``, or the shared pool, ``ctx.pool``); ``record`` stores each outcome and returns
+    the bar's postfix; ``describe`` names a point in a failure report; ``hashes`` are the points' config hashes."""
     outer = ctx.progress
     resumed = total - len(todo)
     bar = tqdm(total=total, initial=resumed, desc=ctx.spec.name, unit="pt", disable=True if outer else None)
@@ -351,7 +385,7 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
 
     # real backends run their points one at a time in this process: measured step times must not share the machine
     # with other points, and a forked worker cannot use a PyTorch the parent has already run
-    real = any(str(OmegaConf.select(cfgs[i], "backend.kind", default="sim")) != "sim" for i in todo)
+    real = any(is_real(cfgs[i]) for i in todo)
     launcher = ctx.cfg.get("launcher") or {}
     try:
         kind = str(launcher.get("kind", "local"))
@@ -359,6 +393,8 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
             execute_ray(todo, cfgs, keep, ctx.n_jobs, progress, launcher, describe)
         elif kind == "submitit" and not real:
             execute_submitit(todo, cfgs, keep, progress, launcher, describe)
+        elif shares_pool(ctx) and not real:
+            execute(todo, cfgs, keep, ctx.n_jobs, progress, describe, ctx.pool, hashes)
         else:
             execute(todo, cfgs, keep, 1 if real else ctx.n_jobs, progress, describe)
     finally:
@@ -439,6 +475,7 @@ def run_experiment(
     overwrite: bool = False,
     render: bool = True,
     memo: dict[tuple[str, str], dict[str, str]] | None = None,
+    planned: RunContext | None = None,
 ) -> ExperimentResult:
     """Run the experiment ``cfg.exp`` describes and write its results (points.csv, manifest.json, figures,
     summary.md) to ``out_dir``, else ``cfg.out_dir``, else :func:`~repro.experiments.results.default_out_dir` (a folder
@@ -465,11 +502,13 @@ def run_experiment(
         render: draw the figures and write summary.md (a robustness study's settings need points.csv only).
         memo: rows of points already run in this process, by (system, config hash), reused instead of run again
             and updated with this run's (a robustness study hands one to all its settings).
+        planned: the run's context from :func:`plan_experiment` (``cfg``, ``overrides``, ``conf_dir``, ``out_dir`` and
+            ``log`` were given there), its points perhaps already submitted to a shared pool.
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    ctx = prepare_run(cfg, overrides, conf_dir, out_dir, say)
+    ctx = planned or prepare_run(cfg, overrides, conf_dir, out_dir, say)
     ctx.progress = progress
     ctx.composer = composer
     ctx.overwrite = overwrite
@@ -503,6 +542,19 @@ def run_experiment(
         draw.render(ctx.out_dir, manifest, points)
     verdicts = claim_verdicts(ctx.spec, points) if ctx.spec.kind != "calibration" else {}
     return ExperimentResult(ctx.spec.name, ctx.out_dir, points, manifest, num_run, time.perf_counter() - t0, verdicts)
+
+
+def plan_experiment(cfg: DictConfig, overrides: Sequence[str] = (), conf_dir: Path = CONF_DIR,
+                    out_dir: Path | None = None, log: Callable[[str], None] | None = None,
+                    pool: PointPool | None = None) -> RunContext:
+    """An experiment checked and, with a shared ``pool``, its points composed and submitted to it: the ``planned``
+    context :func:`run_experiment` then runs (``repro check`` and ``repro all`` plan the next experiments while one
+    runs, :func:`repro.experiments.check.run_many`)."""
+    ctx = prepare_run(cfg, overrides, conf_dir, out_dir, log or (lambda line: print(line, file=sys.stderr,
+                                                                                       flush=True)))
+    ctx.pool = pool
+    submit_ahead(ctx)
+    return ctx
 
 
 def add_systems(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) -> None:
