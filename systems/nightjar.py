@@ -490,9 +490,9 @@ class Nightjar(Policy):
         arrivals, now = view.arrival_s, view.now
         if self._sorted_arrivals is None:
             self._sorted_arrivals = bool(np.all(np.diff(arrivals) >= 0))
-        if self._sorted_arrivals:
-            lo, hi = np.searchsorted(arrivals, [now - self.rate_window_s, now], side="right")
-            seen = int(hi - lo)
+        if self._sorted_arrivals:  # (a closed loop writes arrival times as it sends: read them each time)
+            seen = int(arrivals.searchsorted(now, side="right")
+                       - arrivals.searchsorted(now - self.rate_window_s, side="right"))
         else:
             seen = int(np.count_nonzero((arrivals <= now) & (arrivals > now - self.rate_window_s)))
         return seen / self.rate_window_s

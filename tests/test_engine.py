@@ -365,3 +365,43 @@ def test_an_engine_without_speculative_chunked_prefill_rejects_a_mixed_step() ->
     with pytest.raises(PlanError, match="vllm_v0: a step cannot both prefill and speculate"):
         run(Scripted(first, mixed), reqs, engine="vllm_v0")
     run(Scripted(first, mixed), make_requests(2, output_len=8), engine="vllm_v1")  # v1 mixes them
+
+
+# --- the View's queues: rebuilt when the engine changes them, not every step --------------------------------------
+
+QUEUE_SCENARIOS = {
+    "nightjar (admissions, finishes)": ["system=nightjar", "rps=12", "num_requests=40"],
+    "turbospec, KV pressure (recompute preemption)": ["system=turbospec", "rps=8", "num_requests=60", "seed=1",
+                                                      "engine.gpu_memory_utilization=0.22"],
+    "fcfs_slo, KV pressure (swap out and back in)": ["system=fcfs_slo", "workload=adaserve_mix", "rps=12",
+                                                     "num_requests=60", "engine.gpu_memory_utilization=0.22"],
+    "vllm fast-forwarded (runs admit arrivals)": ["system=vllm", "rps=6", "num_requests=60"],
+    "three replicas (seppipe)": ["system=seppipe", "workload=adaserve_mix", "rps=6", "num_requests=40"],
+}
+
+
+@pytest.mark.usefixtures("no_data")
+@pytest.mark.parametrize("overrides", QUEUE_SCENARIOS.values(), ids=QUEUE_SCENARIOS.keys())
+def test_the_views_queues_always_show_the_engines(monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> None:
+    """The View rebuilds its queue arrays only when ``RequestState.queues_changed`` says the engine changed them:
+    every read of ``waiting``, ``running`` and ``swapped`` over whole runs (admission, finishes, both kinds of
+    preemption, swaps back in, fast-forwarded runs that admit, several replicas) equals the queue as it stands."""
+    from repro.experiments.simulate import build, compose
+
+    reads = 0
+    queue = View._queue
+
+    def checked(self: View, name: str, src: Any) -> np.ndarray:
+        nonlocal reads
+        reads += 1
+        got = queue(self, name, src)
+        assert got.tolist() == list(src), name
+        return got
+
+    monkeypatch.setattr(View, "_queue", checked)
+    out = build(compose(["workload=sharegpt", "seed=2", *overrides])).engine.run()
+    assert reads
+    if "fcfs_slo" in overrides[0]:
+        assert float(out.state.swap_s.sum()) > 0  # (the scenario swaps)
+    if "gpu_memory_utilization=0.22" in overrides:
+        assert int(out.state.num_preemptions.sum()) > 0

@@ -296,6 +296,22 @@ class CostModel:
         attention = max(kv_read_s(c, kv_read_tokens), c.pair_s * query_pairs) + c.pair_s * prefill_attn_pairs
         return linear + attention + lm_head + allreduce + overhead
 
+    def chain_steps_s(self, total: float, n: int, csum: float, last: int, which: Which = "draft") -> float:
+        """``total`` plus :meth:`forward_s` ``(n, n, csum + j * n, decode_only=True)`` for j = 2..``last``, added one
+        at a time: draft steps 2..D of ``n`` chains whose contexts sum to ``csum`` (the engine's draft pass). The
+        same terms in the same order, bit for bit, the pass's fixed parts looked up once."""
+        if self._profiles and which in self._profiles:
+            for j in range(2, last + 1):
+                total += self.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
+            return total
+        linear, lm_head, allreduce, overhead = self._fixed(which, n, n, -1, True)
+        c = self._coeffs[which]
+        no_pairs = c.pair_s * 0.0  # forward_s's query and prefill pairs
+        for j in range(2, last + 1):
+            attention = max(kv_read_s(c, csum + j * n), no_pairs) + no_pairs
+            total += linear + attention + lm_head + allreduce + overhead
+        return total
+
     def forward_s_many(self, num_tokens: int, num_seqs: int, kv_read_tokens: np.ndarray,
                        query_pairs: np.ndarray | float = 0.0, lm_head_tokens: int = -1, decode_only: bool = False,
                        which: Which = "target") -> np.ndarray:

@@ -113,12 +113,11 @@ class Replica:
         v.total_blocks = self.kv.total
         v.draft_resident = self.draft_resident
         v.draft_loading = self.draft_ready_at is not None
-        v._touch()
 
     def admit(self, rid: int) -> None:
         self.s.status[rid] = _WAITING
         self.s.waiting.append(rid)
-        self.view._touch()
+        self.s.queues_changed()
 
     def has_work(self) -> bool:
         return bool(self.s.waiting or self.s.running or self.s.swapped)
@@ -269,6 +268,7 @@ class Replica:
         for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
             s.waiting.remove(rid)
             s.running.append(rid)
+            s.queues_changed()
         s.status[pids] = _RUNNING
         pc = s.num_computed[pids]
         ntok = s.prompt_len[pids] + s.num_generated[pids]
@@ -431,6 +431,7 @@ class Replica:
         self.kv.release(rids)
         gone = set(rids.tolist())
         s.running = [r for r in s.running if r not in gone]
+        s.queues_changed()
         for rid in gone:
             self.oracle.release(rid)
             if self.backend is not None:

@@ -74,6 +74,13 @@ class RequestState:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.swapped: list[int] = []
+        # bumped by whatever changes waiting, running or swapped (:meth:`queues_changed`): the View rebuilds its
+        # queue arrays only then, not every step
+        self.queues_version = 0
+
+    def queues_changed(self) -> None:
+        """Say that ``waiting``, ``running`` or ``swapped`` changed (every change to them must)."""
+        self.queues_version += 1
 
     @property
     def num_tokens(self) -> np.ndarray:
@@ -127,12 +134,13 @@ class View:
         self.num_decode_steps = _readonly(state.num_decode_steps)
         self.num_preemptions = _readonly(state.num_preemptions)
         self._cache: dict[str, np.ndarray] = {}
-
-    # queues are rebuilt only when the engine changed them (``_touch``)
-    def _touch(self) -> None:
-        self._cache.clear()
+        self._version = -1  # the state's queues_version the cached queues show
 
     def _queue(self, name: str, src: Any) -> np.ndarray:
+        """A queue as a read-only array, rebuilt only when the engine changed the queues since it was last built."""
+        if self._version != self._s.queues_version:
+            self._cache.clear()
+            self._version = self._s.queues_version
         arr = self._cache.get(name)
         if arr is None:
             arr = np.fromiter(src, dtype=np.int64, count=len(src))

@@ -213,9 +213,7 @@ class StepCoster:
         if not n:
             return total
         if width is None and dmax == dmin:  # every request drafts the same chain: closed form per step
-            for j in range(2, dmax + 1):
-                total += cost.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
-            return total
+            return cost.chain_steps_s(total, n, csum, dmax, which)
         if dmax >= 2:
             if depth is None or c is None:
                 c, depth = (dc, k) if n == dids.size else (dc[spec], k[spec])
