@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from repro.core import jit
 from repro.cost.step import decode_pass_s
 from repro.sim.plan import IDLE, CandidateTree, StepPlan, TreeSpec, ids
 from repro.sim.state import View
@@ -51,6 +52,14 @@ class Ranked:
         return int(self.node.shape[0])
 
 
+_ROWS = np.arange(1024)[:, None]
+
+
+def _rows(n: int) -> np.ndarray:
+    """Row indices as an (n, 1) column (to pick along rows: ``a[_rows(n), idx]``)."""
+    return _ROWS[:n] if n <= _ROWS.shape[0] else np.arange(n)[:, None]
+
+
 def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
     """Sort every candidate tree's nodes by path probability (ties toward shallower, then lower index)."""
     n = len(cands)
@@ -62,7 +71,7 @@ def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
         if all(c.depth is shared for c in cands) and (shared[1:] >= shared[:-1]).all():
             # one depth array, in breadth-first order: nodes tied in pp are in (depth, index) order already
             node = np.argsort(-pp, axis=1, kind="stable")
-            return Ranked(cands, node, np.take_along_axis(pp, node, axis=1), shared[node], size)
+            return Ranked(cands, node, pp[_rows(n), node], shared[node], size)  # take_along_axis, without its set-up
         depth = np.stack([c.depth for c in cands])
     else:
         pp = np.full((n, m), -np.inf)
@@ -72,7 +81,7 @@ def rank_nodes(cands: Sequence[CandidateTree]) -> Ranked:
             depth[i, : c.size] = c.depth
     idx = np.broadcast_to(np.arange(m), (n, m))
     node = np.lexsort((idx, depth, -pp), axis=-1)
-    rows = np.arange(n)[:, None]
+    rows = _rows(n)
     spp, sdepth = pp[rows, node], depth[rows, node]  # take_along_axis along rows, without its per-call set-up
     node = np.where(idx < size[:, None], node, -1)
     return Ranked(cands, node, spp, sdepth, size)
@@ -113,6 +122,12 @@ def select_slo_customized(ranked: Ranked, target: np.ndarray, key: np.ndarray, *
     n = ranked.n
     if n == 0 or budget <= 0 or n_max <= 0:
         return np.zeros(n, dtype=np.int64)
+    visit = np.argsort(-key if order == "descending" else key, kind="stable")
+    if jit.step_kernels():  # the same selection, compiled (systems.kernels.slo_select)
+        taken = np.empty(n, dtype=np.int64)
+        jit.kernel("systems.kernels", "slo_select")(ranked.pp, ranked.size, np.asarray(target, dtype=np.float64),
+                                                    int(n_max), visit, int(budget), taken)
+        return taken
     pp = np.where(np.isfinite(ranked.pp), ranked.pp, 0.0)
     before = np.zeros_like(pp)  # Σ f of the nodes ahead of each node (an exclusive sum: cumsum − pp can round
     np.cumsum(pp[:, :-1], axis=1, out=before[:, 1:])  # below a target the prefix meets exactly)
@@ -120,7 +135,6 @@ def select_slo_customized(ranked: Ranked, target: np.ndarray, key: np.ndarray, *
     # Eq. (5): node j is added while the running sum is still below the target
     need = ((before < target[:, None]) & valid).sum(axis=1)
     need = np.minimum(need, n_max)
-    visit = np.argsort(-key if order == "descending" else key, kind="stable")
     cum = np.cumsum(need[visit])
     taken = np.zeros(n, dtype=np.int64)
     taken[visit] = np.clip(budget - (cum - need[visit]), 0, need[visit])
@@ -132,6 +146,10 @@ def select_global(ranked: Ranked, counts: np.ndarray, budget: int) -> np.ndarray
     not selected yet (ties toward shallower nodes); returns the new prefix lengths."""
     out = np.asarray(counts, dtype=np.int64).copy()
     if budget <= 0 or ranked.n == 0:
+        return out
+    if jit.step_kernels():  # the same picks, compiled (systems.kernels.global_select)
+        jit.kernel("systems.kernels", "global_select")(ranked.pp, ranked.depth, ranked.size, out.copy(), int(budget),
+                                                       out)
         return out
     cols = np.arange(ranked.pp.shape[1])
     rest = (cols >= out[:, None]) & (cols < ranked.size[:, None])
@@ -258,8 +276,7 @@ def estimate_step_s(cost: CostModel, num_seqs: int, context_tokens: float, depth
         return 0.0
     t = cost.spec_round_s()
     t += cost.forward_s(n, n, kv_read_tokens=context_tokens + n, decode_only=True, which="draft")
-    for j in range(2, depth + 1):
-        t += cost.forward_s(n * width, n, kv_read_tokens=context_tokens + j * n, decode_only=True, which="draft")
+    t = cost.draft_steps_s(t, n * width, n, context_tokens, depth, "draft")  # passes 2..d, n·w tokens each
     return t + decode_pass_s(cost, n, context_tokens / n - 1.0, (verify_tokens - n) / n, tree=True)
 
 

@@ -63,18 +63,19 @@ def test_forward_s_many_equals_forward_s_bit_for_bit(hardware: str, model: str, 
     ("l40s", "llama3-8b", "llama3.2-1b", 1, "flexflow"),
 ])
 @pytest.mark.parametrize("which", ["target", "draft", "eagle"])
-def test_chain_steps_s_equals_its_forward_s_passes_bit_for_bit(hardware: str, model: str, draft: str, tp: int,
+def test_draft_steps_s_equals_its_forward_s_passes_bit_for_bit(hardware: str, model: str, draft: str, tp: int,
                                                                engine: str, which: Any) -> None:
-    """A draft pass's steps 2..D of n chains (StepCoster._draft_pass): the fixed parts looked up once, the sum the
-    loop of forward_s it replaces, in its order."""
+    """A draft pass's steps 2..D of n chains or beams of width w (StepCoster._draft_pass, AdaServe's estimate): the
+    fixed parts looked up once, the sum the loop of forward_s it replaces, in its order."""
     cost = make_cost(hardware, model, draft, tp=tp, engine=engine)
     rng = np.random.default_rng(3)
-    for n, last, start in ((1, 1, 0.0), (1, 2, 0.25), (7, 8, 1e-3), (64, 5, 0.0), (300, 12, 2e-2)):
+    for n, w, last, start in ((1, 1, 1, 0.0), (1, 1, 2, 0.25), (7, 1, 8, 1e-3), (64, 1, 5, 0.0), (300, 1, 12, 2e-2),
+                              (5, 4, 8, 0.0), (30, 16, 8, 3e-3), (1, 16, 2, 0.0)):
         csum = float(rng.integers(0, 4_000 * n))
         loop = start
         for j in range(2, last + 1):
-            loop += cost.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
-        assert cost.chain_steps_s(start, n, csum, last, which) == loop
+            loop += cost.forward_s(n * w, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
+        assert cost.draft_steps_s(start, n * w, n, csum, last, which) == loop
 
 
 @pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v1", "turbospec_mq", "flexflow"])

@@ -296,15 +296,17 @@ class CostModel:
         attention = max(kv_read_s(c, kv_read_tokens), c.pair_s * query_pairs) + c.pair_s * prefill_attn_pairs
         return linear + attention + lm_head + allreduce + overhead
 
-    def chain_steps_s(self, total: float, n: int, csum: float, last: int, which: Which = "draft") -> float:
-        """``total`` plus :meth:`forward_s` ``(n, n, csum + j * n, decode_only=True)`` for j = 2..``last``, added one
-        at a time: draft steps 2..D of ``n`` chains whose contexts sum to ``csum`` (the engine's draft pass). The
-        same terms in the same order, bit for bit, the pass's fixed parts looked up once."""
+    def draft_steps_s(self, total: float, num_tokens: int, n: int, csum: float, last: int,
+                      which: Which = "draft") -> float:
+        """``total`` plus :meth:`forward_s` ``(num_tokens, n, csum + j * n, decode_only=True)`` for j = 2..``last``,
+        added one at a time: draft steps 2..D of ``n`` chains (``num_tokens`` = n) or beams (n·w) whose contexts sum
+        to ``csum`` (the engine's draft pass, AdaServe's estimate of it). The same terms in the same order, bit for
+        bit, the pass's fixed parts looked up once."""
         if self._profiles and which in self._profiles:
             for j in range(2, last + 1):
-                total += self.forward_s(n, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
+                total += self.forward_s(num_tokens, n, kv_read_tokens=csum + j * n, decode_only=True, which=which)
             return total
-        linear, lm_head, allreduce, overhead = self._fixed(which, n, n, -1, True)
+        linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, n, -1, True)
         c = self._coeffs[which]
         no_pairs = c.pair_s * 0.0  # forward_s's query and prefill pairs
         for j in range(2, last + 1):

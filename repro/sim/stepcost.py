@@ -213,7 +213,10 @@ class StepCoster:
         if not n:
             return total
         if width is None and dmax == dmin:  # every request drafts the same chain: closed form per step
-            return cost.chain_steps_s(total, n, csum, dmax, which)
+            return cost.draft_steps_s(total, n, n, csum, dmax, which)
+        if dmax >= 2 and width is not None and dmax == dmin and int(width.min()) == int(width.max()):
+            # beams of one depth and width (AdaServe's step): n·w tokens at every step, the contexts' sum
+            return cost.draft_steps_s(total, n * int(width[0]), n, csum, dmax, which)
         if dmax >= 2:
             if depth is None or c is None:
                 c, depth = (dc, k) if n == dids.size else (dc[spec], k[spec])

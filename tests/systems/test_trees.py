@@ -288,3 +288,56 @@ def test_ranking_and_global_selection_equal_the_lexsorts_they_replace(n: int, de
         np.testing.assert_array_equal(got, want)
     counts = rng.integers(0, m + 1, n)
     np.testing.assert_array_equal(select_global(ranked, counts, budget), _global_reference(ranked, counts, budget))
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_compiled_slo_selection_equals_the_numpy_reference(use_jit: Any, case: int) -> None:
+    """``select_slo_customized`` compiled (systems.kernels.slo_select) and not: the same
+    selection over random rankings, padded rows of unequal size, path probabilities that tie, a target a prefix
+    meets exactly, targets at 0, negative, infinite and NaN, and every n_max."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(case)
+    n, m = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    pp = np.sort(rng.choice([0.5, 0.25, 0.125, 0.3, 0.1, 1e-3], (n, m)) if case % 2 else rng.random((n, m)),
+                 axis=1)[:, ::-1].copy()
+    size = rng.integers(0, m + 1, n) if case % 3 else np.full(n, m)
+    pp[np.arange(m) >= size[:, None]] = -np.inf
+    before = np.concatenate([np.zeros((n, 1)), np.cumsum(np.where(np.isfinite(pp), pp, 0.0), axis=1)], axis=1)
+    target = rng.uniform(-0.5, 3.0, n)
+    target[0] = before[0, min(2, m)]  # a prefix meets it exactly
+    if n > 3:
+        target[1:4] = [0.0, np.inf, np.nan]
+    ranked = Ranked([], np.zeros((n, m), dtype=np.int64), pp, np.ones((n, m), dtype=np.int64), size)
+    key = rng.permutation(n).astype(np.float64)
+    for n_max in (0, 1, 3, m, m + 5):
+        for order in ("descending", "ascending"):
+            budget = int(rng.integers(1, n * m + 2))
+            got = []
+            for on in (False, True):
+                use_jit(on)
+                got.append(select_slo_customized(ranked, target, key, order=order, n_max=n_max, budget=budget))
+            assert got[0].tolist() == got[1].tolist(), (n_max, order)
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_compiled_global_selection_equals_the_numpy_reference(use_jit: Any, case: int) -> None:
+    """``select_global`` compiled (systems.kernels.global_select) and not: the same picks over random rankings with
+    padded rows, prefixes already taken (some past the row's size), path probabilities that tie across rows and
+    depths at the cut, and budgets from 0 past every node."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(100 + case)
+    n, m = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    values = [0.5, 0.25, 0.125, 0.3, 0.1] if case % 2 else rng.random(6).tolist()
+    pp = np.sort(rng.choice(values, (n, m)) if case % 4 < 2 else rng.random((n, m)), axis=1)[:, ::-1].copy()
+    size = rng.integers(0, m + 1, n) if case % 3 else np.full(n, m)
+    pp[np.arange(m) >= size[:, None]] = -np.inf
+    depth = np.sort(rng.integers(1, 9, (n, m)), axis=1)
+    ranked = Ranked([], np.zeros((n, m), dtype=np.int64), pp, depth, size)
+    for _ in range(6):
+        counts = rng.integers(0, m + 2, n) if rng.random() < 0.7 else np.zeros(n, dtype=np.int64)
+        budget = int(rng.integers(-1, n * m + 3))
+        got = []
+        for on in (False, True):
+            use_jit(on)
+            got.append(select_global(ranked, counts, budget).tolist())
+        assert got[0] == got[1], (counts.tolist(), budget)
