@@ -68,6 +68,7 @@ class Case:
     repeats: int = 9
     ci: bool = True
     doc: str = ""
+    compiled: bool = False  # times the compiled kernels (repro.core.jit): skipped by the CI check without Numba
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,11 +389,12 @@ def adaserve_select(cands: list, target: np.ndarray, key: np.ndarray) -> dict:
     """One AdaServe selection: ranking + SLO-customized + throughput-optimized steps + TreeSpecs."""
     from systems.trees import rank_nodes, select_global, select_slo_customized, tree_specs
 
-    ranked = rank_nodes(cands)
-    spare = ADASERVE_B - N
-    counts = select_slo_customized(ranked, target, key, order="descending", n_max=8, budget=spare)
-    counts = select_global(ranked, counts, spare - int(counts.sum()))
-    return tree_specs(ranked, counts)
+    with _step_kernels(True):  # a sweep's worker's path (systems.kernels), pinned
+        ranked = rank_nodes(cands)
+        spare = ADASERVE_B - N
+        counts = select_slo_customized(ranked, target, key, order="descending", n_max=8, budget=spare)
+        counts = select_global(ranked, counts, spare - int(counts.sum()))
+        return tree_specs(ranked, counts)
 
 
 COMPOSE_EXP, COMPOSE_POINTS = "turbospec_fig12", 24  # a sweep of many small points: their set-up is composition
@@ -449,7 +451,7 @@ def _cases() -> dict[str, Case]:
         Case("compose_points_24_turbospec_fig12", compose_setup, compose_points, repeats=5,
              doc=f"{COMPOSE_POINTS} points of {COMPOSE_EXP} composed and hashed, their config groups cached"),
         Case("adaserve_selection_64_b582_d8_w4", adaserve_setup, adaserve_select, number=40,
-             doc="AdaServe selection, 64 requests, B = 582, d = 8, w = 4"),
+             doc="AdaServe selection, 64 requests, B = 582, d = 8, w = 4, compiled (a sweep's worker)", compiled=True),
         *(Case(name, _point_setup(name), _run_compiled, fresh=True, repeats=3,
                doc=f"{exp} point ({system}, {' '.join(values + scale)}) run step by step, compiled (a sweep's "
                    "worker), embedded statistics")

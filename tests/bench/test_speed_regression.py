@@ -33,7 +33,7 @@ def baseline() -> dict[str, Any]:
 def test_no_speed_regression(case: Case, baseline: dict[str, Any]) -> None:
     ratios = baseline["ratios"]
     assert case.name in ratios, f"{case.name} has no baseline: run python scripts/bench_baseline.py"
-    if case.run is _run_compiled and importlib.util.find_spec("numba") is None:
+    if (case.compiled or case.run is _run_compiled) and importlib.util.find_spec("numba") is None:
         pytest.skip("Numba is not installed: the compiled path runs on NumPy here")
     m = measure_for_check(case, ratios[case.name])
     slowdown = m.ratio / ratios[case.name]
