@@ -14,6 +14,9 @@
     (``results/quick/INDEX.md``; ``INDEX.nodata.md`` when run without the data folder): per experiment the paper
     claims held and differing, the wall time and links to the figures. This is what to run before a deadline.
 
+Both run their experiments on one shared worker pool (:func:`run_many`): the next experiments' points are submitted
+while one runs, and a point two experiments share runs once.
+
 Data. A reference records where its workload came from (``manifest.json``: ``data``). A reference made without
 the data folder (``REPRO_DATA`` at an empty folder: embedded statistics) is kept beside the main one as
 ``nodata/`` when its sources differ, and a run is compared with the reference whose sources it shares; a run
@@ -491,7 +494,8 @@ def main(argv: Sequence[str]) -> int:
         parser.add_argument("--only-robustness", action="store_true",
                             help="(re)make the robustness studies only, leaving the experiments' references")
     parser.add_argument("--quick", action="store_true", help="quick mode (references in results/quick/)")
-    parser.add_argument("--n-jobs", type=int, default=None, help="worker processes per experiment")
+    parser.add_argument("--n-jobs", type=int, default=None,
+                        help="worker processes (one pool the experiments share; default: one per core)")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR,
                         help="the references' root folder (default: the repository's results/)")
     args = parser.parse_args(rest)
