@@ -166,6 +166,46 @@ def test_experiments_run_together_share_one_pool_and_match_their_references(
         assert seconds > 0
 
 
+def test_an_experiment_on_real_models_runs_with_the_shared_pool_idle(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points on a real backend measure this machine's step times: ``run_many`` plans nothing past such an
+    experiment before it has run, and starts it once every point submitted before it has finished. (TurboSpec's
+    Fig. 2 stands in for real_smoke, which needs PyTorch.)"""
+    from repro.experiments import launch, runner
+
+    real_one, after = "turbospec_fig2", "turbospec_fig9"
+    monkeypatch.setattr(runner, "runs_real", lambda ctx: ctx.spec.name == real_one)
+    planned: list[str] = []
+    seen: dict[str, object] = {}
+    plan, run, idle = runner.plan_experiment, runner.run_experiment, launch.PointPool.wait_idle
+
+    def waiting(self: launch.PointPool) -> None:
+        seen["waited"] = list(planned)
+        idle(self)
+
+    monkeypatch.setattr(launch.PointPool, "wait_idle", waiting)
+
+    def planning(cfg: object, *args: object, **kwargs: object) -> runner.RunContext:
+        ctx = plan(cfg, *args, **kwargs)  # type: ignore[arg-type]
+        planned.append(ctx.spec.name)
+        return ctx
+
+    def running(*args: object, **kwargs: object) -> runner.ExperimentResult:
+        ctx = kwargs.get("planned")
+        if ctx is not None and ctx.spec.name == real_one:  # type: ignore[attr-defined]
+            seen["queued"] = ctx.pool.queued()  # type: ignore[attr-defined]
+            seen["planned"] = list(planned)
+        return run(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "plan_experiment", planning)
+    monkeypatch.setattr(runner, "run_experiment", running)
+    names = ["smoke", real_one, after]
+    runs = list(check.run_many(names, True, lambda name: tmp_path / name, n_jobs=2))
+    assert [name for name, *_ in runs] == names
+    assert seen == {"waited": ["smoke", real_one], "queued": 0, "planned": ["smoke", real_one]}, seen
+    assert planned == names
+
+
 def test_check_names_an_unknown_experiment() -> None:
     res = _cli("check", "no_such_exp")
     assert res.returncode == 2 and res.stderr.startswith("error: unknown experiment") and "no_such_exp" in res.stderr

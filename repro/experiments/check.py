@@ -256,7 +256,9 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
     The experiments share one process pool (:class:`~repro.experiments.launch.PointPool`, with ``n_jobs`` workers
     or one per core): before an experiment runs, the next :data:`AHEAD` are composed and their points submitted
     (more while few points wait), so the workers go on with them while this process compares the one that ended
-    or draws its figures, and a point two experiments share runs once. Each experiment's results are the ones it
+    or draws its figures, and a point two experiments share runs once. An experiment on real models runs its points
+    here with the pool idle (its step times are measured): nothing past it is planned before it has run, and it
+    waits for what was submitted before it. Each experiment's results are the ones it
     would have alone (the same points, the same files); ``seconds`` counts its own composition and run."""
     jobs = int(n_jobs or os.cpu_count() or 1)
     pool = launch.PointPool(jobs) if jobs > 1 else None
@@ -276,11 +278,16 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
             plans[k] = runner.plan_experiment(cfg, overrides, out_dir=out_dir_of(names[k]), log=say, pool=pool)
         spent[k] = time.perf_counter() - t0
 
+    def real(k: int) -> bool:
+        ctx = plans.get(k)
+        return ctx is not None and not isinstance(ctx, str) and runner.runs_real(ctx)
+
     with pool if pool is not None else contextlib.nullcontext():
         for k, name in enumerate(names):
             plan(k)
             ahead = k + 1
-            while ahead < len(names) and (ahead <= k + AHEAD or (
+            # (nothing is planned past an experiment on real models: its measured steps run with the pool idle)
+            while not real(ahead - 1) and ahead < len(names) and (ahead <= k + AHEAD or (
                     pool is not None and pool.queued() < QUEUED_PER_WORKER * jobs)):
                 plan(ahead)
                 ahead += 1
@@ -288,6 +295,8 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
             if isinstance(ctx, str):
                 yield name, ctx, 0.0
                 continue
+            if pool is not None and runner.runs_real(ctx):
+                pool.wait_idle()
             t0 = time.perf_counter()
             result = runner.run_experiment(ctx.cfg, ctx.overrides, out_dir=ctx.out_dir, log=say, progress=progress,
                                            overwrite=True, planned=ctx)

@@ -145,6 +145,10 @@ class PointPool:
         """Points submitted and not finished."""
         return sum(not f.done() for f in self._futures.values())
 
+    def wait_idle(self) -> None:
+        """Wait until every point submitted has finished (before points measured on real models run here)."""
+        wait(list(self._futures.values()))
+
     def stop(self) -> None:
         """Stop the workers now (Ctrl-C, a failed point): nothing submitted runs any more."""
         if self._pool is not None:

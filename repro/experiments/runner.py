@@ -192,6 +192,11 @@ def is_real(cfg: DictConfig) -> bool:
     return str(OmegaConf.select(cfg, "backend.kind", default="sim")) != "sim"
 
 
+def runs_real(ctx: RunContext) -> bool:
+    """Whether a planned run has points on a real backend (run here, one at a time, on an otherwise idle machine)."""
+    return ctx.composed is not None and any(is_real(c) for c in ctx.composed[1])
+
+
 def submit_ahead(ctx: RunContext) -> None:
     """Compose a sweep's points and submit the simulated ones to the shared pool before the run (the experiments
     before it may still be running); :func:`run_sweep` then reads them from ``ctx.composed``."""
