@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from repro.core import errors
+from repro.core.env import environment
 from workloads.provenance import show_path
 from workloads.tokens import (
     TokenizerUnavailable,
@@ -107,15 +108,8 @@ def default_data_root(data_dir: str | None = None) -> Path | None:
 def data_folder(path: str | Path) -> Iterator[None]:
     """``$REPRO_DATA`` set to ``path`` inside the block (an empty folder: every loader serves its embedded
     statistics), restored after it."""
-    old = os.environ.get("REPRO_DATA")
-    os.environ["REPRO_DATA"] = str(path)
-    try:
+    with environment("REPRO_DATA", str(path)):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("REPRO_DATA", None)
-        else:
-            os.environ["REPRO_DATA"] = old
 
 
 def trace_data_root(root: Path | None) -> Path | None:

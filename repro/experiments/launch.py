@@ -182,34 +182,25 @@ def execute(
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
     ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
     so does Ctrl-C, after stopping the pool's workers (:mod:`repro.experiments.stopping`). With a shared ``pool``
-    (and each point's config hash in ``keys``), the points are taken from it: submitted unless they were."""
+    the points are taken from it, submitted unless they were; ``keys`` (each point's config hash) tell which points
+    are one (by default every point is its own)."""
+    ids = list(keys) or [str(i) for i in range(len(cfgs))]
     if pool is not None:
-        _collect(todo, cfgs, keep, on_done, describe, pool, keys)
+        _collect(todo, cfgs, keep, on_done, describe, pool, ids)
         return
     if n_jobs <= 1 or len(todo) <= 1:
         for i in todo:
             on_done(_named(i, describe, partial(run_one, i, cfgs[i], keep[i])))
         return
-    procs = ProcessPoolExecutor(max_workers=min(n_jobs, len(todo)), initializer=worker_init,
-                                initargs=(os.getpid(),))
-    try:
-        futures: dict[Future[Outcome], int] = {procs.submit(run_one, i, cfgs[i], keep[i]): i for i in todo}
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=futures.__getitem__):
-                on_done(_named(futures[fut], describe, fut.result))
-    except BaseException:
-        with signals_held(deliver=False):
-            stop_workers(procs)
-        raise
-    procs.shutdown()
+    with PointPool(min(n_jobs, len(todo))) as own:
+        _collect(todo, cfgs, keep, on_done, describe, own, ids)
 
 
 def _collect(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], on_done: Callable[[Outcome], Any],
              describe: Callable[[int], str], pool: PointPool, keys: Sequence[str]) -> None:
-    """:func:`execute` on a shared :class:`PointPool`: each outcome handed on as its point finishes, in point order
-    among those finished together, once per point of this experiment that shares it."""
+    """:func:`execute` on a :class:`PointPool`: each outcome handed on as its point finishes, in point order among
+    those finished together, once per point of this experiment that shares it; the pool's workers stopped on any
+    error or Ctrl-C."""
     users: dict[Future[Outcome], list[int]] = {}
     for i in todo:
         users.setdefault(pool.submit(keys[i], cfgs[i], bool(keep[i])), []).append(i)

@@ -20,7 +20,7 @@ The output folder is not touched before the first point finishes, nor when it ho
 of this run and computes the rest; a plain run starts points.csv afresh. Ctrl-C stops a run with its finished
 points saved (:mod:`repro.experiments.stopping`). The calibration kind writes the cost model's calibration table as
 points.csv instead (no simulation); the memory kind writes each point's GPU memory breakdown (no simulation:
-:func:`memory_row`).
+:func:`repro.experiments.simulate.memory_row`).
 """
 
 from __future__ import annotations
@@ -423,35 +423,11 @@ def run_calibration(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     return pd.read_csv(path), len(table)
 
 
-def memory_row(cfg: DictConfig) -> dict[str, float]:
-    """The GPU memory of one point's deployment at start, per GPU of the target's tp, in GiB: the target's weights,
-    the draft's weights (when the system keeps a draft model resident), the KV cache pool (the draft's own KV
-    included, as the engine profile lays it out), the activation reserve and what is left unused; and the KV pool's
-    capacity in tokens (Nightjar Fig. 3)."""
-    from repro.cost.model import GiB
-    from repro.experiments.simulate import instantiate_system
-    from repro.sim.deployment import Deployment
-
-    policy = instantiate_system(cfg.system)
-    cost = Deployment.from_cfg(cfg, policy).cost_model()
-    resident = bool(policy.uses_draft_model and cost.draft is not None)
-    bs = int(cfg.engine.block_size)
-    blocks = cost.kv_capacity_blocks(draft_resident=resident, block_size=bs)
-    tp = cost.tp
-    non_kv = cost.non_kv_bytes(draft_resident=resident)
-    draft = cost.resident_draft(resident)
-    parts = {
-        "target_weights_gib": cost.model.weight_bytes / tp,
-        "draft_weights_gib": (draft.weight_bytes / tp) if draft is not None else 0.0,
-        "kv_cache_gib": blocks * bs * cost.kv_bytes_per_token(include_draft=resident) / tp,
-        "activations_gib": non_kv["activations"] + non_kv["cuda_graphs"] + non_kv["non_torch"],
-    }
-    parts["unused_gib"] = max(cost.hardware.memory_bytes - sum(parts.values()), 0.0)
-    return {**{k: v / GiB for k, v in parts.items()}, "kv_tokens": float(blocks * bs)}
-
-
 def run_memory(ctx: RunContext) -> tuple[pd.DataFrame, int]:
-    """Each point's GPU memory breakdown (:func:`memory_row`) as points.csv (no simulation)."""
+    """Each point's GPU memory breakdown (:func:`~repro.experiments.simulate.memory_row`) as points.csv (no
+    simulation)."""
+    from repro.experiments.simulate import memory_row
+
     spec = ctx.spec
     points, cfgs = compose_points(ctx)
     rows = [{**p.keys(spec.name), **memory_row(c)} for p, c in zip(points, cfgs, strict=True)]

@@ -7,6 +7,8 @@ the simulator from Python::
     from repro.experiments.simulate import compose, run_point
     res = run_point(compose(["system=static_sd_k3", "rps=2", "num_requests=200"]))
     print(res.metrics["mean_tpot_ms"])
+
+``memory_row(cfg)`` is a point's deployment without simulating it: its GPU memory at start (``exp.kind=memory``).
 """
 
 from __future__ import annotations
@@ -560,3 +562,27 @@ def edge_optimum(built: Built, out: SimOutput, steps: pd.DataFrame | None) -> di
             "even_gap": u_opt - u_even, "mean_true_acceptance": float(np.nanmean(alpha)),
             "rounds": float(out.num_steps)}
 
+
+def memory_row(cfg: DictConfig) -> dict[str, float]:
+    """The GPU memory of one point's deployment at start, per GPU of the target's tp, in GiB: the target's weights,
+    the draft's weights (when the system keeps a draft model resident), the KV cache pool (the draft's own KV
+    included, as the engine profile lays it out), the activation reserve and what is left unused; and the KV pool's
+    capacity in tokens (Nightjar Fig. 3)."""
+    from repro.cost.model import GiB
+
+    policy = instantiate_system(cfg.system)
+    cost = Deployment.from_cfg(cfg, policy).cost_model()
+    resident = bool(policy.uses_draft_model and cost.draft is not None)
+    bs = int(cfg.engine.block_size)
+    blocks = cost.kv_capacity_blocks(draft_resident=resident, block_size=bs)
+    tp = cost.tp
+    non_kv = cost.non_kv_bytes(draft_resident=resident)
+    draft = cost.resident_draft(resident)
+    parts = {
+        "target_weights_gib": cost.model.weight_bytes / tp,
+        "draft_weights_gib": (draft.weight_bytes / tp) if draft is not None else 0.0,
+        "kv_cache_gib": blocks * bs * cost.kv_bytes_per_token(include_draft=resident) / tp,
+        "activations_gib": non_kv["activations"] + non_kv["cuda_graphs"] + non_kv["non_torch"],
+    }
+    parts["unused_gib"] = max(cost.hardware.memory_bytes - sum(parts.values()), 0.0)
+    return {**{k: v / GiB for k, v in parts.items()}, "kv_tokens": float(blocks * bs)}

@@ -314,17 +314,13 @@ def _step_kernels(on: bool) -> Iterator[None]:
     """The compiled kernels on (``REPRO_JIT=1``: what a sweep's worker runs, :mod:`repro.core.jit`) or off (the NumPy
     references) for what runs inside, whatever this process loaded before; the caller's setting back afterwards."""
     from repro.core import jit
+    from repro.core.env import environment
 
-    old = os.environ.get("REPRO_JIT")
-    os.environ["REPRO_JIT"] = "1" if on else "0"
-    jit.refresh()
     try:
-        yield
+        with environment("REPRO_JIT", "1" if on else "0"):
+            jit.refresh()
+            yield
     finally:
-        if old is None:
-            os.environ.pop("REPRO_JIT", None)
-        else:
-            os.environ["REPRO_JIT"] = old
         jit.refresh()
 
 
