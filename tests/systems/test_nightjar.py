@@ -19,6 +19,8 @@ from systems.nightjar import (
     LinearBandit,
     Nightjar,
     eq3,
+    mvn_draw,
+    mvn_factor,
     profile_c_prefill,
     switch_costs,
 )
@@ -288,6 +290,43 @@ def test_linear_thompson_sampling_concentrates_on_the_better_arm() -> None:
         bandit.update(16, arm, [0.4, 1.0, 0.7][arm])
     picks = [bandit.select(16, rng, np.zeros(3))[0] for _ in range(50)]
     assert np.mean(np.array(picks) == 1) > 0.9
+
+
+def test_thompson_draws_are_numpys_multivariate_normal_bit_for_bit() -> None:
+    """The bandit's cached covariance factor gives Generator.multivariate_normal's draws exactly."""
+    rng = np.random.default_rng(5)
+    covs = [np.eye(2), np.array([[2.0, 0.3], [0.3, 0.5]]), np.array([[1e-9, 0.0], [0.0, 4.0]])]
+    bandit = LinearBandit(2, 64, thompson=True)
+    for _ in range(40):  # the covariances a bandit's updates produce
+        bandit.update(int(rng.integers(1, 65)), int(rng.integers(2)), float(rng.uniform(1, 9)))
+        covs.append(bandit.v ** 2 * bandit.a_inv[0].copy())
+    for cov in covs:
+        mean = rng.normal(size=2)
+        ours, numpys = np.random.default_rng(9), np.random.default_rng(9)
+        factor = mvn_factor(cov)
+        for _ in range(3):
+            assert mvn_draw(ours, mean, factor).tobytes() == numpys.multivariate_normal(mean, cov).tobytes()
+    with pytest.warns(RuntimeWarning, match="positive-semidefinite"):
+        mvn_factor(np.array([[1.0, 2.0], [0.0, 1.0]]))
+
+
+def test_linear_thompson_sampling_plays_as_with_numpys_sampler() -> None:
+    """A run of the bandit picks the arms a bandit drawing with rng.multivariate_normal at every step picks."""
+    def reference_select(b: LinearBandit, batch: int, rng: np.random.Generator) -> int:
+        x = b.features(batch)
+        theta = np.einsum("aij,aj->ai", b.a_inv, b.bvec)
+        draws = np.array([rng.multivariate_normal(theta[a], b.v ** 2 * b.a_inv[a]) for a in range(b.num_arms)])
+        return int(np.argmax(draws @ x))
+
+    ours, ref = LinearBandit(4, 64, thompson=True), LinearBandit(4, 64, thompson=True)
+    r1, r2, rewards = np.random.default_rng(3), np.random.default_rng(3), np.random.default_rng(4)
+    for _ in range(200):
+        batch = int(rewards.integers(1, 65))
+        arm = ours.select(batch, r1, np.zeros(4))[0]
+        assert arm == reference_select(ref, batch, r2)
+        reward = float(rewards.uniform(0.5, 1.5)) * (1 + arm)
+        ours.update(batch, arm, reward)
+        ref.update(batch, arm, reward)
 
 
 def test_config_errors_name_the_knob() -> None:
