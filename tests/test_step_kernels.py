@@ -89,6 +89,28 @@ def test_compiled_chain_scores_equal_the_numpy_scores_and_generate_what_they_rea
             assert x.dtype == y.dtype and x.tolist() == y.tolist()
 
 
+def test_compiled_chain_scores_generate_chains_past_a_chunk_and_name_bad_input(use_jit: Any) -> None:
+    """Chains longer than a chunk (three chunks read by one chain) score as on NumPy; a negative position and a chain
+    past the limit raise the NumPy path's errors."""
+    pytest.importorskip("numba")
+    from repro.oracle.store import _AR
+    from tests.test_oracle import make_oracle
+
+    rids, pos, k = np.array([3, 7, 9]), np.array([500, 0, 1020]), np.array([1100, 5, 0])
+    out = []
+    for on in (False, True):
+        use_jit(on)
+        oracle: TokenOracle = make_oracle(12, 0.9, seed=2)
+        out.append(oracle.score_chain(rids, pos, k))
+        for bad, match in (((np.array([-1, 0, 0]), k), "positions must be >= 0"),
+                           ((pos, np.array([0, _AR.size, 0])), "too long")):
+            with pytest.raises(ValueError, match=match):
+                oracle.score_chain(rids, *bad)
+    for x, y in zip(*out, strict=True):
+        assert x.tolist() == y.tolist()
+    assert out[1][2][0] > 0  # (the long chain reads hits)
+
+
 def test_a_run_that_turns_the_step_kernels_on_midway_equals_one_that_never_does(
         use_jit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``REPRO_JIT`` unset and Numba not loaded, the step kernels engage after ``LOAD_AFTER_STEPS`` steps on

@@ -296,6 +296,18 @@ class CostModel:
         attention = max(kv_read_s(c, kv_read_tokens), c.pair_s * query_pairs) + c.pair_s * prefill_attn_pairs
         return linear + attention + lm_head + allreduce + overhead
 
+    def pass_s(self, num_tokens: int, num_seqs: int, kv_read_tokens: float, prefill_attn_pairs: float,
+               lm_head_tokens: int, decode_only: bool, query_pairs: float, prefill_tokens: int = 0,
+               prefill_seqs: int = 0, prefill_cached: float = 0.0) -> float:
+        """``forward(ForwardShape(...)).total_s`` of the target (the arguments are the shape's fields in order): the
+        same sum, built from no objects unless a measured profile prices the pass (it reads the prefill split)."""
+        if self._profiles and "target" in self._profiles:
+            return self.forward(ForwardShape(num_tokens, num_seqs, kv_read_tokens, prefill_attn_pairs, lm_head_tokens,
+                                             decode_only, query_pairs, prefill_tokens, prefill_seqs,
+                                             prefill_cached)).total_s
+        return self.forward_s(num_tokens, num_seqs, kv_read_tokens, prefill_attn_pairs, lm_head_tokens, decode_only,
+                              query_pairs)
+
     def draft_steps_s(self, total: float, num_tokens: int, n: int, csum: float, last: int,
                       which: Which = "draft") -> float:
         """``total`` plus :meth:`forward_s` ``(num_tokens, n, csum + j * n, decode_only=True)`` for j = 2..``last``,

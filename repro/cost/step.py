@@ -92,6 +92,10 @@ def _decode_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, multi_
     return n, kv, qpairs, host, qmax
 
 
+#: :class:`~repro.cost.model.ForwardShape`'s fields in order, as :func:`verify_args` gives them
+ShapeArgs = tuple[int, int, float, float, int, bool, float, int, int, float]
+
+
 def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> tuple[ForwardShape, float]:
     """The target's forward pass of a step under ``profile``, and the host seconds of speculation around it.
 
@@ -101,6 +105,13 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     - CUDA graphs replay when there is no prefill, every query is one token (or the profile graphs verification) and
       the tokens fit the captured sizes.
     """
+    args, host = verify_args(profile, pre, dec)
+    return ForwardShape(*args), host
+
+
+def verify_args(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> tuple[ShapeArgs, float]:
+    """:func:`verify_pass` with the pass's :class:`~repro.cost.model.ForwardShape` as its fields in order (the first
+    seven are ``CostModel.forward_s``'s arguments: the engine's hot path prices them without building objects)."""
     terms = None
     if dec.ids.size and jit.step_kernels() and dec.k.dtype == np.int64 and dec.ctx.dtype == np.int64:
         n_spec, k_sum, q_max, ctx_sum, pairs = jit.kernel("repro.cost.kernels", "chain_terms")(dec.k, dec.ctx)
@@ -128,13 +139,11 @@ def verify_pass(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
         seqs, kv, qpairs, host, qmax = 0.0, 0.0, 0.0, 0.0, 1.0
     if pre.ids.size:
         n_tokens = int(pre.tokens.sum()) + dec_tokens
-        shape = ForwardShape(n_tokens, int(pre.ids.size + seqs), kv + pre.cached, pre.pairs,
-                             dec_tokens + int(pre.completes.sum()), False, qpairs, int(pre.tokens.sum()),
-                             int(pre.ids.size), float(pre.cached))
-        return shape, host
+        return (n_tokens, int(pre.ids.size + seqs), kv + pre.cached, pre.pairs, dec_tokens + int(pre.completes.sum()),
+                False, qpairs, int(pre.tokens.sum()), int(pre.ids.size), float(pre.cached)), host
     graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
         and dec_tokens <= profile.graph_max_tokens
-    return ForwardShape(dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs), host
+    return (dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs, 0, 0, 0.0), host
 
 
 

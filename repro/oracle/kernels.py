@@ -110,11 +110,17 @@ def _pool_index(table: np.ndarray, shift: int, r: int, q: int) -> int:
 
 
 def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarray, pos: np.ndarray,
-                 k: np.ndarray, accepted: np.ndarray, matched: np.ndarray) -> bool:
+                 k: np.ndarray, max_k: int, accepted: np.ndarray, matched: np.ndarray) -> int:
     """:meth:`repro.oracle.streams._TokenStream.score_chain`'s accepted (leading hits) and matched (all hits) of
     each request's chain of ``k[i]`` positions from ``pos[i]``, read through the chunk table (:func:`_pool_index`)
-    from the ``hit`` pool. Returns False (the outputs partly written) where a chunk a chain reads is not generated
-    yet: the caller generates it and asks again."""
+    from the ``hit`` pool. Returns 1; 0 (the outputs partly written) where a chunk a chain reads is not generated
+    yet: the caller generates it and asks again; before reading anything, -1 for a negative position and -2 for a
+    chain of ``max_k`` or more (the caller's errors)."""
+    for i in range(rids.shape[0]):
+        if pos[i] < 0:
+            return -1
+        if k[i] >= max_k:
+            return -2
     for i in range(rids.shape[0]):
         r = rids[i]
         p = pos[i]
@@ -124,7 +130,7 @@ def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarra
         for j in range(k[i]):
             at = _pool_index(table, shift, r, p + j)
             if at < 0:
-                return False
+                return 0
             if hit[at]:
                 m += 1
                 if lead:
@@ -133,7 +139,27 @@ def chain_scores(table: np.ndarray, hit: np.ndarray, shift: int, rids: np.ndarra
                 lead = False
         accepted[i] = a
         matched[i] = m
-    return True
+    return 1
+
+
+def missing_chunks(table: np.ndarray, shift: int, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                   out: np.ndarray) -> int:
+    """The chunks that the chains of :func:`chain_scores` read (request ``rids[i]``'s positions ``pos[i]`` ..
+    ``pos[i] + k[i] - 1``) and that are not generated yet, as (request, chunk) rows of ``out`` (room for two per
+    request: a chain shorter than a chunk spans at most two); returns their count, -1 where ``out`` has no room."""
+    m = 0
+    for i in range(rids.shape[0]):
+        if k[i] <= 0:
+            continue
+        r = rids[i]
+        for c in range(pos[i] >> shift, ((pos[i] + k[i] - 1) >> shift) + 1):
+            if c >= table.shape[1] or table[r, c] < 0:
+                if m >= out.shape[0]:
+                    return -1
+                out[m, 0] = r
+                out[m, 1] = c
+                m += 1
+    return m
 
 
 def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, parent: np.ndarray, depth: np.ndarray,

@@ -101,6 +101,15 @@ class _ChunkStore:
             slots = self.table[rids, chunk]
         return slots
 
+    def generate(self, pairs: list[list[int]]) -> None:
+        """Generate the chunks ``[request, chunk]`` of ``pairs`` (none held yet), widening the table as needed."""
+        top = max(c for _, c in pairs) + 1
+        if top > self.table.shape[1]:
+            grow = max(top, 2 * self.table.shape[1])
+            self.table = np.pad(self.table, ((0, 0), (0, grow - self.table.shape[1])), constant_values=-1)
+        for r, c in pairs:
+            self._generate(r, c)
+
     def _generate(self, rid: int, chunk: int) -> None:
         if not self._free:
             cap = self.pools[next(iter(self.pools))].shape[0] // self.chunk

@@ -117,20 +117,36 @@ class _TokenStream:
 
     def score_chain(self, rids: np.ndarray, pos: np.ndarray,
                     k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Proposed = k, accepted = leading positions whose true rank is 0, matched = all of them."""
+        """Proposed = k, accepted = leading positions whose true rank is 0, matched = all of them. Positions must be
+        >= 0: the compiled path checks them (:meth:`TokenOracle.score_chain
+        <repro.oracle.token_oracle.TokenOracle.score_chain>` leaves it that check)."""
+        if jit.step_kernels():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
+            store, n = self.store, k.size
+            accepted, matched = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            scores = jit.kernel("repro.oracle.kernels", "chain_scores")
+            got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted, matched)
+            if got == 0:  # generate the chunks the chains read, and score again
+                miss = np.empty((2 * n, 2), dtype=np.int64)
+                found = jit.kernel("repro.oracle.kernels", "missing_chunks")(store.table, store._shift, rids, pos, k,
+                                                                             miss)
+                if found > 0:
+                    store.generate(miss[:found].tolist())
+                    got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted,
+                                 matched)
+                if got == 0:  # (chains longer than a chunk): every position's chunk
+                    store.locate(rids[:, None], pos[:, None] + _AR[:int(k.max())])
+                    got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted,
+                                 matched)
+            if got == -1:
+                raise ValueError("positions must be >= 0")
+            if got == -2:
+                raise ValueError(f"chain length {int(k.max())} too long (at most {_AR.size - 1})")
+            return k.copy(), accepted, matched
         kmax = int(k.max()) if k.size else 0
         if kmax == 0:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)
         if kmax >= _AR.size:
             raise ValueError(f"chain length {kmax} too long (at most {_AR.size - 1})")
-        if jit.step_kernels():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
-            store, n = self.store, k.size
-            accepted, matched = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-            scores = jit.kernel("repro.oracle.kernels", "chain_scores")
-            if not scores(store.table, store.pools["hit"], store._shift, rids, pos, k, accepted, matched):
-                store.locate(rids[:, None], pos[:, None] + _AR[:kmax])  # generate the chunks the chains read
-                scores(store.table, store.pools["hit"], store._shift, rids, pos, k, accepted, matched)
-            return k.copy(), accepted, matched
         idx = self.store.locate(rids[:, None], pos[:, None] + _AR[:kmax + 1])  # may grow the pools
         hit = self.store.pools["hit"][idx] & (_AR[:kmax + 1] < k[:, None])  # last column: always False
         return k.copy(), hit.argmin(axis=1), hit.sum(axis=1)  # leading positions whose true rank is 0, all of them

@@ -359,9 +359,10 @@ class TokenOracle:
         rids = np.asarray(rids, dtype=np.int64)
         pos = np.asarray(pos, dtype=np.int64)
         k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
-        if pos.size and int(pos.min()) < 0:
-            raise ValueError("positions must be >= 0")
-        return self._any_stream(proposer).score_chain(rids, pos, k)
+        stream = self._any_stream(proposer)
+        if not (jit.step_kernels() and isinstance(stream, _TokenStream)) and pos.size and int(pos.min()) < 0:
+            raise ValueError("positions must be >= 0")  # (a draft-model stream's compiled scores check them)
+        return stream.score_chain(rids, pos, k)
 
     def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,
                   proposer: str | HasStream = DRAFT, *, end: np.ndarray | None = None

@@ -199,12 +199,12 @@ class Proposers(Mapping[str, Proposer]):
         if dec.first is not None:  # decided before the step (prompt lookup: see Replica._begin_decode)
             return dec.first
         n = dec.ids.size
-        chain = dec.k > 0
-        if n and servers is None and not dec.trees and np.count_nonzero(chain) == n:  # every request one chain
+        if n and servers is None and not dec.trees and np.count_nonzero(dec.k) == n:  # every request one chain
             proposed, accepted, matched = oracle.score_chain(dec.ids, dec.gen, dec.k, prop)
-            if np.count_nonzero(accepted > proposed) or np.count_nonzero(matched > proposed):
+            if np.count_nonzero(np.maximum(accepted, matched) > proposed):
                 raise PlanError("oracle accepted more tokens than proposed")
             return proposed, accepted, matched
+        chain = dec.k > 0
         proposed = np.zeros(n, dtype=np.int64)
         accepted = np.zeros(n, dtype=np.int64)
         matched = np.zeros(n, dtype=np.int64)

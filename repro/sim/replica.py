@@ -24,7 +24,8 @@ import numpy as np
 
 from repro.core import jit
 from repro.core.speculation import TreeSpec, check_trees
-from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
+from repro.cost.model import ForwardShape
+from repro.cost.step import DecodeBatch, PrefillBatch, verify_args, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
 from repro.sim.kv import KvPool
 from repro.sim.plan import PlanError, StepPlan, StepResult
@@ -172,7 +173,8 @@ class Replica:
         servers = self.proposers.placement(plan.draft_server, plan.decode_ids)
         # (left to right: a swap moves the draft's KV too where the draft is resident after the memory actions)
         memory_s = (self._memory_actions(plan, now) + self.kv.preempt(plan, self.backend, self.draft_resident)
-                    + self.kv.swap_in(plan, self.backend, self.draft_resident))
+                    + self.kv.swap_in(plan, self.backend, self.draft_resident)) \
+            if plan.memory is not None or plan.preempt_ids.size or plan.swap_in_ids.size else 0.0
         pre = self._begin_prefill(plan)
         dec = self._begin_decode(plan, prop)
         if pre.ids.size and dec.ids.size and not self.cost.engine.spec_with_prefill and np.count_nonzero(dec.k):
@@ -186,10 +188,14 @@ class Replica:
             drafting = bool(np.count_nonzero(dec.drafted)) or plan.draft_sync
             draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
                                           pre.tokens, draft_resident=self.draft_resident) if drafting else 0.0
-            shape, host_s = verify_pass(self.cost.engine, pre, dec)
-            fwd = self.cost.forward(shape) if shape.num_seqs else None
-            verify_s = fwd.total_s + host_s if fwd is not None else 0.0
-            num_tokens = shape.num_tokens
+            args, host_s = verify_args(self.cost.engine, pre, dec)
+            num_tokens = args[0]
+            if self.observers:  # they see the pass's parts
+                fwd = self.cost.forward(ForwardShape(*args)) if args[1] else None
+                verify_s = fwd.total_s + host_s if fwd is not None else 0.0
+            else:  # the same seconds
+                fwd = None
+                verify_s = self.cost.pass_s(*args) + host_s if args[1] else 0.0
         if plan.host_s < 0.0:
             raise PlanError("host_s must be >= 0")
         draft_s += plan.host_s  # the policy's own host work before drafting, reported with the drafting

@@ -34,6 +34,10 @@ class Status(IntEnum):
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED = (int(s) for s in Status)
 
 
+_NO_IDS = np.zeros(0, dtype=np.int64)  # an empty queue, as every view shows it
+_NO_IDS.flags.writeable = False
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
@@ -143,8 +147,11 @@ class View:
             self._version = self._s.queues_version
         arr = self._cache.get(name)
         if arr is None:
-            arr = np.fromiter(src, dtype=np.int64, count=len(src))
-            arr.flags.writeable = False
+            if src:
+                arr = np.fromiter(src, dtype=np.int64, count=len(src))
+                arr.flags.writeable = False
+            else:
+                arr = _NO_IDS
             self._cache[name] = arr
         return arr
 
