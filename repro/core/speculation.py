@@ -85,8 +85,8 @@ def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Seque
     if not specs:
         return
     bad = sum(t.cand.rid != rid or t.cand.pos != pos for t, rid, pos in zip(specs, rids, positions, strict=True))
-    counts = np.fromiter((t.nodes.shape[0] for t in specs), dtype=np.int64, count=len(specs))
-    sizes = np.fromiter((t.cand.size for t in specs), dtype=np.int64, count=len(specs))
+    counts = np.array([t.nodes.shape[0] for t in specs], dtype=np.int64)
+    sizes = np.array([t.cand.parent.shape[0] for t in specs], dtype=np.int64)  # each candidate tree's size
     nodes = np.concatenate([t.nodes for t in specs]).astype(np.int64, copy=False)
     parents = np.concatenate([t.cand.parent for t in specs]).astype(np.int64, copy=False)  # tree after tree
     if not bad and jit.step_kernels():  # the same check, compiled (repro.core.kernels.trees_connected)

@@ -391,14 +391,14 @@ class TokenOracle:
             return out
         cands = [trees[j].cand for j in some]
         n = len(some)
-        counts = np.fromiter((trees[j].nodes.shape[0] for j in some), dtype=np.int64, count=n)
-        sizes = np.fromiter((c.size for c in cands), dtype=np.int64, count=n)
+        counts = np.array([trees[j].nodes.shape[0] for j in some], dtype=np.int64)
+        sizes = np.array([c.parent.shape[0] for c in cands], dtype=np.int64)  # each candidate tree's size
         # the trees' selected nodes, and their candidates' parents, depths and ranks, one tree after another
         nodes = np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False)
         parents, depths, ranks = (np.concatenate([getattr(c, name) for c in cands]).astype(np.int64, copy=False)
                                   for name in ("parent", "depth", "rank"))
-        rids = np.fromiter((c.rid for c in cands), dtype=np.int64, count=n)
-        pos = np.fromiter((c.pos for c in cands), dtype=np.int64, count=n)
+        rids = np.array([c.rid for c in cands], dtype=np.int64)
+        pos = np.array([c.pos for c in cands], dtype=np.int64)
         if jit.step_kernels():  # the same, one tree at a time, compiled (repro.oracle.kernels.accept_paths)
             stream = self._stream(proposer)
             best = np.empty(n, dtype=np.int64)
@@ -448,9 +448,9 @@ class TokenOracle:
         node_depth = np.repeat(np.arange(1, depth + 1, dtype=np.int64), width)
         for arr in (node_depth, beam.parent, beam.rank, beam.prob, beam.path_prob):
             arr.flags.writeable = False
-        return [CandidateTree(int(r), int(p), beam.parent[i], node_depth, beam.rank[i], beam.prob[i],
-                              beam.path_prob[i], depth, width)
-                for i, (r, p) in enumerate(zip(rids.tolist(), pos.tolist(), strict=True))]
+        return [CandidateTree(r, p, par, node_depth, rk, pr, pp, depth, width)  # (a 2-D array iterates its rows)
+                for r, p, par, rk, pr, pp in zip(rids.tolist(), pos.tolist(), beam.parent, beam.rank, beam.prob,
+                                                 beam.path_prob, strict=True)]
 
     def expansion_batch(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...],
                         proposer: str | HasStream = DRAFT) -> list[CandidateTree]:

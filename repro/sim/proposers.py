@@ -211,18 +211,23 @@ class Proposers(Mapping[str, Proposer]):
         if n == 0 or not chain.any():
             return proposed, accepted, matched
         if dec.trees:
-            local: list[int] = []  # scored together on the plan's proposer
-            for i, rid in enumerate(dec.ids.tolist()):
-                t = dec.trees.get(rid)
-                if t is not None:
-                    chain[i] = False
-                    proposed[i] = t.num_nodes
-                    if servers is None or servers[i] < 0:
+            found = [(i, t) for i, t in enumerate(map(dec.trees.get, dec.ids.tolist())) if t is not None]
+            at = [i for i, _ in found]
+            if at:
+                chain[at] = False
+                proposed[at] = [t.nodes.shape[0] for _, t in found]
+            if servers is None:  # scored together on the plan's proposer
+                local, local_trees = at, [t for _, t in found]
+            else:
+                local, local_trees = [], []
+                for i, t in found:
+                    if servers[i] < 0:
                         local.append(i)
+                        local_trees.append(t)
                     else:
                         accepted[i] = matched[i] = oracle.accept_tree(t, self.remote[servers[i]])
             if local:
-                got = oracle.accept_trees([dec.trees[int(dec.ids[i])] for i in local], prop)
+                got = oracle.accept_trees(local_trees, prop)
                 accepted[local] = matched[local] = got
         if chain.any():
             if servers is None:

@@ -331,15 +331,12 @@ class Replica:
             k = proposed
         if trees:
             k = k.copy()
-            specs: list[TreeSpec] = []
-            at: list[int] = []
-            for i, rid in enumerate(dids.tolist()):
-                t = trees.get(rid)
-                if t is not None:
-                    specs.append(t)
-                    at.append(i)
-                    k[i] = t.num_nodes
-                    drafted[i] = t.cand.draft_depth > 0
+            found = [(i, t) for i, t in enumerate(map(trees.get, dids.tolist())) if t is not None]
+            at = [i for i, _ in found]
+            specs: list[TreeSpec] = [t for _, t in found]
+            if specs:
+                k[at] = [t.nodes.shape[0] for t in specs]  # each tree's nodes
+                drafted[at] = [t.cand.draft_depth > 0 for t in specs]
             check_trees(specs, dids[at].tolist(), gen[at].tolist())
         self.kv.allocate(dids, dc + k + 1)
         return DecodeBatch(dids, gen, dc, k, drafted, trees, first)

@@ -173,11 +173,11 @@ class StepCoster:
             if trees:
                 depth = depth.copy()
                 width = np.ones_like(depth)
-                for i, rid in enumerate(sid.tolist()):
-                    t = trees.get(rid)
-                    if t is not None:
-                        depth[i] = t.cand.draft_depth
-                        width[i] = t.cand.draft_width
+                found = [(i, t.cand) for i, t in enumerate(map(trees.get, sid.tolist())) if t is not None]
+                if found:
+                    at = [i for i, _ in found]
+                    depth[at] = [c.draft_depth for _, c in found]
+                    width[at] = [c.draft_width for _, c in found]
             tok1 = n
             if keeps_kv and n:
                 have = s.num_draft_computed[sid]
