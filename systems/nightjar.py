@@ -134,8 +134,12 @@ class BinGreedy:
 
 def eq3(means: np.ndarray, switch_cost: np.ndarray) -> int:
     """Eq. 3: argmin over γ of 1/g̃_γ + switch_cost[γ] (∞ for an arm never observed; ties → the smallest γ)."""
+    return _eq3(means.tolist(), switch_cost.tolist())
+
+
+def _eq3(means: list[float], switch_cost: list[float]) -> int:
     best, best_obj = 0, math.inf  # arm by arm: a handful of arms (numpy's per-call cost dominates at this size)
-    for arm, (mean, cost) in enumerate(zip(means.tolist(), switch_cost.tolist(), strict=True)):
+    for arm, (mean, cost) in enumerate(zip(means, switch_cost, strict=True)):
         obj = (1.0 / max(mean, 1e-300) if mean > 0 else math.inf) + cost
         if obj < best_obj:
             best, best_obj = arm, obj
@@ -282,10 +286,20 @@ class AuthorsBin(BinGreedy):
             self.explore = bool(rng.random() < self.explore_prob)
         if self.explore:
             return 1 + int(rng.integers(self.num_arms - 1)), True
-        total = int(self.visits.sum())
-        prior = self.sums.sum() / total if total else 0.0
-        smoothed = (self.sums + self.weight * prior) / (self.visits + 1.0)
-        return eq3(smoothed, switch_cost), False
+        if self.num_arms >= 8:  # (NumPy sums 8 or more in blocks)
+            total = int(self.visits.sum())
+            prior = self.sums.sum() / total if total else 0.0
+            return eq3((self.sums + self.weight * prior) / (self.visits + 1.0), switch_cost), False
+        # the same arithmetic on the handful of arms as Python floats (NumPy's per-call cost would dominate): its sum
+        # of fewer than 8 values adds them in order from -0.0
+        sums, visits = self.sums.tolist(), self.visits.tolist()
+        total = sum(visits)
+        acc = -0.0
+        for x in sums:
+            acc += x
+        prior = acc / total if total else 0.0
+        smoothed = [(x + w * prior) / (v + 1.0) for x, w, v in zip(sums, self.weight.tolist(), visits, strict=True)]
+        return _eq3(smoothed, switch_cost.tolist()), False
 
     def update(self, arm: int, reward: float) -> None:
         self.sums[arm] += reward

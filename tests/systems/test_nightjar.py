@@ -367,6 +367,25 @@ def test_the_authors_selector_never_explores_gamma_zero_and_smooths_its_means() 
     assert st.select(rng, np.zeros(4))[0] == 3
 
 
+@pytest.mark.parametrize("num_arms", [4, 6, 9])
+def test_the_authors_exploitation_is_eq3_on_numpys_smoothed_means(num_arms: int) -> None:
+    """The exploiting bin's choice (its smoothed means worked out in Python floats below 8 arms) is Eq. 3 of the
+    NumPy expression, over random states with ties, unvisited arms and switching costs."""
+    from systems.nightjar import AuthorsBin
+
+    rng = np.random.default_rng(num_arms)
+    for trial in range(300):
+        st = AuthorsBin(num_arms)
+        st.visits = rng.integers(0, 4, num_arms)
+        st.sums = np.round(rng.uniform(0, 50, num_arms), 0 if trial % 2 else 12) * (st.visits > 0)
+        cost = np.zeros(num_arms) if trial % 3 else switch_costs(num_arms, 0, float(rng.uniform(0, 0.5)))
+        total = int(st.visits.sum())
+        prior = st.sums.sum() / total if total else 0.0
+        want = eq3((st.sums + st.weight * prior) / (st.visits + 1.0), cost)
+        st.explore, st.tau = False, 2
+        assert st.select(rng, cost) == (want, False)
+
+
 def test_the_authors_hard_rule_turns_speculation_off_at_high_load_and_learns_nothing() -> None:
     """Above batch 20 with more than 2 req/s arriving: γ = 0 and no update; below either bound, the bandit plays
     (γ ≥ 1 when it explores). The reward is the per-request goodput."""
