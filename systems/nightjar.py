@@ -66,6 +66,7 @@ Deviations:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field, replace
@@ -147,10 +148,19 @@ def _eq3(means: list[float], switch_cost: list[float]) -> int:
 
 
 def switch_costs(num_arms: int, prev_gamma: int, c_prefill_s: float) -> np.ndarray:
-    """Eq. 3's second term per arm: I(γ_{t−1} = 0 ∧ γ > 0) · c_prefill / γ."""
+    """Eq. 3's second term per arm: I(γ_{t−1} = 0 ∧ γ > 0) · c_prefill / γ (read-only)."""
+    if not (prev_gamma == 0 and c_prefill_s > 0):
+        return _no_switch_cost(num_arms)
     out = np.zeros(num_arms)
-    if prev_gamma == 0 and c_prefill_s > 0:
-        out[1:] = c_prefill_s / np.arange(1, num_arms)
+    out[1:] = c_prefill_s / np.arange(1, num_arms)
+    out.flags.writeable = False
+    return out
+
+
+@functools.cache
+def _no_switch_cost(num_arms: int) -> np.ndarray:
+    out = np.zeros(num_arms)
+    out.flags.writeable = False
     return out
 
 

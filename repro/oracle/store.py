@@ -126,7 +126,7 @@ class _ChunkStore:
         if not self._held:
             return
         row = self.table[rid]
-        slots = row[row >= 0].tolist()
+        slots = [slot for slot in row.tolist() if slot >= 0]  # (a row holds a handful of chunk indices)
         self._free.extend(slots)
         self._held -= len(slots)
         row[:] = -1

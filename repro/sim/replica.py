@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=bool)
+_NO_PREFILL = PrefillBatch(_NO_INT, _NO_INT, 0.0, _NO_BOOL)  # a step without prefill chunks
 
 
 class SimulationError(RuntimeError):
@@ -264,7 +265,7 @@ class Replica:
         """Admit and check the prefill chunks; allocate their KV."""
         s, pids, ptok = self.s, plan.prefill_ids, plan.prefill_tokens
         if pids.size == 0:
-            return PrefillBatch(pids, ptok, 0.0, _NO_BOOL)
+            return _NO_PREFILL
         if ptok.shape != pids.shape or np.count_nonzero(ptok <= 0):
             raise PlanError("prefill_tokens must give a positive chunk for every prefill id")
         st = s.status[pids]
