@@ -132,7 +132,7 @@ class Seeder:
 
     def generator(self, rid: int, *rest: int) -> np.random.Generator:
         """The generator of tail ``(rid, *rest)`` (the shared one, its state set)."""
-        if not self.exact or not 0 <= rid < self._n or any(not 0 <= r <= _M32 for r in rest):
+        if not self.exact or not 0 <= rid < self._n or (rest and (min(rest) < 0 or max(rest) > _M32)):
             return keyed_rng(self._base, *self._prefix, rid, *rest)
         states = self._cache.get(rest)
         if states is None:

@@ -374,7 +374,7 @@ class FastForward:
         s, plan, prop = r.s, adm.plan, adm.prop
         s.status[pids] = _RUNNING  # admission (they were never put in the waiting queue)
         s.running.extend(pids.tolist())
-        s.queues_changed()
+        s.queues_changed("running")
         blocks = (tokens + (r.kv.block_size - 1)) // r.kv.block_size  # (the rule kept them within the pool)
         s.kv_blocks[pids] = blocks
         r.kv.used += int(blocks.sum())

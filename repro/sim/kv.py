@@ -97,13 +97,13 @@ class KvPool:
             raise PlanError("preempting requests that are not running")
         gone = set(ids_.tolist())
         s.running = [r for r in s.running if r not in gone]
-        s.queues_changed()
+        s.queues_changed("running")
         s.num_preemptions[ids_] += 1
         self.release(ids_)
         if plan.preempt_mode == "swap":
             s.status[ids_] = _SWAPPED
             s.swapped.extend(ids_.tolist())
-            s.queues_changed()
+            s.queues_changed("swapped")
             self._charge_swaps(ids_, draft_resident)
             if backend is not None:  # the real caches go to host memory: the copy's measured time
                 return backend.swap(ids_, to_host=True)
@@ -114,7 +114,7 @@ class KvPool:
         s.num_computed[ids_] = 0
         s.num_draft_computed[ids_] = 0
         s.waiting.extendleft(reversed(ids_.tolist()))  # to the front, in the order given
-        s.queues_changed()
+        s.queues_changed("waiting")
         return 0.0
 
     def swap_in(self, plan: StepPlan, backend: StepBackend | None, draft_resident: bool) -> float:
@@ -129,7 +129,7 @@ class KvPool:
         back = set(ids_.tolist())
         s.swapped = [r for r in s.swapped if r not in back]
         s.running.extend(ids_.tolist())
-        s.queues_changed()
+        s.queues_changed("swapped", "running")
         s.status[ids_] = _RUNNING
         self.allocate(ids_, s.num_computed[ids_])
         self._charge_swaps(ids_, draft_resident)

@@ -119,7 +119,7 @@ class Replica:
     def admit(self, rid: int) -> None:
         self.s.status[rid] = _WAITING
         self.s.waiting.append(rid)
-        self.s.queues_changed()
+        self.s.queues_changed("waiting")
 
     def has_work(self) -> bool:
         return bool(self.s.waiting or self.s.running or self.s.swapped)
@@ -275,7 +275,7 @@ class Replica:
         for rid in pids[st == _WAITING].tolist():  # admission: waiting -> running
             s.waiting.remove(rid)
             s.running.append(rid)
-            s.queues_changed()
+            s.queues_changed("waiting", "running")
         s.status[pids] = _RUNNING
         pc = s.num_computed[pids]
         ntok = s.prompt_len[pids] + s.num_generated[pids]
@@ -435,7 +435,7 @@ class Replica:
         self.kv.release(rids)
         gone = set(rids.tolist())
         s.running = [r for r in s.running if r not in gone]
-        s.queues_changed()
+        s.queues_changed("running")
         for rid in gone:
             self.oracle.release(rid)
             if self.backend is not None:

@@ -34,6 +34,7 @@ class Status(IntEnum):
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED = (int(s) for s in Status)
 
 
+_QUEUES = ("waiting", "running", "swapped")
 _NO_IDS = np.zeros(0, dtype=np.int64)  # an empty queue, as every view shows it
 _NO_IDS.flags.writeable = False
 
@@ -78,13 +79,16 @@ class RequestState:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.swapped: list[int] = []
-        # bumped by whatever changes waiting, running or swapped (:meth:`queues_changed`): the View rebuilds its
-        # queue arrays only then, not every step
-        self.queues_version = 0
+        # per queue, bumped by whatever changes it (:meth:`queues_changed`): the View rebuilds a queue's array only
+        # then, not every step
+        self.queue_versions = {"waiting": 0, "running": 0, "swapped": 0}
 
-    def queues_changed(self) -> None:
-        """Say that ``waiting``, ``running`` or ``swapped`` changed (every change to them must)."""
-        self.queues_version += 1
+    def queues_changed(self, *queues: str) -> None:
+        """Say that the named queues changed: ``"waiting"``, ``"running"``, ``"swapped"`` (none named: all three). Every
+        change to them must."""
+        versions = self.queue_versions
+        for name in queues or _QUEUES:
+            versions[name] += 1
 
     @property
     def num_tokens(self) -> np.ndarray:
@@ -137,22 +141,20 @@ class View:
         self.num_accepted = _readonly(state.num_accepted)
         self.num_decode_steps = _readonly(state.num_decode_steps)
         self.num_preemptions = _readonly(state.num_preemptions)
-        self._cache: dict[str, np.ndarray] = {}
-        self._version = -1  # the state's queues_version the cached queues show
+        self._cache: dict[str, tuple[int, np.ndarray]] = {}  # per queue: the version it shows, its array
 
     def _queue(self, name: str, src: Any) -> np.ndarray:
-        """A queue as a read-only array, rebuilt only when the engine changed the queues since it was last built."""
-        if self._version != self._s.queues_version:
-            self._cache.clear()
-            self._version = self._s.queues_version
-        arr = self._cache.get(name)
-        if arr is None:
-            if src:
-                arr = np.fromiter(src, dtype=np.int64, count=len(src))
-                arr.flags.writeable = False
-            else:
-                arr = _NO_IDS
-            self._cache[name] = arr
+        """A queue as a read-only array, rebuilt only when the engine changed it since it was last built."""
+        version = self._s.queue_versions[name]
+        hit = self._cache.get(name)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        if src:
+            arr = np.fromiter(src, dtype=np.int64, count=len(src))
+            arr.flags.writeable = False
+        else:
+            arr = _NO_IDS
+        self._cache[name] = (version, arr)
         return arr
 
     @property
