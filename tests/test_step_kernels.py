@@ -64,6 +64,113 @@ def test_compiled_step_kernels_equal_their_numpy_references(use_jit: Any, overri
     assert int(ref.state.num_proposed.sum()) > 0 or "vllm" in overrides[0] or "sarathi" in overrides[0]
 
 
+LEAN = {  # chain systems without a step trace, where the lean step of chains runs
+    "nightjar (speculation off and on, draft catch-up: the general path between)": ["system=nightjar", "rps=12",
+                                                                                     *WORKLOAD],
+    "nightjar, the authors' selector": ["system=nightjar_authors", "rps=3", *WORKLOAD],
+    "dsd (γ by batch size)": ["system=dsd", "rps=6", *WORKLOAD],
+    "turbospec, draft model": ["system=turbospec", "rps=4", *WORKLOAD],
+    "turbospec, multi-query scorer": ["system=turbospec", "engine=turbospec_mq", "rps=4", *WORKLOAD],
+    "static k=3, KV pressure (preemption)": ["system=static_sd_k3", "rps=8", "engine.gpu_memory_utilization=0.22",
+                                             *PRESSURE],
+    "static k=3 with EAGLE": ["system=static_sd_eagle_k3", "model=llama3-8b", "hardware=h100-80g", "rps=4",
+                              *WORKLOAD],
+}
+
+
+@pytest.mark.parametrize("overrides", LEAN.values(), ids=LEAN.keys())
+def test_the_lean_step_of_chains_equals_the_general_step(use_jit: Any, monkeypatch: pytest.MonkeyPatch,
+                                                         overrides: list[str]) -> None:
+    """``Replica._execute_chains`` (a decode step of equal chains, priced from one compiled pass's sums) leaves the
+    state, the clock and every result the policy observes as the general ``_execute`` does, bit for bit."""
+    pytest.importorskip("numba")
+    from repro.sim.replica import Replica
+
+    use_jit(True)
+    lean = Replica._execute_chains
+    taken = [0, 0]
+
+    def counted(self: Replica, plan: Any, now: float) -> Any:
+        got = lean(self, plan, now)
+        taken[got is None] += 1
+        return got
+
+    def observed(overrides: list[str]) -> tuple[SimOutput, list[tuple[Any, ...]]]:
+        engine = build(compose(overrides)).engine
+        seen: list[tuple[Any, ...]] = []
+        observe = engine.policy.observe
+
+        def watch(result: Any) -> None:
+            seen.append((result.start_at, result.end_at, result.draft_s, result.verify_s, result.memory_s,
+                         result.num_batched_tokens, *(getattr(result, f).tolist() for f in (
+                             "decode_ids", "num_proposed", "num_accepted", "num_emitted", "prefill_ids",
+                             "finished_ids"))))
+            observe(result)
+
+        monkeypatch.setattr(engine.policy, "observe", watch)
+        return engine.run(), seen
+
+    monkeypatch.setattr(Replica, "_execute_chains", lambda self, plan, now: None)
+    ref, ref_seen = observed(overrides)
+    monkeypatch.setattr(Replica, "_execute_chains", counted)
+    got, got_seen = observed(overrides)
+    assert taken[0] > 0, "the lean step never ran"
+    for name in STATE:
+        assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
+    assert got.sim_time_s == ref.sim_time_s and got.num_steps == ref.num_steps
+    assert got_seen == ref_seen
+
+
+@pytest.mark.parametrize("case", ["equal chains", "duplicate", "not running", "prefilling", "mixed k", "k = 0",
+                                  "draft behind", "draft behind, no draft cache"])
+def test_chains_begin_is_the_three_kernels_it_fuses_or_declines(case: str) -> None:
+    """``chains_begin`` gives what ``unique_ids``, ``decode_begin``, ``draft_reads`` and ``chain_terms`` give for a
+    step of equal chains (tokens, contexts, the KV grown, Σ ctx and the verification pairs) and declines, writing
+    nothing, every other step."""
+    from repro.cost import kernels as cost_kernels
+    from repro.sim import kernels
+
+    rng = np.random.default_rng(len(case))
+    n_req, n, k0, bs = 50, 12, 3, 16
+    status = np.full(n_req, 2)
+    gen = rng.integers(1, 200, n_req)
+    prompt = rng.integers(1, 500, n_req)
+    computed = prompt + gen - 1
+    blocks = (computed + bs - 1) // bs
+    draft = computed.copy()
+    dids = rng.choice(n_req, n, replace=False)
+    k = np.full(n, k0)
+    keeps_kv = case != "draft behind, no draft cache"
+    if case == "duplicate":
+        dids[3] = dids[7]
+    elif case == "not running":
+        status[dids[5]] = 1
+    elif case == "prefilling":
+        computed[dids[2]] -= 4
+    elif case == "mixed k":
+        k[4] = 2
+    elif case == "k = 0":
+        k[:] = 0
+    elif case.startswith("draft behind"):
+        draft[dids[6]] -= 3
+    before = (blocks.copy(), computed.copy())
+    g, c, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.zeros(3, dtype=np.int64)
+    took = kernels.chains_begin(np.zeros(n_req, dtype=np.int64), status, gen, computed, prompt, blocks, draft, dids, k,
+                                bs, keeps_kv, g, c, sums)
+    assert took == (case in ("equal chains", "draft behind, no draft cache"))
+    if not took:
+        assert np.array_equal(blocks, before[0]) and np.array_equal(computed, before[1])
+        return
+    ref_blocks = before[0].copy()
+    ref_g, ref_c = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    assert kernels.unique_ids(np.zeros(n_req, dtype=np.int64), dids[:0], dids)
+    added = kernels.decode_begin(status, gen, computed, prompt, ref_blocks, dids, k, bs, ref_g, ref_c)
+    reads = kernels.draft_reads(draft, dids, ref_c, k, k > 0, keeps_kv)
+    terms = cost_kernels.chain_terms(k, ref_c)
+    assert g.tolist() == ref_g.tolist() and c.tolist() == ref_c.tolist() and np.array_equal(blocks, ref_blocks)
+    assert reads[2] == 0 and sums.tolist() == [added, reads[1], terms[4]] and reads[1] == terms[3]
+
+
 @pytest.mark.parametrize("mean", [0.1, 0.6, 0.95])
 def test_compiled_chain_scores_equal_the_numpy_scores_and_generate_what_they_read(use_jit: Any,
                                                                                  mean: float) -> None:

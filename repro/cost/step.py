@@ -114,17 +114,8 @@ def verify_args(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
     seven are ``CostModel.forward_s``'s arguments: the engine's hot path prices them without building objects)."""
     terms = None
     if dec.ids.size and jit.step_kernels() and dec.k.dtype == np.int64 and dec.ctx.dtype == np.int64:
-        n_spec, k_sum, q_max, ctx_sum, pairs = jit.kernel("repro.cost.kernels", "chain_terms")(dec.k, dec.ctx)
-        dec_tokens = k_sum + int(dec.ids.size)
-        host = _host_s(profile, float(n_spec), float(k_sum))
-        if profile.scorer != "batch_expansion" or not n_spec:  # _decode_terms's last lines, from the integer sums
-            kv = float(ctx_sum) + float(dec_tokens)
-            terms = (float(dec.ids.size), kv, float(pairs) if n_spec else kv, host, float(q_max))
-        elif n_spec == dec.ids.size and not dec.trees:  # every request expands: its first return
-            q_sum, kv_be = jit.kernel("repro.cost.kernels", "expand_terms")(dec.k, dec.ctx, profile.expand_reread)
-            if kv_be == kv_be:  # (NaN: a batch past NumPy's first block, whose own sum serves)
-                expanded = float(q_sum)
-                terms = (expanded + 0.0, kv_be + 0.0, kv_be + 0.0, host + profile.expand_seq_s * expanded, 1.0)
+        sums = jit.kernel("repro.cost.kernels", "chain_terms")(dec.k, dec.ctx)
+        dec_tokens, terms = _chain_terms(profile, dec.k, dec.ctx, not dec.trees, *sums)
     else:
         dec_tokens = int(dec.k.sum()) + int(dec.ids.size)
     tree = None  # requests scored as one multi-token query: trees that branch (a width-1 tree is a chain)
@@ -141,6 +132,41 @@ def verify_args(profile: EngineProfile, pre: PrefillBatch, dec: DecodeBatch) -> 
         n_tokens = int(pre.tokens.sum()) + dec_tokens
         return (n_tokens, int(pre.ids.size + seqs), kv + pre.cached, pre.pairs, dec_tokens + int(pre.completes.sum()),
                 False, qpairs, int(pre.tokens.sum()), int(pre.ids.size), float(pre.cached)), host
+    return _decode_args(profile, dec_tokens, seqs, kv, qpairs, host, qmax)
+
+
+def chain_args(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, n_spec: int, k_sum: int, q_max: int,
+               ctx_sum: int, pairs: int) -> tuple[ShapeArgs, float]:
+    """:func:`verify_args` of a decode-only step of chains (``k`` and ``ctx`` int64, no trees) given the kernel
+    ``chain_terms``'s sums of them: the engine's lean step of chains (``Replica._execute_chains``)."""
+    dec_tokens, terms = _chain_terms(profile, k, ctx, True, n_spec, k_sum, q_max, ctx_sum, pairs)
+    seqs, kv, qpairs, host, qmax = terms if terms is not None else _decode_terms(profile, k, ctx, None)
+    return _decode_args(profile, dec_tokens, seqs, kv, qpairs, host, qmax)
+
+
+def _chain_terms(profile: EngineProfile, k: np.ndarray, ctx: np.ndarray, chains_only: bool, n_spec: int, k_sum: int,
+                 q_max: int, ctx_sum: int, pairs: int) -> tuple[int, tuple[float, float, float, float, float] | None]:
+    """The decoding requests' tokens, and :func:`_decode_terms` from ``chain_terms``'s integer sums (None where they
+    do not give them: some requests of a batch-expanding scorer do not speculate, a tree, or a batch past NumPy's
+    first block of a pairwise sum)."""
+    n = int(k.shape[0])
+    dec_tokens = k_sum + n
+    host = _host_s(profile, float(n_spec), float(k_sum))
+    if profile.scorer != "batch_expansion" or not n_spec:  # _decode_terms's last lines, from the integer sums
+        kv = float(ctx_sum) + float(dec_tokens)
+        return dec_tokens, (float(n), kv, float(pairs) if n_spec else kv, host, float(q_max))
+    if n_spec == n and chains_only:  # every request expands: its first return
+        q_sum, kv_be = jit.kernel("repro.cost.kernels", "expand_terms")(k, ctx, profile.expand_reread)
+        if kv_be == kv_be:  # (NaN: a batch past NumPy's first block, whose own sum serves)
+            expanded = float(q_sum)
+            return dec_tokens, (expanded + 0.0, kv_be + 0.0, kv_be + 0.0, host + profile.expand_seq_s * expanded, 1.0)
+    return dec_tokens, None
+
+
+def _decode_args(profile: EngineProfile, dec_tokens: int, seqs: float, kv: float, qpairs: float, host: float,
+                 qmax: float) -> tuple[ShapeArgs, float]:
+    """A decode-only pass's shape fields and host seconds: CUDA graphs where every query is one token (or the profile
+    graphs verification) and the tokens fit the captured sizes."""
     graphs = (qmax <= 1.0 or profile.verify_graphs) and seqs <= profile.graph_max_tokens \
         and dec_tokens <= profile.graph_max_tokens
     return (dec_tokens, int(seqs), kv, 0.0, dec_tokens, graphs, qpairs, 0, 0, 0.0), host

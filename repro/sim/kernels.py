@@ -45,6 +45,51 @@ def decode_begin(status: np.ndarray, num_generated: np.ndarray, num_computed: np
     return added
 
 
+def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
+                 prompt_len: np.ndarray, kv_blocks: np.ndarray, num_draft_computed: np.ndarray, dids: np.ndarray,
+                 k: np.ndarray, block_size: int, keeps_kv: bool, gen: np.ndarray, ctx: np.ndarray,
+                 sums: np.ndarray) -> bool:
+    """The start of a decode step in which every request drafts a chain of the same ``k[0] > 0`` with its draft's
+    cache in step (``Replica._execute_chains``): :func:`unique_ids`, then :func:`decode_begin`, with the sums
+    :func:`draft_reads` and ``repro.cost.kernels.chain_terms`` take, in one pass. Returns False, having written
+    nothing but the scratch ``mark``, where the step is not that (a request twice, not running or still
+    prefilling, chains of different or no length, a draft cache behind its context): the general path takes it.
+    Else the requests' tokens generated and contexts go to ``gen`` and ``ctx``, their KV grows as
+    :func:`decode_begin` grows it, and ``sums`` gets (blocks added, Σ ctx, Σ (1 + k)·(ctx + 1 + k))."""
+    n = dids.shape[0]
+    if n == 0 or k[0] <= 0:
+        return False
+    for i in range(n):
+        mark[dids[i]] = i
+    c_sum = 0
+    pairs = 0
+    q = k[0] + 1
+    for i in range(n):
+        r = dids[i]
+        g = num_generated[r]
+        c = num_computed[r]
+        if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] != k[0]:
+            return False
+        if keeps_kv and num_draft_computed[r] != c:
+            return False
+        gen[i] = g
+        ctx[i] = c
+        c_sum += c
+        pairs += q * (c + q)
+    added = 0
+    for i in range(n):
+        r = dids[i]
+        cur = kv_blocks[r]
+        need = (ctx[i] + k[i] + 1 + (block_size - 1)) // block_size
+        if need > cur:
+            kv_blocks[r] = need
+            added += need - cur
+    sums[0] = added
+    sums[1] = c_sum
+    sums[2] = pairs
+    return True
+
+
 def decode_apply(output_len: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
                  kv_blocks: np.ndarray, num_draft_computed: np.ndarray, num_proposed: np.ndarray,
                  num_accepted: np.ndarray, num_matched: np.ndarray, num_spec_steps: np.ndarray,

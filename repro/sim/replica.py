@@ -25,7 +25,7 @@ import numpy as np
 from repro.core import jit
 from repro.core.speculation import TreeSpec, check_trees
 from repro.cost.model import ForwardShape
-from repro.cost.step import DecodeBatch, PrefillBatch, verify_args, verify_pass
+from repro.cost.step import DecodeBatch, PrefillBatch, chain_args, verify_args, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
 from repro.sim.kv import KvPool
 from repro.sim.plan import PlanError, StepPlan, StepResult
@@ -86,6 +86,9 @@ class Replica:
                 f"the model does not fit: {cost.model.name} (tp={cost.tp}) on {cost.hardware.name} leaves no KV memory")
         self._mark = np.zeros(state.n, dtype=np.int64)
         self._arange = np.arange(1024)
+        # the lean step of chains (_execute_chains): simulated models, nothing that watches single steps
+        self._lean = backend is None and arms is None and not self.observers and not policy.observes_accept_prob
+        self._sums = np.zeros(3, dtype=np.int64)
         self.busy = False
         self.stop_at_finish = False  # a finish may send a waiting request (closed loop): runs stop after one
         self.finished: list[np.ndarray] | None = None  # closed loop: the requests finished since the engine looked
@@ -169,6 +172,12 @@ class Replica:
         """Check and charge ``plan``, apply its outcome; return what the policy observes, and for observers the
         batches charged, the matched tokens, the target's pass, the host seconds of speculation and (``arms``) the
         counterfactual goodput of every uniform chain length (:meth:`_arm_rewards`)."""
+        if self._lean and plan.k is not None and not plan.trees and plan.draft_server is None and plan.memory is None \
+                and not (plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size) \
+                and plan.host_s >= 0.0 and jit.step_kernels():
+            done = self._execute_chains(plan, now)
+            if done is not None:
+                return done
         self._check_unique(plan.prefill_ids, plan.decode_ids)
         prop = self._resolve(plan.proposer)
         servers = self.proposers.placement(plan.draft_server, plan.decode_ids)
@@ -228,6 +237,46 @@ class Replica:
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def _execute_chains(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
+                                                                   None, float, None] | None:
+        """:meth:`_execute` of a decode-only step in which every request drafts a chain of the same k > 0 with a
+        co-located model whose cache holds its context (a chain system's common step): the same checks, charges
+        and outcome, its per-request reads in one compiled pass (``repro.sim.kernels.chains_begin``) and its
+        pricing from their sums. ``None`` (nothing changed) for any other step: the general path takes it."""
+        prop = self._resolve(plan.proposer)
+        if prop.which is None or prop.proposes_first or prop.remote or (prop.resident and not self.draft_resident):
+            return None
+        s, dids = self.s, plan.decode_ids
+        n = int(dids.size)
+        k = np.asarray(plan.k, dtype=np.int64)
+        if k.shape != dids.shape:
+            return None
+        gen, ctx, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), self._sums
+        if not jit.kernel("repro.sim.kernels", "chains_begin")(
+                self._mark, s.status, s.num_generated, s.num_computed, s.prompt_len, s.kv_blocks, s.num_draft_computed,
+                dids, k, self.kv.block_size, prop.keeps_kv, gen, ctx, sums):
+            return None
+        added, c_sum, pairs = sums.tolist()
+        self.kv.grew(added)
+        chain = int(k[0])
+        dec = DecodeBatch(dids, gen, ctx, k, k > 0, {}, None)
+        draft_s = prop.host_s(n) + self.coster.chains_s(prop, n, c_sum, chain) + plan.host_s
+        args, host_s = chain_args(self.cost.engine, k, ctx, n, n * chain, chain + 1, c_sum, pairs)
+        verify_s = self.cost.pass_s(*args) + host_s if args[1] else 0.0
+        end_at = now + 0.0 + draft_s + verify_s  # (no memory actions)
+        proposed, accepted, matched = self.oracle.score_chain(dids, gen, k, prop)
+        if np.count_nonzero(np.maximum(accepted, matched) > proposed):
+            raise PlanError("oracle accepted more tokens than proposed")
+        emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
+        if fin.size:
+            self.finish(fin, end_at)
+        self.kv.check()
+        result = StepResult(
+            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
+            num_emitted=emitted, prefill_ids=_NO_INT, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
+            memory_s=0.0, num_batched_tokens=args[0], send_s=0.0, accept_prob=None)
+        return result, _NO_PREFILL, dec, matched, None, host_s, None
 
     def _arm_rewards(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
                      memory_s: float) -> np.ndarray:

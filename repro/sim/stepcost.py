@@ -142,6 +142,19 @@ class StepCoster:
         """
         return draft_runs_s(prop, k, [n], csum, [csum.size])
 
+    @staticmethod
+    def chains_s(prop: Proposer, n: int, c_sum: int, k: int) -> float:
+        """:meth:`_draft_pass` of ``n`` chains of ``k`` > 0 whose draft caches hold their contexts (``c_sum`` tokens
+        in all), nothing else in the step: one catch-up-free first step, then steps 2..k (the lean step of chains,
+        ``Replica._execute_chains``, and the first case below)."""
+        cost, which = prop.cost, prop.which
+        assert which is not None
+        csum = float(c_sum)
+        total = 0.0
+        total += cost.forward_s(n, n, kv_read_tokens=csum + n, prefill_attn_pairs=0.0, lm_head_tokens=n,
+                                decode_only=True, which=which)
+        return cost.draft_steps_s(total, n, n, csum, k, which)
+
     def _draft_pass(self, prop: Proposer, plan: StepPlan, dids: np.ndarray, dc: np.ndarray, k: np.ndarray,
                     spec: np.ndarray, trees: Any, pids: np.ndarray, ptok: np.ndarray) -> float:
         """Seconds of ``prop``'s draft steps (on its cost model) for the speculating requests.
@@ -160,6 +173,8 @@ class StepCoster:
             reads = jit.kernel("repro.sim.kernels", "draft_reads")(s.num_draft_computed, dids, dc, k, spec, keeps_kv)
         if reads is not None and not reads[2]:  # (no catch-up: its pairs are a floating-point sum, NumPy's)
             n, c_sum, _, dmax, dmin = reads
+            if n and dmax == dmin and n == dids.size and not pids.size:  # every request the same chain
+                return self.chains_s(prop, n, c_sum, dmax)
             csum = float(c_sum)
             tok1 = n
             sid = c = depth = None  # (read below only where the chains' lengths differ)
