@@ -163,10 +163,11 @@ def prefill_prioritized(view: View, *, max_num_seqs: int, max_num_batched_tokens
     with ``1 + lookahead`` KV slots each, preempting the most recently admitted (recompute) while KV runs short.
     """
     running = view.running
-    adm = fcfs_admit(view, token_budget=max_num_batched_tokens, max_new_seqs=max_num_seqs - running.size,
-                     free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
-    if adm.rids.size:
-        return adm, EMPTY, EMPTY
+    if view.waiting.size:  # (nothing to admit: a decode step)
+        adm = fcfs_admit(view, token_budget=max_num_batched_tokens, max_new_seqs=max_num_seqs - running.size,
+                         free_blocks=view.free_blocks, watermark_blocks=int(watermark * view.total_blocks))
+        if adm.rids.size:
+            return adm, EMPTY, EMPTY
     if jit.step_kernels():  # the same reads, compiled (systems.kernels.ready_to_decode)
         out = np.empty(running.size, dtype=np.int64)
         n, blocks = jit.kernel("systems.kernels", "ready_to_decode")(

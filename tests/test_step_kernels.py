@@ -81,18 +81,24 @@ LEAN = {  # chain systems without a step trace, where the lean step of chains ru
 @pytest.mark.parametrize("overrides", LEAN.values(), ids=LEAN.keys())
 def test_the_lean_step_of_chains_equals_the_general_step(use_jit: Any, monkeypatch: pytest.MonkeyPatch,
                                                          overrides: list[str]) -> None:
-    """``Replica._execute_chains`` (a decode step of equal chains, priced from one compiled pass's sums) leaves the
-    state, the clock and every result the policy observes as the general ``_execute`` does, bit for bit."""
+    """``Replica._execute_chains`` (a decode step of equal chains, priced from one compiled pass's sums) and
+    ``Replica._prompts_s`` (a prefill-only step of whole prompts) leave the state, the clock and every result the
+    policy observes as the general ``_execute`` does, bit for bit."""
     pytest.importorskip("numba")
     from repro.sim.replica import Replica
 
     use_jit(True)
-    lean = Replica._execute_chains
-    taken = [0, 0]
+    lean, prompts = Replica._execute_chains, Replica._prompts_s
+    taken = [0, 0, 0]  # lean steps of chains, declined, prompts priced lean
 
     def counted(self: Replica, plan: Any, now: float) -> Any:
         got = lean(self, plan, now)
         taken[got is None] += 1
+        return got
+
+    def counted_prompts(self: Replica, *args: Any) -> Any:
+        got = prompts(self, *args)
+        taken[2] += got is not None
         return got
 
     def observed(overrides: list[str]) -> tuple[SimOutput, list[tuple[Any, ...]]]:
@@ -111,10 +117,12 @@ def test_the_lean_step_of_chains_equals_the_general_step(use_jit: Any, monkeypat
         return engine.run(), seen
 
     monkeypatch.setattr(Replica, "_execute_chains", lambda self, plan, now: None)
+    monkeypatch.setattr(Replica, "_prompts_s", lambda self, *args: None)
     ref, ref_seen = observed(overrides)
     monkeypatch.setattr(Replica, "_execute_chains", counted)
+    monkeypatch.setattr(Replica, "_prompts_s", counted_prompts)
     got, got_seen = observed(overrides)
-    assert taken[0] > 0, "the lean step never ran"
+    assert taken[0] > 0 and taken[2] > 0, f"the lean steps did not both run: {taken}"
     for name in STATE:
         assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
     assert got.sim_time_s == ref.sim_time_s and got.num_steps == ref.num_steps

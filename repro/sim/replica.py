@@ -194,6 +194,9 @@ class Replica:
         real = self.backend.run_step(self.s, plan, prop, pre, dec) if self.backend is not None else None
         if real is not None:  # measured on real models
             draft_s, verify_s, num_tokens, fwd, host_s = real.draft_s, real.verify_s, real.num_tokens, None, 0.0
+        elif (prompts := self._prompts_s(plan, prop, pre, dec)) is not None:
+            draft_s, verify_s = prompts
+            num_tokens, fwd, host_s = int(pre.tokens.sum()), None, 0.0
         else:
             drafting = bool(np.count_nonzero(dec.drafted)) or plan.draft_sync
             draft_s = self.coster.draft_s(prop, plan, dec.ids, dec.ctx, dec.k, dec.drafted, dec.trees, pre.ids,
@@ -237,6 +240,16 @@ class Replica:
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def _prompts_s(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch,
+                   dec: DecodeBatch) -> tuple[float, float] | None:
+        """(drafting, verification) seconds of a prefill-only step over whole prompts with nothing cached (a scheduler
+        without chunked prefill) where nothing watches the pass's parts: ``StepCoster.prompts_s``, the general
+        pricing's terms in their order without building batches. ``None`` for any other step."""
+        if dec.ids.size or not pre.ids.size or self.observers or self.cost.target_profile is not None \
+                or pre.cached != 0.0 or np.count_nonzero(pre.completes) != pre.ids.size:
+            return None
+        return self.coster.prompts_s(prop, plan, pre.ids, pre.tokens, draft_resident=self.draft_resident)
 
     def _execute_chains(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
                                                                    None, float, None] | None:
