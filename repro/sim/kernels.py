@@ -49,16 +49,18 @@ def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray
                  prompt_len: np.ndarray, kv_blocks: np.ndarray, num_draft_computed: np.ndarray, dids: np.ndarray,
                  k: np.ndarray, block_size: int, keeps_kv: bool, gen: np.ndarray, ctx: np.ndarray,
                  sums: np.ndarray) -> bool:
-    """The start of a decode step in which every request drafts a chain of the same ``k[0] > 0`` with its draft's
-    cache in step (``Replica._execute_chains``): :func:`unique_ids`, then :func:`decode_begin`, with the sums
-    :func:`draft_reads` and ``repro.cost.kernels.chain_terms`` take, in one pass. Returns False, having written
-    nothing but the scratch ``mark``, where the step is not that (a request twice, not running or still
-    prefilling, chains of different or no length, a draft cache behind its context): the general path takes it.
-    Else the requests' tokens generated and contexts go to ``gen`` and ``ctx``, their KV grows as
-    :func:`decode_begin` grows it, and ``sums`` gets (blocks added, Σ ctx, Σ (1 + k)·(ctx + 1 + k))."""
+    """The start of a decode step in which every request drafts a chain of the same ``k[0]`` (0: none) with its
+    draft's cache in step where it drafts (``Replica._execute_chains``): :func:`unique_ids`, then
+    :func:`decode_begin`, with the sums :func:`draft_reads` and ``repro.cost.kernels.chain_terms`` take, in one
+    pass. Returns False, having written nothing but the scratch ``mark``, where the step is not that (a request
+    twice, not running or still prefilling, chains of different or negative lengths, a draft cache behind its
+    context where it drafts): the general path takes it. Else the requests' tokens generated and contexts go to
+    ``gen`` and ``ctx``, their KV grows as :func:`decode_begin` grows it, and ``sums`` gets (blocks added, Σ ctx,
+    Σ (1 + k)·(ctx + 1 + k))."""
     n = dids.shape[0]
-    if n == 0 or k[0] <= 0:
+    if n == 0 or k[0] < 0:
         return False
+    draft_in_step = keeps_kv and k[0] > 0  # (a step that does not draft does not read the draft's cache)
     for i in range(n):
         mark[dids[i]] = i
     c_sum = 0
@@ -70,7 +72,7 @@ def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray
         c = num_computed[r]
         if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] != k[0]:
             return False
-        if keeps_kv and num_draft_computed[r] != c:
+        if draft_in_step and num_draft_computed[r] != c:
             return False
         gen[i] = g
         ctx[i] = c

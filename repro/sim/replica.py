@@ -254,17 +254,20 @@ class Replica:
     def _execute_chains(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
                                                                    None, float, None] | None:
         """:meth:`_execute` of a decode-only step in which every request drafts a chain of the same k > 0 with a
-        co-located model whose cache holds its context (a chain system's common step): the same checks, charges
-        and outcome, its per-request reads in one compiled pass (``repro.sim.kernels.chains_begin``) and its
-        pricing from their sums. ``None`` (nothing changed) for any other step: the general path takes it."""
+        co-located model whose cache holds its context, or none drafts (a chain system's common steps): the same
+        checks, charges and outcome, its per-request reads in one compiled pass (``repro.sim.kernels.chains_begin``)
+        and its pricing from their sums. ``None`` (nothing changed) for any other step: the general path takes it."""
         prop = self._resolve(plan.proposer)
-        if prop.which is None or prop.proposes_first or prop.remote or (prop.resident and not self.draft_resident):
+        if prop.which is None or prop.proposes_first or prop.remote:
             return None
         s, dids = self.s, plan.decode_ids
         n = int(dids.size)
         k = np.asarray(plan.k, dtype=np.int64)
-        if k.shape != dids.shape:
+        if k.shape != dids.shape or not n:
             return None
+        chain = int(k[0])  # (the kernel declines chains of other lengths)
+        if (plan.draft_sync and not chain) or (chain and prop.resident and not self.draft_resident):
+            return None  # (a draft kept in step without drafting; drafting with no draft: the general path's error)
         gen, ctx, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), self._sums
         if not jit.kernel("repro.sim.kernels", "chains_begin")(
                 self._mark, s.status, s.num_generated, s.num_computed, s.prompt_len, s.kv_blocks, s.num_draft_computed,
@@ -272,15 +275,17 @@ class Replica:
             return None
         added, c_sum, pairs = sums.tolist()
         self.kv.grew(added)
-        chain = int(k[0])
         dec = DecodeBatch(dids, gen, ctx, k, k > 0, {}, None)
-        draft_s = prop.host_s(n) + self.coster.chains_s(prop, n, c_sum, chain) + plan.host_s
-        args, host_s = chain_args(self.cost.engine, k, ctx, n, n * chain, chain + 1, c_sum, pairs)
+        draft_s = (prop.host_s(n) + self.coster.chains_s(prop, n, c_sum, chain) if chain else 0.0) + plan.host_s
+        args, host_s = chain_args(self.cost.engine, k, ctx, n if chain else 0, n * chain, chain + 1, c_sum, pairs)
         verify_s = self.cost.pass_s(*args) + host_s if args[1] else 0.0
         end_at = now + 0.0 + draft_s + verify_s  # (no memory actions)
-        proposed, accepted, matched = self.oracle.score_chain(dids, gen, k, prop)
-        if np.count_nonzero(np.maximum(accepted, matched) > proposed):
-            raise PlanError("oracle accepted more tokens than proposed")
+        if chain:
+            proposed, accepted, matched = self.oracle.score_chain(dids, gen, k, prop)
+            if np.count_nonzero(np.maximum(accepted, matched) > proposed):
+                raise PlanError("oracle accepted more tokens than proposed")
+        else:
+            proposed, accepted, matched = (np.zeros(n, dtype=np.int64) for _ in range(3))
         emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
         if fin.size:
             self.finish(fin, end_at)
