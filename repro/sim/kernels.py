@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from repro.core import jit
+
 RUNNING = 2  # repro.sim.state.RUNNING (a compiled kernel reads module globals as constants)
 
 
@@ -34,8 +36,14 @@ def decode_begin(status: np.ndarray, num_generated: np.ndarray, num_computed: np
             return -1
         gen[i] = g
         ctx[i] = c
+    return _grow_kv(kv_blocks, dids, ctx, k, block_size)
+
+
+@jit.helper
+def _grow_kv(kv_blocks: np.ndarray, dids: np.ndarray, ctx: np.ndarray, k: np.ndarray, block_size: int) -> int:
+    """Each request's KV grown to hold its context and ``1 + k`` more tokens (never shrunk): the blocks added."""
     added = 0
-    for i in range(n):
+    for i in range(dids.shape[0]):
         r = dids[i]
         cur = kv_blocks[r]
         need = (ctx[i] + k[i] + 1 + (block_size - 1)) // block_size
@@ -78,15 +86,7 @@ def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray
         ctx[i] = c
         c_sum += c
         pairs += q * (c + q)
-    added = 0
-    for i in range(n):
-        r = dids[i]
-        cur = kv_blocks[r]
-        need = (ctx[i] + k[i] + 1 + (block_size - 1)) // block_size
-        if need > cur:
-            kv_blocks[r] = need
-            added += need - cur
-    sums[0] = added
+    sums[0] = _grow_kv(kv_blocks, dids, ctx, k, block_size)
     sums[1] = c_sum
     sums[2] = pairs
     return True
