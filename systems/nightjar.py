@@ -296,18 +296,11 @@ class AuthorsBin(BinGreedy):
             self.explore = bool(rng.random() < self.explore_prob)
         if self.explore:
             return 1 + int(rng.integers(self.num_arms - 1)), True
-        if self.num_arms >= 8:  # (NumPy sums 8 or more in blocks)
-            total = int(self.visits.sum())
-            prior = self.sums.sum() / total if total else 0.0
-            return eq3((self.sums + self.weight * prior) / (self.visits + 1.0), switch_cost), False
-        # the same arithmetic on the handful of arms as Python floats (NumPy's per-call cost would dominate): its sum
-        # of fewer than 8 values adds them in order from -0.0
+        # NumPy's expression (sums + weight·prior) / (visits + 1) element by element in Python floats (the same
+        # operations on a handful of arms; NumPy's per-call cost would dominate), the sum of rewards NumPy's own
         sums, visits = self.sums.tolist(), self.visits.tolist()
         total = sum(visits)
-        acc = -0.0
-        for x in sums:
-            acc += x
-        prior = acc / total if total else 0.0
+        prior = float(self.sums.sum()) / total if total else 0.0
         smoothed = [(x + w * prior) / (v + 1.0) for x, w, v in zip(sums, self.weight.tolist(), visits, strict=True)]
         return _eq3(smoothed, switch_cost.tolist()), False
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -77,6 +77,11 @@ class TreeSpec:
         sel[nodes] = True
         if not sel[cand.parent[nodes]].all():
             raise PlanError(f"tree of request {rid} is not connected to its root")
+
+
+def trees_at(trees: Mapping[int, TreeSpec], rids: Sequence[int]) -> list[tuple[int, TreeSpec]]:
+    """(index, tree) of each request of ``rids`` that ``trees`` gives a tree, in ``rids``' order (a step's batch)."""
+    return [(i, t) for i, t in enumerate(map(trees.get, rids)) if t is not None]
 
 
 def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Sequence[int]) -> None:

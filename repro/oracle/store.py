@@ -90,8 +90,7 @@ class _ChunkStore:
         try:
             slots = self.table[rids, chunk]
         except IndexError:  # a chunk index beyond the table: widen it
-            grow = max(int(chunk.max()) + 1, 2 * self.table.shape[1])
-            self.table = np.pad(self.table, ((0, 0), (0, grow - self.table.shape[1])), constant_values=-1)
+            self._widen(int(chunk.max()) + 1)
             slots = self.table[rids, chunk]
         if slots.size and slots.min() < 0:
             missing = slots < 0
@@ -103,12 +102,15 @@ class _ChunkStore:
 
     def generate(self, pairs: list[list[int]]) -> None:
         """Generate the chunks ``[request, chunk]`` of ``pairs`` (none held yet), widening the table as needed."""
-        top = max(c for _, c in pairs) + 1
-        if top > self.table.shape[1]:
-            grow = max(top, 2 * self.table.shape[1])
-            self.table = np.pad(self.table, ((0, 0), (0, grow - self.table.shape[1])), constant_values=-1)
+        self._widen(max(c for _, c in pairs) + 1)
         for r, c in pairs:
             self._generate(r, c)
+
+    def _widen(self, columns: int) -> None:
+        """Room in the table for ``columns`` chunks per request (at least doubling it when it grows)."""
+        if columns > self.table.shape[1]:
+            grow = max(columns, 2 * self.table.shape[1])
+            self.table = np.pad(self.table, ((0, 0), (0, grow - self.table.shape[1])), constant_values=-1)
 
     def _generate(self, rid: int, chunk: int) -> None:
         if not self._free:

@@ -118,30 +118,33 @@ class _TokenStream:
     def score_chain(self, rids: np.ndarray, pos: np.ndarray,
                     k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Proposed = k, accepted = leading positions whose true rank is 0, matched = all of them. Positions must be
-        >= 0: the compiled path checks them (:meth:`TokenOracle.score_chain
-        <repro.oracle.token_oracle.TokenOracle.score_chain>` leaves it that check)."""
+        >= 0 (checked here, on both paths)."""
         if jit.step_kernels():  # the same, one request at a time, compiled (repro.oracle.kernels.chain_scores)
             store, n = self.store, k.size
             accepted, matched = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
             scores = jit.kernel("repro.oracle.kernels", "chain_scores")
-            got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted, matched)
+
+            def score() -> int:
+                return int(scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted,
+                                  matched))
+
+            got = score()
             if got == 0:  # generate the chunks the chains read, and score again
                 miss = np.empty((2 * n, 2), dtype=np.int64)
                 found = jit.kernel("repro.oracle.kernels", "missing_chunks")(store.table, store._shift, rids, pos, k,
                                                                              miss)
                 if found > 0:
                     store.generate(miss[:found].tolist())
-                    got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted,
-                                 matched)
-                if got == 0:  # (chains longer than a chunk): every position's chunk
+                else:  # (chains across more than two chunks): every position's chunk
                     store.locate(rids[:, None], pos[:, None] + _AR[:int(k.max())])
-                    got = scores(store.table, store.pools["hit"], store._shift, rids, pos, k, _AR.size, accepted,
-                                 matched)
+                got = score()
             if got == -1:
                 raise ValueError("positions must be >= 0")
             if got == -2:
                 raise ValueError(f"chain length {int(k.max())} too long (at most {_AR.size - 1})")
             return k.copy(), accepted, matched
+        if pos.size and int(pos.min()) < 0:
+            raise ValueError("positions must be >= 0")
         kmax = int(k.max()) if k.size else 0
         if kmax == 0:
             return k.copy(), np.zeros_like(k), np.zeros_like(k)

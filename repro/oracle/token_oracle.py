@@ -360,8 +360,8 @@ class TokenOracle:
         pos = np.asarray(pos, dtype=np.int64)
         k = np.asarray(k, dtype=np.int64)  # k >= 0 (the engine checks plans)
         stream = self._any_stream(proposer)
-        if not (jit.step_kernels() and isinstance(stream, _TokenStream)) and pos.size and int(pos.min()) < 0:
-            raise ValueError("positions must be >= 0")  # (a draft-model stream's compiled scores check them)
+        if not isinstance(stream, _TokenStream) and pos.size and int(pos.min()) < 0:
+            raise ValueError("positions must be >= 0")  # (a draft-model stream checks them as it scores)
         return stream.score_chain(rids, pos, k)
 
     def chain_run(self, rids: np.ndarray, pos: np.ndarray, k: int, steps: int,

@@ -43,6 +43,7 @@ from repro.core.errors import PlanError
 from repro.core.speculation import DRAFT as DRAFT  # the names policies use; each is the oracle's stream of that name
 from repro.core.speculation import EAGLE as EAGLE
 from repro.core.speculation import PLD as PLD
+from repro.core.speculation import trees_at
 
 if TYPE_CHECKING:
     from repro.cost.model import CostModel, Which
@@ -211,7 +212,7 @@ class Proposers(Mapping[str, Proposer]):
         if n == 0 or not chain.any():
             return proposed, accepted, matched
         if dec.trees:
-            found = [(i, t) for i, t in enumerate(map(dec.trees.get, dec.ids.tolist())) if t is not None]
+            found = trees_at(dec.trees, dec.ids.tolist())
             at = [i for i, _ in found]
             if at:
                 chain[at] = False

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from repro.core import jit
-from repro.core.speculation import TreeSpec, check_trees
+from repro.core.speculation import TreeSpec, check_trees, trees_at
 from repro.cost.model import ForwardShape
 from repro.cost.step import DecodeBatch, PrefillBatch, chain_args, verify_args, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
@@ -399,7 +399,7 @@ class Replica:
             k = proposed
         if trees:
             k = k.copy()
-            found = [(i, t) for i, t in enumerate(map(trees.get, dids.tolist())) if t is not None]
+            found = trees_at(trees, dids.tolist())
             at = [i for i, _ in found]
             specs: list[TreeSpec] = [t for _, t in found]
             if specs:

@@ -14,6 +14,7 @@ import numpy as np
 
 from repro.core import jit
 from repro.core.errors import PlanError
+from repro.core.speculation import trees_at
 from repro.cost.model import CostModel
 from repro.cost.step import per_step, verify_terms
 from repro.sim.plan import StepPlan
@@ -188,11 +189,11 @@ class StepCoster:
             if trees:
                 depth = depth.copy()
                 width = np.ones_like(depth)
-                found = [(i, t.cand) for i, t in enumerate(map(trees.get, sid.tolist())) if t is not None]
+                found = trees_at(trees, sid.tolist())
                 if found:
                     at = [i for i, _ in found]
-                    depth[at] = [c.draft_depth for _, c in found]
-                    width[at] = [c.draft_width for _, c in found]
+                    depth[at] = [t.cand.draft_depth for _, t in found]
+                    width[at] = [t.cand.draft_width for _, t in found]
             tok1 = n
             if keeps_kv and n:
                 have = s.num_draft_computed[sid]

@@ -369,7 +369,7 @@ def test_the_authors_selector_never_explores_gamma_zero_and_smooths_its_means() 
 
 @pytest.mark.parametrize("num_arms", [4, 6, 9])
 def test_the_authors_exploitation_is_eq3_on_numpys_smoothed_means(num_arms: int) -> None:
-    """The exploiting bin's choice (its smoothed means worked out in Python floats below 8 arms) is Eq. 3 of the
+    """The exploiting bin's choice (its smoothed means worked out in Python floats) is Eq. 3 of the
     NumPy expression, over random states with ties, unvisited arms and switching costs."""
     from systems.nightjar import AuthorsBin
 
