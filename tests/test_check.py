@@ -104,6 +104,8 @@ def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
     res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "smoke: ok" in res.stdout
+    scratch = REPO / "runs" / "check" / "quick" / "smoke"  # a matching run draws nothing (its reference's figures)
+    assert {p.name for p in scratch.iterdir()} == {"points.csv", "manifest.json"}
     for points in (results / "quick" / "smoke").rglob("points.csv"):  # the main reference and its nodata variant
         df = pd.read_csv(points, dtype=str, keep_default_na=False)
         df.loc[0, "mean_tpot_ms"] = "123.456"
@@ -113,6 +115,7 @@ def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
     assert "1 cells differ" in res.stdout
     row = next(line for line in res.stdout.splitlines() if "mean_tpot_ms" in line)
     assert row.split()[:2] == ["smoke", "vllm"] and "123.456" in row
+    assert {"summary.md", "tpot.png", "latency.pdf"} <= {p.name for p in scratch.iterdir()}  # drawn where it differs
 
 
 def test_an_experiment_on_real_models_is_checked_on_its_token_counts_or_skipped(tmp_path: Path) -> None:

@@ -135,6 +135,31 @@ def test_a_possible_point_passes() -> None:
     check_point(compose(["system=adaserve", "engine=vllm_v1"]))
 
 
+def test_a_point_whose_deployment_passed_before_has_its_workload_checked() -> None:
+    """``check_point`` with what earlier points passed (a sweep's, ``repro check``'s shared pool): a point whose
+    system, models, hardware and engine passed is checked on its workload alone, which is still refused when
+    impossible; a point differing elsewhere is checked whole."""
+    from repro.experiments.compose import to_dict
+
+    passed: set[str] = set()
+
+    def check(overrides: list[str]) -> None:
+        cfg = compose(overrides)
+        check_point(cfg, resolved=to_dict(cfg), passed=passed)
+
+    check(["system=adaserve", "rps=2"])
+    assert len(passed) == 2
+    check(["system=adaserve", "rps=3"])  # (another workload, parsed)
+    assert len(passed) == 3
+    with pytest.raises(ConfigError, match="workload config"):
+        check(["system=adaserve", "workload.arrival.kind=weird"])
+    with pytest.raises(ConfigError, match=r"system\.budget=0"):
+        check(["system=adaserve", "system.budget=0", "rps=2"])
+    with pytest.raises(ConfigError, match="leaves no KV memory"):
+        check(["system=adaserve", "model=llama2-70b", "tp=1", "rps=2"])
+    assert len(passed) == 3
+
+
 def test_added_keys_must_exist() -> None:
     check_keys(["num_requests"], {"num_requests", "rps"})
     with pytest.raises(ConfigError, match="did you mean 'num_requests'"):

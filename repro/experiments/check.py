@@ -248,7 +248,7 @@ QUEUED_PER_WORKER = 4
 
 
 def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path], extra: Sequence[str] = (),
-             n_jobs: int | None = None, progress: Callable[[], None] | None = None,
+             n_jobs: int | None = None, progress: Callable[[], None] | None = None, render: bool = True,
              ) -> Iterator[tuple[str, runner.ExperimentResult | str, float]]:
     """Run experiments ``names`` in turn, each into ``out_dir_of(name)`` (a scratch or reference folder, replaced);
     yields ``(name, result or why it was skipped, seconds)`` as each ends.
@@ -259,7 +259,8 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
     or draws its figures, and a point two experiments share runs once. An experiment on real models runs its points
     here with the pool idle (its step times are measured): nothing past it is planned before it has run, and it
     waits for what was submitted before it. Each experiment's results are the ones it
-    would have alone (the same points, the same files); ``seconds`` counts its own composition and run."""
+    would have alone (the same points, the same files; its figures and summary.md only with ``render``);
+    ``seconds`` counts its own composition and run."""
     jobs = int(n_jobs or os.cpu_count() or 1)
     pool = launch.PointPool(jobs) if jobs > 1 else None
     say = lambda line: tqdm.write(line, file=sys.stderr)  # noqa: E731
@@ -299,7 +300,7 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
                 pool.wait_idle()
             t0 = time.perf_counter()
             result = runner.run_experiment(ctx.cfg, ctx.overrides, out_dir=ctx.out_dir, log=say, progress=progress,
-                                           overwrite=True, planned=ctx)
+                                           overwrite=True, render=render, planned=ctx)
             yield name, result, spent.pop(k) + time.perf_counter() - t0
 
 
@@ -400,9 +401,18 @@ def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None
 def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: int | None = None,
           extra: Sequence[str] = (), results: Path = RESULTS_DIR) -> list[Outcome]:
     """Run and compare (or update) each experiment against ``results``; prints one line per experiment."""
+    from repro.experiments import render
+
     out: list[Outcome] = []
     scratch = REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
-    for name, result, wall in run_many(names, quick, lambda name: scratch / name, extra, n_jobs):
+
+    def fresh(name: str) -> Path:  # the scratch folder, emptied: no figure of an earlier check stays beside this run
+        shutil.rmtree(scratch / name, ignore_errors=True)
+        return scratch / name
+
+    # figures and summary.md only where they tell something: an update's (its reference's files), or an experiment
+    # that differs from its reference (drawn once compared); a matching one's are its reference's
+    for name, result, wall in run_many(names, quick, fresh, extra, n_jobs, render=update):
         if isinstance(result, str):
             print(f"{name}: {result}", flush=True)
             out.append(Outcome(name, None, skipped=result))
@@ -416,6 +426,8 @@ def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: i
             out.append(o)
             continue
         o.reference, o.problem, o.changes = against_reference(result, ref, tol)
+        if not o.ok:
+            render.render(result.out_dir, result.manifest, result.points)
         status = "ok" if o.ok else (o.problem or f"{len(o.changes)} cells differ")
         where = f" vs {display_path(o.reference)}" if o.reference else ""
         print(f"{name}: {status} ({o.num_points} points{where}, {o.wall_s:.0f} s)", flush=True)

@@ -250,6 +250,7 @@ class Composer:
         self._parser = OverridesParser.create()
         self._conf_dir = conf_dir
         self._groups: dict[str, bool] = {}
+        self._parsed: dict[str, Any] = {}  # each override line's parse (Hydra's grammar is slow; points repeat lines)
         # per tuple of group overrides: the composition pickled with and without its exp block (unpickling copies 4x
         # faster than deepcopy; points never read the block), and each group's option in it
         self._cache: dict[tuple[str, ...], tuple[bytes, bytes, dict[str, str]]] = {}
@@ -266,10 +267,13 @@ class Composer:
 
         from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
+        lines = list(overrides)
+        new = [line for line in dict.fromkeys(lines) if line not in self._parsed]
         try:
-            parsed = self._parser.parse_overrides(list(overrides))
+            self._parsed.update(zip(new, self._parser.parse_overrides(new), strict=True))
         except HydraException:
             return compose_config(overrides, where)  # Hydra's own error, worded as usual
+        parsed = [self._parsed[line] for line in lines]
         if any(o.is_hydra_override() or o.is_sweep_override() or o.key_or_group.startswith("exp.")
                for o in parsed):
             full = compose_config(overrides, where)

@@ -126,6 +126,7 @@ class PointPool:
         self.n_jobs = max(1, int(n_jobs))
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[tuple[str, bool], Future[Outcome]] = {}
+        self.passed: set[str] = set()  # what the points of experiments run on it passed (validate.check_point)
 
     def submit(self, key: str, cfg: DictConfig, keep: bool) -> Future[Outcome]:
         """The future of the point whose config hash is ``key`` (``keep``: with its tables), submitted if new."""

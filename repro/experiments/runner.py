@@ -61,7 +61,6 @@ from repro.experiments.results import (
     atomic_write_text,
     build_manifest,
     code_version,
-    config_hash,
     default_out_dir,
     dict_hash,
     display_path,
@@ -104,9 +103,10 @@ class RunContext:
     # their knobs leave unchanged (a point is a function of its composed config, seeds included)
     memo: dict[tuple[str, str], dict[str, str]] | None = None
     # a process pool shared with other experiments (repro check, repro all: launch.PointPool), and the sweep's
-    # points, configs and config hashes when they were composed ahead of the run to be submitted to it
+    # points, configs, their resolved dicts and config hashes when they were composed ahead of the run to be
+    # submitted to it
     pool: PointPool | None = None
-    composed: tuple[list[Point], list[DictConfig], list[str]] | None = None
+    composed: tuple[list[Point], list[DictConfig], list[dict[str, Any]], list[str]] | None = None
 
 
 @dataclass
@@ -204,26 +204,34 @@ def submit_ahead(ctx: RunContext) -> None:
         return
     assert ctx.pool is not None
     points, cfgs = compose_points(ctx)
-    hashes = [config_hash(c) for c in cfgs]
-    ctx.composed = (points, cfgs, hashes)
+    resolved, hashes = resolve_points(cfgs)
+    ctx.composed = (points, cfgs, resolved, hashes)
     for c, h in zip(cfgs, hashes, strict=True):
         if not is_real(c):
             ctx.pool.submit(h, c, bool(c.get("save_requests")))
+
+
+def resolve_points(cfgs: Sequence[DictConfig]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each point's config as a plain resolved dict (OmegaConf resolves a config once here, not once per reader)
+    and its :func:`~repro.experiments.results.config_hash`."""
+    resolved = [to_dict(c) for c in cfgs]
+    return resolved, [dict_hash(d) for d in resolved]
 
 
 def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
     spec, name = ctx.spec, ctx.spec.name
     if ctx.composed is not None:
-        points, cfgs, hashes = ctx.composed
+        points, cfgs, resolved, hashes = ctx.composed
     else:
         points, cfgs = compose_points(ctx)
-        hashes = [config_hash(c) for c in cfgs]
+        resolved, hashes = resolve_points(cfgs)
     checked: set[str] = set()
-    for p, c, h in zip(points, cfgs, hashes, strict=True):  # refuse an impossible point before anything runs
+    passed = ctx.pool.passed if ctx.pool is not None else set()  # (what the pool's experiments' points passed)
+    for p, c, r, h in zip(points, cfgs, resolved, hashes, strict=True):  # refuse an impossible point before it runs
         if h not in checked:
             checked.add(h)
-            check_point(c, where=f"point {p.describe()}: ")
+            check_point(c, where=f"point {p.describe()}: ", resolved=r, passed=passed)
     note_engines(ctx, points, cfgs)
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *spec.grid_columns()])
@@ -243,7 +251,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     todo = [i for i, p in enumerate(points) if (p.system, hashes[i]) not in done]
     built: set[str] = set()
     for i in todo if data_here(ctx.cfg.get("launcher") or {}) else []:  # each distinct workload, before writing
-        key = json.dumps([to_dict(cfgs[i].workload), str(cfgs[i].model.name)], sort_keys=True, default=str)
+        key = json.dumps([resolved[i]["workload"], str(resolved[i]["model"]["name"])], sort_keys=True, default=str)
         if key not in built:
             built.add(key)
             check_workload(cfgs[i], where=f"point {points[i].describe()}: ")

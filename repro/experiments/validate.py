@@ -16,7 +16,7 @@ Three layers, all raising :class:`repro.core.errors.ConfigError`:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -210,13 +210,38 @@ def check_workload(cfg: DictConfig, where: str = "") -> None:
 # --------------------------------------------------------------------------------------------- physics
 
 
-def check_point(cfg: DictConfig, where: str = "") -> None:
+#: The keys of a composed point :func:`check_point` reads besides its workload (resolved: their values are their own).
+POINT_KEYS = ("hardware", "model", "draft", "engine", "tp", "draft_tp", "system", "backend")
+
+
+def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | None = None,
+                passed: set[str] | None = None) -> None:
     """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses, the
-    system's constructor accepts its keys and the deployment meets the system's needs."""
+    system's constructor accepts its keys and the deployment meets the system's needs.
+
+    ``resolved``: ``cfg`` as a plain resolved dict, when the caller has it (its workload is read from there).
+    ``passed`` (with ``resolved``): what earlier points passed, kept up to date. The workload's check reads the
+    workload only, and the others read :data:`POINT_KEYS` only: a point whose :data:`POINT_KEYS` passed before has
+    its workload parsed and nothing else (a sweep's points mostly differ in their workloads)."""
+    import json
+
     from repro.cost.serving import EngineProfile
     from repro.cost.spec import HardwareSpec, ModelSpec
     from repro.sim.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
+
+    keys: tuple[str, str] | None = None
+    if resolved is not None and passed is not None:
+        keys = (json.dumps(["rest", {k: resolved.get(k) for k in POINT_KEYS}], sort_keys=True, default=str),
+                json.dumps(["workload", resolved["workload"]], sort_keys=True, default=str))
+        if keys[0] in passed:
+            if keys[1] not in passed:
+                try:
+                    parse_workload(resolved["workload"])
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"{where}workload config: {exc}") from None
+                passed.add(keys[1])
+            return
 
     def spec(group: str, build: Any) -> Any:
         try:
@@ -241,7 +266,7 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
     policy = instantiate_system(cfg.system, where)
     uses_draft = bool(policy.uses_draft_model) and draft.kind == "decoder"
     try:
-        parse_workload(cfg.workload)
+        parse_workload(cfg.workload if resolved is None else resolved["workload"])
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}workload config: {exc}") from None
     # the deployment the engine will build (replicas, their tp, remote draft servers), checked replica by replica
@@ -262,6 +287,8 @@ def check_point(cfg: DictConfig, where: str = "") -> None:
         cost = deployment.cost_model(int(rep.tp))
         if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
+    if keys is not None and passed is not None:
+        passed.update(keys)
 
 
 def check_backend(cfg: DictConfig, policy: Any, deployment: Any, model: Any, draft: Any, where: str = "") -> None:
