@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from repro.core.errors import ConfigError
-from repro.experiments.runner import derived_rows
+from repro.experiments.results import derived_rows
 from repro.metrics.derived import Derived, with_derived
 
 SPEEDUP = Derived("speedup", "lat", baseline="vllm", invert=True)

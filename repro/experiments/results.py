@@ -52,7 +52,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from repro.experiments import datasources
 from repro.experiments.expspec import ExpSpec
-from repro.metrics.derived import TABLE_COLUMNS
+from repro.metrics.derived import TABLE_COLUMNS, Derived, with_derived
 from repro.metrics.summary import POINT_METRICS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -409,3 +409,19 @@ def engines_line(engines: Mapping[str, str], warning: bool = False) -> str | Non
            else "each system on its paper's engine, as the experiment compares them")
     return (f"{'engine profiles differ' if warning else 'engine profiles'}: {which} ({why}); engine=NAME runs "
             "every system on one")
+
+
+def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
+    """points.csv's text rows plus the ``exp.derived`` columns (:func:`repro.metrics.derived.with_derived`), each
+    written with :func:`~repro.experiments.results.fmt` before the next entry reads it, as a redraw from points.csv
+    would see it."""
+    if not specs:
+        return rows
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    table = pd.DataFrame({c: [r.get(c, "") for r in rows] for c in cols}, dtype=object)
+    for spec in specs:
+        table = with_derived(table, [spec], keys)
+        table[spec.name] = [fmt(v) for v in table[spec.name]]
+    names = [s.name for s in specs]
+    return [{**r, **dict(zip(names, values, strict=True))}
+            for r, values in zip(rows, table[names].itertuples(index=False), strict=True)]

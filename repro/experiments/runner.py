@@ -62,6 +62,7 @@ from repro.experiments.results import (
     build_manifest,
     code_version,
     default_out_dir,
+    derived_rows,
     dict_hash,
     display_path,
     earlier_run,
@@ -72,7 +73,6 @@ from repro.experiments.results import (
 )
 from repro.experiments.stopping import Interrupted, signals_held, signum_of
 from repro.experiments.validate import check_keys, check_point, check_values, check_workload
-from repro.metrics.derived import Derived, with_derived
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
 REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
@@ -356,22 +356,6 @@ def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConf
     ctx.engine_warning = chose and "engine" not in user and engines_line(ctx.engines) is not None
     if ctx.engine_warning:
         ctx.say(f"warning: {engines_line(ctx.engines, warning=True)}")
-
-
-def derived_rows(rows: list[dict[str, str]], specs: Sequence[Derived], keys: Sequence[str]) -> list[dict[str, str]]:
-    """points.csv's text rows plus the ``exp.derived`` columns (:func:`repro.metrics.derived.with_derived`), each
-    written with :func:`~repro.experiments.results.fmt` before the next entry reads it, as a redraw from points.csv
-    would see it."""
-    if not specs:
-        return rows
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    table = pd.DataFrame({c: [r.get(c, "") for r in rows] for c in cols}, dtype=object)
-    for spec in specs:
-        table = with_derived(table, [spec], keys)
-        table[spec.name] = [fmt(v) for v in table[spec.name]]
-    names = [s.name for s in specs]
-    return [{**r, **dict(zip(names, values, strict=True))}
-            for r, values in zip(rows, table[names].itertuples(index=False), strict=True)]
 
 
 def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], total: int,

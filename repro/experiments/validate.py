@@ -230,24 +230,21 @@ def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | 
     from repro.sim.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
 
+    def spec(group: str, build: Any, source: Any = cfg) -> Any:
+        try:
+            return build(source[group])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}{group} config: {exc}") from None
+
     keys: tuple[str, str] | None = None
     if resolved is not None and passed is not None:
         keys = (json.dumps(["rest", {k: resolved.get(k) for k in POINT_KEYS}], sort_keys=True, default=str),
                 json.dumps(["workload", resolved["workload"]], sort_keys=True, default=str))
         if keys[0] in passed:
             if keys[1] not in passed:
-                try:
-                    parse_workload(resolved["workload"])
-                except (TypeError, ValueError) as exc:
-                    raise ConfigError(f"{where}workload config: {exc}") from None
+                spec("workload", parse_workload, resolved)
                 passed.add(keys[1])
             return
-
-    def spec(group: str, build: Any) -> Any:
-        try:
-            return build(cfg[group])
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}{group} config: {exc}") from None
 
     hw = spec("hardware", HardwareSpec.from_cfg)
     model = spec("model", ModelSpec.from_cfg)
@@ -265,10 +262,7 @@ def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | 
     check_system_counts(cfg.system, where)
     policy = instantiate_system(cfg.system, where)
     uses_draft = bool(policy.uses_draft_model) and draft.kind == "decoder"
-    try:
-        parse_workload(cfg.workload if resolved is None else resolved["workload"])
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}workload config: {exc}") from None
+    spec("workload", parse_workload, cfg if resolved is None else resolved)
     # the deployment the engine will build (replicas, their tp, remote draft servers), checked replica by replica
     try:
         deployment = Deployment.of(policy, hardware=hw, model=model, draft=draft, tp=tp, draft_tp=draft_tp,
