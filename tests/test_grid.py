@@ -8,7 +8,7 @@ import pytest
 
 from repro.core.errors import ConfigError
 from repro.experiments.expspec import ExpSpec
-from repro.experiments.grid import expand_points, format_value, group_overrides
+from repro.experiments.grid import by_workload, expand_points, format_value, group_overrides
 from repro.experiments.results import CONF_DIR
 
 GROUPS = group_overrides(CONF_DIR)
@@ -35,6 +35,17 @@ def test_order_and_overrides() -> None:
         "model@draft=llama-68m",
         "system.k=2",
     )
+
+
+def test_points_run_grouped_by_their_requests() -> None:
+    """by_workload: each seed's grid values served by every system one after another (the oracle's chunks of those
+    requests drawn once per worker), groups in order of first appearance; a subset keeps only its own points."""
+    exp = {"systems": ["vllm", "static_sd", "dsd"], "grid": {"rps": [1.0, 2.0]}, "seeds": [0, 1]}
+    pts = expand_points(ExpSpec.parse(exp), GROUPS)
+    order = [(pts[i].seed, dict(pts[i].values)["rps"], pts[i].system) for i in by_workload(pts, range(len(pts)))]
+    assert order == [(seed, rps, s) for seed in (0, 1) for rps in (1.0, 2.0) for s in ("vllm", "static_sd", "dsd")]
+    assert sorted(by_workload(pts, range(len(pts)))) == list(range(len(pts)))
+    assert by_workload(pts, [5, 0, 3]) == [5, 3, 0]  # dsd and static_sd at rps 2.0 (the first given), then vllm at 1.0
 
 
 def test_cases_bundle_overrides_with_their_own_grid() -> None:

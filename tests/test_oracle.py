@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.oracle import A0_MIN, Drafter, TokenOracle
+from repro.oracle import A0_MIN, P_FLOOR, Drafter, TokenOracle
 from repro.sim.plan import CandidateTree, TreeSpec
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "oracle" / "default.yaml"
@@ -413,6 +413,88 @@ def test_compiled_beam_equals_its_numpy_reference(use_jit: Any, confidence: floa
             got, want = getattr(beams[0], name), getattr(beams[1], name)
             assert got.dtype == want.dtype and got.shape == want.shape
             np.testing.assert_array_equal(got, want, err_msg=f"{name} at depth {depth}, width {width}")
+
+
+@pytest.mark.parametrize("mean", [0.05, 0.5, 0.95])
+def test_compiled_expansion_equals_its_numpy_reference(use_jit: Any, mean: float) -> None:
+    """The compiled fixed expansion (repro.oracle.kernels.expand: a calibrated drafter, at most 3 children a node)
+    gives the vectorized NumPy expansion's trees bit for bit; a wider or miscalibrated one stays on NumPy."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    for confidence in (1.0, 0.6):
+        stream = make_oracle(40, mean, seed=5, confidence=confidence)._stream("draft")
+        for expansion in [(1,), (3,), (1, 1, 3, 1, 1, 1, 1, 1), (2, 3, 2), (3, 3, 1, 2), (1, 4, 2), (5,)]:
+            n = int(rng.integers(1, 41))
+            rids, pos = rng.choice(40, n, replace=False), rng.integers(0, 1500, n)
+            got = []
+            for on in (True, False):
+                use_jit(on)
+                got.append(stream.expand(rids, pos, expansion))
+            (a, depth_a), (b, depth_b) = got
+            np.testing.assert_array_equal(depth_a, depth_b)
+            for name in ("parent", "rank", "prob", "path_prob"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert x.dtype == y.dtype and x.shape == y.shape
+                np.testing.assert_array_equal(x, y, err_msg=f"{name} of {expansion}, confidence {confidence}")
+
+
+def test_numpy_pow_of_0_and_1_is_exact() -> None:
+    """What the compiled expansion relies on: in true_dist's own broadcast, NumPy's q**0 is 1 and q**1 is q for
+    every q a p0 gives (two million p0s stored as float32, as the oracle stores them)."""
+    rng = np.random.default_rng(0)
+    p0 = np.clip(rng.random(2_000_000).astype(np.float32).astype(np.float64), P_FLOOR, 1.0 - P_FLOOR)
+    for decay, shape in [(0.7, (-1,)), (0.7, (1000, 2000)), (0.3, (-1,)), (0.95, (4000, 500))]:
+        q = np.maximum(decay, 1.0 - p0 / (1.0 - p0)).reshape(shape)
+        powers = q[..., None] ** np.arange(2)
+        assert (powers[..., 0] == 1.0).all() and (powers[..., 1] == q).all()
+
+
+def _reads(oracle: TokenOracle) -> list[np.ndarray]:
+    """What a chain and a tree read of requests 0-9 at positions 0-1,100 (every chunk field, off-path ones too)."""
+    stream = oracle._stream("draft")
+    rids, pos = np.arange(10), np.arange(10) * 110
+    got = [oracle.accept_chain(rids, pos, np.full(10, 4))[1]]
+    beam = stream.beam(rids, pos, 5, 4)
+    return [*got, beam.prob, beam.path_prob, beam.rank, stream.true_ranks(rids[:, None], pos[:, None] + np.arange(5))]
+
+
+@pytest.mark.parametrize("change", [{}, {"mean": 0.3}, {"seed": 1}, {"pos_concentration": 5.0}, {"spread": 0.2},
+                                    {"drift": {"offset": 0.2, "tau": 30.0}}])
+def test_remembered_chunks_are_the_ones_drawn(monkeypatch: pytest.MonkeyPatch, change: dict[str, Any]) -> None:
+    """The chunk memo (repro.oracle.store.MEMO) gives an oracle the chunks it would draw: after an oracle of the
+    same seed read them (``change`` empty: every chunk comes from the memo) or of another seed, level, κ_pos,
+    spread or drift (none may be mistaken for its own), the values equal those of a process without a memo."""
+    from repro.oracle import store
+
+    def oracle(**kw: Any) -> TokenOracle:
+        args = {"n": 10, "mean": 0.62, "seed": 0, "dataset": "sharegpt", **kw}
+        return make_oracle(**args)
+
+    monkeypatch.setattr(store, "MEMO", store.ChunkMemo(64 * 2**20))
+    monkeypatch.setattr("repro.oracle.streams.MEMO", store.MEMO)
+    _reads(oracle())  # fills the memo
+    held = len(store.MEMO)
+    assert held > 0
+    got = _reads(oracle(**change))
+    assert (len(store.MEMO) == held) == (not change)  # the same oracle draws nothing; any other draws its own
+    off = store.ChunkMemo(0)
+    monkeypatch.setattr("repro.oracle.streams.MEMO", off)
+    want = _reads(oracle(**change))
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert len(off) == 0
+
+
+def test_chunk_memo_keeps_within_its_limit() -> None:
+    from repro.oracle.store import ChunkMemo
+    memo = ChunkMemo(10_000)
+    for i in range(10):
+        memo.put(i, {"x": np.zeros(500)})  # 4,000 bytes each
+    assert len(memo) == 2 and memo.get(9) is not None and memo.get(0) is None
+    assert not memo.get(9)["x"].flags.writeable  # a remembered chunk cannot change under the runs that read it
+    memo.get(8)
+    memo.put(10, {"x": np.zeros(500)})
+    assert memo.get(8) is not None and memo.get(9) is None  # the least recently used goes first
 
 
 def test_width_above_oracle_width_is_rejected() -> None:

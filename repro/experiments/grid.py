@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,18 @@ def expand_points(spec: ExpSpec, groups: Mapping[str, str], extra: Mapping[str, 
                     ]
                     points.append(Point(len(points), entry.label, int(seed), values, tuple(ov)))
     return points
+
+
+def by_workload(points: Sequence[Point], indices: Iterable[int]) -> list[int]:
+    """Points ``indices`` reordered so that those of one seed and one set of grid values (the same requests, served
+    by each system of the sweep) run one after another, the groups in order of first appearance. Results do not
+    depend on the order; a worker then finds the oracle's chunks of those requests in its memo
+    (:data:`repro.oracle.store.MEMO`) instead of drawing them again for each system."""
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i in indices:
+        p = points[i]
+        groups.setdefault((p.seed, repr(p.values)), []).append(i)
+    return [i for group in groups.values() for i in group]
 
 
 def group_overrides(conf_dir: Path) -> dict[str, str]:

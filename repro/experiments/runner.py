@@ -52,7 +52,7 @@ from repro.experiments.compose import (
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
-from repro.experiments.grid import Point, expand_points, group_overrides, override
+from repro.experiments.grid import Point, by_workload, expand_points, group_overrides, override
 from repro.experiments.launch import Outcome, PointPool, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.results import (
     CONF_DIR,
@@ -206,9 +206,9 @@ def submit_ahead(ctx: RunContext) -> None:
     points, cfgs = compose_points(ctx)
     resolved, hashes = resolve_points(cfgs)
     ctx.composed = (points, cfgs, resolved, hashes)
-    for c, h in zip(cfgs, hashes, strict=True):
-        if not is_real(c):
-            ctx.pool.submit(h, c, bool(c.get("save_requests")))
+    for i in by_workload(points, range(len(points))):
+        if not is_real(cfgs[i]):
+            ctx.pool.submit(hashes[i], cfgs[i], bool(cfgs[i].get("save_requests")))
 
 
 def resolve_points(cfgs: Sequence[DictConfig]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -248,7 +248,7 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             if shared in ctx.memo:
                 done[shared] = ctx.memo[shared]
                 kept.append(done[shared])
-    todo = [i for i, p in enumerate(points) if (p.system, hashes[i]) not in done]
+    todo = by_workload(points, (i for i, p in enumerate(points) if (p.system, hashes[i]) not in done))
     built: set[str] = set()
     for i in todo if data_here(ctx.cfg.get("launcher") or {}) else []:  # each distinct workload, before writing
         key = json.dumps([resolved[i]["workload"], str(resolved[i]["model"]["name"])], sort_keys=True, default=str)

@@ -95,6 +95,61 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
             h[:] = new_h
 
 
+def expand(p0_true: np.ndarray, rank_true: np.ndarray, alt: np.ndarray, alt_idx: np.ndarray, div: np.ndarray,
+           expansion: np.ndarray, salt: np.ndarray, decay: float, widest: int, prob: np.ndarray,
+           path_prob: np.ndarray) -> None:
+    """:func:`repro.oracle.scoring.expand_layers` of a calibrated drafter (γ = 1) whose expansion keeps at most 3
+    children per node, one request at a time, into ``prob`` and ``path_prob`` (each (n, nodes), BFS order).
+
+    A node's top three reported probabilities are :func:`repro.oracle.distributions.true_dist`'s ``p0, p1·q⁰,
+    p1·q¹``, and NumPy's ``q**0`` and ``q**1`` are exactly 1 and q (held to NumPy's by a test over two million p0s), so
+    they are ``p0, p1, p1·q`` here; a wider expansion reads powers whose last bit NumPy's vectorized ``pow``
+    decides, and stays on the reference. ``widest``: the expansion's largest layer."""
+    def mix(z: np.uint64) -> np.uint64:  # splitmix64's finaliser on one value (repro.oracle.store._mix)
+        z = (z ^ (z >> _U30)) * _MIX_1
+        z = (z ^ (z >> _U27)) * _MIX_2
+        return z ^ (z >> _U31)
+
+    n = p0_true.shape[0]
+    umask = np.uint64(alt.shape[1] - 1)
+    on = np.empty(widest, dtype=np.bool_)
+    h = np.empty(widest, dtype=np.uint64)
+    pp = np.empty(widest)
+    new_on = np.empty(widest, dtype=np.bool_)
+    new_h = np.empty(widest, dtype=np.uint64)
+    rep = np.empty(3)
+    for j in range(n):
+        on[0] = True
+        h[0] = np.uint64(0)
+        pp[0] = 1.0
+        width = 1
+        first = 0  # the layer's first node
+        for i in range(expansion.shape[0]):
+            k = expansion[i]
+            di = div[j, i]
+            ti = rank_true[j, i]
+            for a in range(width):
+                p0 = p0_true[j, i] if on[a] else np.float64(alt[alt_idx[j, i], np.int64(h[a] & umask)])
+                rest = 1.0 - p0
+                q = max(decay, 1.0 - p0 / rest)
+                p1 = min(rest * (1.0 - q), p0)
+                rep[0] = p0
+                rep[1] = p1
+                rep[2] = p1 * q
+                for c in range(k):
+                    s = a * k + c
+                    prob[j, first + s] = rep[c]
+                    path_prob[j, first + s] = pp[a] * rep[c]
+                    new_on[s] = on[a] and c == ti
+                    new_h[s] = mix((di if on[a] else h[a]) ^ salt[c])
+            width *= k
+            for s in range(width):
+                on[s] = new_on[s]
+                h[s] = new_h[s]
+                pp[s] = path_prob[j, first + s]
+            first += width
+
+
 @jit.helper
 def _pool_index(table: np.ndarray, shift: int, r: int, q: int) -> int:
     """The pool index of request ``r``'s position ``q`` through the chunk ``table`` (``table[r, c]``: the pool slot of

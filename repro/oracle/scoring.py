@@ -12,6 +12,8 @@ position's true rank is 0).
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -141,11 +143,23 @@ def _reported_table(reads: TreeReads, depth: int, width: int,
     return table, true_row, alt_row
 
 
-def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Reported) -> tuple[_Beam, np.ndarray]:
-    """The nodes of a fixed expansion (``_TokenStream.expand``) and each node's depth."""
+def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Reported,
+                  decay: float | None = None) -> tuple[_Beam, np.ndarray]:
+    """The nodes of a fixed expansion (``_TokenStream.expand``) and each node's depth. ``decay``: given where the
+    reported distributions are the true ones (γ = 1), whose first three ranks the compiled kernel computes exactly
+    (:func:`repro.oracle.kernels.expand`, for expansions of at most 3 children a node)."""
     p0_true, rank_true, alt, alt_idx, div = reads
     n = p0_true.shape[0]
     layers, parent, rank, node_depth = _expansion_layout(expansion)
+    if decay is not None and max(expansion) <= 3 and jit.step_kernels():
+        nodes = parent.size
+        prob, path_prob = np.empty((n, nodes)), np.empty((n, nodes))
+        widest = max(itertools.accumulate(expansion, operator.mul))
+        jit.kernel("repro.oracle.kernels", "expand")(
+            p0_true, rank_true, alt, alt_idx, div, np.asarray(expansion, dtype=np.int64), _RANK_SALT, float(decay),
+            widest, prob, path_prob)
+        return _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0), prob,
+                     path_prob), node_depth.copy()
     probs, pps = [], []
     on = np.ones((n, 1), dtype=bool)
     pp = np.ones((n, 1))

@@ -8,6 +8,11 @@ at once.) An off-path tree node picks one of its position's ``NUM_ALT`` distribu
 (seed, r, divergence position, ranks after the divergence), i.e. of its absolute context, so the same context always
 gets the same distribution.
 
+**Memo.** The same seed draws the same chunks in every run: the points of a sweep (its systems, its rates) read
+the same requests' chunks again. :data:`MEMO` keeps the chunks a process drew, by everything their values depend on,
+up to a memory limit (``REPRO_CHUNK_MEMO_MB``, default 128; 0 turns it off), and a stream copies a remembered chunk
+instead of drawing it again: the same values, without the draws.
+
 **Storage.** A :class:`_ChunkStore` is a flat pool per field: chunk slots addressed through a (request × chunk)
 table, so a batch query is a handful of fancy-indexing operations with no per-request Python. ``release(rid)`` frees
 a finished request's chunks; asked again, they are regenerated identically.
@@ -15,7 +20,9 @@ a finished request's chunks; asked again, they are regenerated identically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -51,6 +58,57 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 _U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+class ChunkMemo:
+    """Chunks drawn earlier in this process (``{field: array}``, read-only), by a key naming everything their values
+    depend on; the least recently used go first once their arrays pass ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._chunks: OrderedDict[Hashable, dict[str, np.ndarray]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: Hashable) -> dict[str, np.ndarray] | None:
+        got = self._chunks.get(key)
+        if got is not None:
+            self._chunks.move_to_end(key)
+        return got
+
+    def put(self, key: Hashable, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Remember ``chunk`` (its arrays made read-only) and return it."""
+        for arr in chunk.values():
+            arr.flags.writeable = False
+        if self.limit <= 0:
+            return chunk
+        old = self._chunks.pop(key, None)
+        if old is not None:
+            self._bytes -= sum(a.nbytes for a in old.values())
+        self._chunks[key] = chunk
+        self._bytes += sum(a.nbytes for a in chunk.values())
+        while self._bytes > self.limit and self._chunks:
+            _, gone = self._chunks.popitem(last=False)
+            self._bytes -= sum(a.nbytes for a in gone.values())
+        return chunk
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+
+def _memo_limit() -> int:
+    raw = os.environ.get("REPRO_CHUNK_MEMO_MB", "128")
+    try:
+        return int(float(raw) * 2**20)
+    except ValueError:
+        raise ValueError(f"REPRO_CHUNK_MEMO_MB must be a number of megabytes, not {raw!r}") from None
+
+
+#: the chunks this process drew (:class:`ChunkMemo`)
+MEMO = ChunkMemo(_memo_limit())
 
 
 class _ChunkStore:

@@ -22,7 +22,7 @@ from repro.core import jit
 from repro.core.seeding import Seeder
 from repro.oracle.distributions import A0_MIN, P_FLOOR, _beta_mean_sd, reported_dist, sample_rank, true_dist
 from repro.oracle.scoring import TreeReads, _Beam, beam_layers, chain_steps, expand_layers
-from repro.oracle.store import _ALT_KEY, _AR, _CHUNK_KEY, _LEVEL, ALT_CHUNK, CHUNK, NUM_ALT, _ChunkStore, _mix
+from repro.oracle.store import _ALT_KEY, _AR, _CHUNK_KEY, _LEVEL, ALT_CHUNK, CHUNK, MEMO, NUM_ALT, _ChunkStore, _mix
 
 
 class _TokenStream:
@@ -45,6 +45,11 @@ class _TokenStream:
         self._a0 = np.full(n, np.nan)
         # the generators of (seed, key, part, r[, chunk]): NumPy's own seeding, about 5x cheaper (repro.core.seeding)
         self._seeds = {part: Seeder(base, (key, part), n) for part in (_LEVEL, _CHUNK_KEY, _ALT_KEY)}
+        # what a chunk's values depend on besides (part, r, chunk) and the request's level: the seed, the stream
+        # and κ_pos (the memo's key, :data:`repro.oracle.store.MEMO`)
+        entropy = base.entropy if isinstance(base.entropy, int) else tuple(np.asarray(base.entropy).ravel().tolist())
+        self._memo_id = (type(self).__name__, entropy, tuple(base.spawn_key), base.pool_size, key,
+                         float(pos_concentration))
         # per position: the draft's top-1 probability, the target's uniform, whether the target's token is the
         # draft's top-1 (u < p0: all a chain reads) and the target's rank, computed from p0 and u only once a tree
         # reads ranks (:meth:`_ranks`)
@@ -82,13 +87,29 @@ class _TokenStream:
         # np.clip(p0, P_FLOOR, 1 - P_FLOOR), in place on the fresh draws (the same values, NaN included)
         return np.minimum(np.maximum(p0, P_FLOOR, out=p0), 1.0 - P_FLOOR, out=p0).astype(np.float32)
 
+    def _memo_key(self, part: int, rid: int, chunk: int) -> tuple[Any, ...]:
+        """Everything the values of chunk ``chunk`` of request ``rid`` in ``part`` depend on: the stream's seed and
+        κ_pos, the request's level, drift start and drift time (:meth:`_draw_p0`), and the generator's (part, r,
+        chunk)."""
+        a_r, a_0 = self.level(rid)
+        tau = float(self._drift[2][rid]) if self._drift is not None else math.nan
+        return (self._memo_id, part, rid, chunk, a_r, None if math.isnan(a_0) else a_0,
+                None if math.isnan(tau) else tau)
+
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
-        p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
-        u = rng.random(CHUNK)
-        out = {"p0": p0, "u": u, "hit": u < p0.astype(np.float64)}  # rank 0 exactly where u < p0 (sample_rank)
-        if self._ranked:
-            out["rank"] = self._sample_rank(p0, u)
+        key = self._memo_key(_CHUNK_KEY, rid, chunk)
+        out = MEMO.get(key)
+        if out is None:
+            rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
+            p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
+            u = rng.random(CHUNK)
+            # rank 0 exactly where u < p0 (sample_rank)
+            out = MEMO.put(key, {"p0": p0, "u": u, "hit": u < p0.astype(np.float64)})
+        if not self._ranked:
+            return {name: out[name] for name in ("p0", "u", "hit")}
+        if "rank" not in out:  # (the same arrays: computed once per chunk, kept with it)
+            out["rank"] = self._sample_rank(out["p0"], out["u"])
+            out["rank"].flags.writeable = False
         return out
 
     def _sample_rank(self, p0: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -108,8 +129,12 @@ class _TokenStream:
         return pools["rank"]
 
     def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        rng = self._seeds[_ALT_KEY].generator(rid, chunk)
-        return {"alt": self._draw_p0(rng, rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))}
+        key = self._memo_key(_ALT_KEY, rid, chunk)
+        out = MEMO.get(key)
+        if out is None:
+            rng = self._seeds[_ALT_KEY].generator(rid, chunk)
+            out = MEMO.put(key, {"alt": self._draw_p0(rng, rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))})
+        return out
 
     def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         idx = self.store.locate(rids, positions)  # may grow the pools: index them afterwards
@@ -213,7 +238,8 @@ class _TokenStream:
         if not expansion or min(expansion) < 1 or max(expansion) > self.width:
             raise ValueError(f"expansion {list(expansion)}: child counts must lie in 1..{self.width} (the oracle "
                              "models the draft's top W tokens; raise oracle.width)")
-        return expand_layers(self._positions(rids, pos, len(expansion)), expansion, self.reported)
+        return expand_layers(self._positions(rids, pos, len(expansion)), expansion, self.reported,
+                             self._decay if self._gamma == 1.0 else None)
 
 
 class _TraceStream(_TokenStream):
