@@ -78,7 +78,7 @@ def chain_counts(cands: Sequence[CandidateTree], budget: int) -> np.ndarray | No
     if not cands:
         return None
     n, m = len(cands), cands[0].path_prob.size
-    if not all(c.draft_width == 1 and c.path_prob.size == m for c in cands):
+    if {(c.draft_width, c.path_prob.size) for c in cands} != {(1, m)}:
         return None
     pp = np.concatenate([c.path_prob for c in cands]).reshape(n, m)
     if not (pp[:, 1:] <= pp[:, :-1]).all():

@@ -438,6 +438,26 @@ def test_compiled_expansion_equals_its_numpy_reference(use_jit: Any, mean: float
                 np.testing.assert_array_equal(x, y, err_msg=f"{name} of {expansion}, confidence {confidence}")
 
 
+@pytest.mark.parametrize("mean", [0.1, 0.5, 0.9])
+def test_true_dist_equals_its_single_expression(mean: float) -> None:
+    """true_dist's large tables (the decay's powers computed once, only raised q raised) hold NumPy's single
+    expression bit for bit, over the shapes the oracle asks for (a beam's flat table, an expansion's (n, width))."""
+    from repro.oracle.distributions import true_dist
+    from repro.oracle.store import _AR
+
+    rng = np.random.default_rng(int(mean * 10))
+    for shape in [(2580,), (300, 16), (5000,), (7, 600), (3, 40, 50)]:
+        p0 = np.clip(rng.beta(2 * mean, 2 * (1 - mean), shape).astype(np.float32).astype(np.float64), P_FLOOR,
+                     1 - P_FLOOR)
+        for width in (2, 3, 8, 16):
+            for decay in (0.7, 0.4, 0.95):
+                rest = 1.0 - p0
+                q = np.maximum(decay, 1.0 - p0 / rest)
+                p1 = np.minimum(rest * (1.0 - q), p0)
+                want = np.concatenate([p0[..., None], p1[..., None] * q[..., None] ** _AR[:width - 1]], axis=-1)
+                np.testing.assert_array_equal(true_dist(p0, width, decay), want)
+
+
 def test_numpy_pow_of_0_and_1_is_exact() -> None:
     """What the compiled expansion relies on: in true_dist's own broadcast, NumPy's q**0 is 1 and q**1 is q for
     every q a p0 gives (two million p0s stored as float32, as the oracle stores them)."""
@@ -459,7 +479,8 @@ def _reads(oracle: TokenOracle) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("change", [{}, {"mean": 0.3}, {"seed": 1}, {"pos_concentration": 5.0}, {"spread": 0.2},
-                                    {"drift": {"offset": 0.2, "tau": 30.0}}])
+                                    {"drift": {"offset": 0.2, "tau": 30.0}},
+                                    {"drift": {"a0": 0.4, "a0_spread": 0.1, "tau": 30.0}}])
 def test_remembered_chunks_are_the_ones_drawn(monkeypatch: pytest.MonkeyPatch, change: dict[str, Any]) -> None:
     """The chunk memo (repro.oracle.store.MEMO) gives an oracle the chunks it would draw: after an oracle of the
     same seed read them (``change`` empty: every chunk comes from the memo) or of another seed, level, κ_pos,

@@ -21,6 +21,7 @@ the target's rank among them and what the drafter reports.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -116,12 +117,34 @@ def _drift_arrays(dataset: np.ndarray, drift: Mapping[str, Any] | None
 
 
 def true_dist(p0: np.ndarray, width: int, decay: float) -> np.ndarray:
-    """The draft's top-``width`` probabilities (last axis, sorted descending) given its top-1 ``p0``."""
+    """The draft's top-``width`` probabilities (last axis, sorted descending) given its top-1 ``p0``.
+
+    ``p1 · q^j`` for ``j < width − 1``, the powers as NumPy's ``q[..., None] ** _AR[:width - 1]`` gives them. In a
+    large table, where ``q`` is ``decay`` (every ``p0`` above about 0.23 at decay 0.7) they are one row computed
+    once (:func:`_decay_powers`, by the same expression), and only the raised ``q`` are raised to the powers
+    (NumPy's vectorized ``pow`` gives an element the same value whatever else its call holds; a test holds both
+    ways to the single expression): 2,580 distributions of 16 ranks in about 100 µs instead of 340."""
     rest = 1.0 - p0
     q = np.maximum(decay, 1.0 - p0 / rest)
     p1 = np.minimum(rest * (1.0 - q), p0)  # = p0 when q is raised: exact, so ties break towards rank 0
-    lower = p1[..., None] * q[..., None] ** _AR[:width - 1]
-    return np.concatenate([p0[..., None], lower], axis=-1)
+    if q.size * (width - 1) < 4096:  # (a small table: the single expression is as fast)
+        return np.concatenate([p0[..., None], p1[..., None] * q[..., None] ** _AR[:width - 1]], axis=-1)
+    out = np.empty((*q.shape, width))
+    out[..., 0] = p0
+    lower = out[..., 1:]
+    np.multiply(p1[..., None], _decay_powers(decay, width), out=lower)
+    raised = q != decay
+    if raised.any():
+        lower[raised] = p1[raised][:, None] * q[raised][:, None] ** _AR[:width - 1]
+    return out
+
+
+@functools.cache
+def _decay_powers(decay: float, width: int) -> np.ndarray:
+    """``decay ** j`` for ``j < width − 1``, by :func:`true_dist`'s expression (read-only)."""
+    row = (np.array([decay])[:, None] ** _AR[:width - 1])[0]
+    row.flags.writeable = False
+    return row
 
 
 def sample_rank(p0: np.ndarray, u: np.ndarray, width: int, decay: float) -> np.ndarray:

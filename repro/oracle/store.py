@@ -40,7 +40,7 @@ _RANK_SALT.flags.writeable = False
 DRAFT_KEY, EAGLE_KEY, PLD_KEY = 0, 1, 2
 #: the parts of a stream's seeds: (seed, key, part, r[, chunk])
 _LEVEL, _CHUNK_KEY, _ALT_KEY = 0, 1, 2
-_INIT_SLOTS = 64
+_INIT_SLOTS, _MAX_INIT_SLOTS = 64, 4096  # a store's first pool: a slot per request, within these
 _AR = np.arange(4096, dtype=np.int64)
 _AR.flags.writeable = False
 
@@ -120,9 +120,11 @@ class _ChunkStore:
         self._fill = fill
         self.chunk, self._shift, self._mask = chunk, chunk.bit_length() - 1, chunk - 1
         self.table = np.full((num_requests, 1), -1, dtype=np.int64)
+        # room for a chunk per request to begin with (zeroed pages cost nothing until written), doubled as needed
+        slots = min(max(_INIT_SLOTS, num_requests), _MAX_INIT_SLOTS)
         self.pools: dict[str, np.ndarray] = {
-            n: np.zeros((_INIT_SLOTS * chunk, *s), dtype=d) for n, (s, d) in self._fields.items()}
-        self._free = list(range(_INIT_SLOTS - 1, -1, -1))
+            n: np.zeros((slots * chunk, *s), dtype=d) for n, (s, d) in self._fields.items()}
+        self._free = list(range(slots - 1, -1, -1))
         self._held = 0  # chunks generated and not released
 
     def locate(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:

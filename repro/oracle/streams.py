@@ -60,18 +60,29 @@ class _TokenStream:
         self.alt_store = _ChunkStore(n, {"alt": ((NUM_ALT,), np.float32)}, self._fill_alt, ALT_CHUNK)
 
     def level(self, rid: int) -> tuple[float, float]:
-        """The request's level a_r and its drift start a_0 (drawn on first use, seeded by (seed, r))."""
+        """The request's level a_r and its drift start a_0 (drawn on first use, seeded by (seed, r); remembered in
+        :data:`~repro.oracle.store.MEMO` by what they depend on: the seed, the stream, the request's mean, the
+        spread and its drift's shape)."""
         if math.isnan(self._level[rid]):
-            rng = self._seeds[_LEVEL].generator(rid)
-            self._level[rid] = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
-            if self._drift is not None and math.isfinite(self._drift[2][rid]):
-                mean, sd = float(self._drift[0][rid]), float(self._drift[1][rid])
-                if self._drift[3][rid]:  # relative: a_0 = a_r - offset_r, offset_r ~ Normal(offset, sd)
-                    offset = mean + sd * float(rng.standard_normal()) if sd > 0.0 else mean
-                    self._a0[rid] = min(max(self._level[rid] - offset, A0_MIN), 1.0 - A0_MIN)
-                else:
-                    self._a0[rid] = _beta_mean_sd(rng, mean, sd)
+            drift = None if self._drift is None or not math.isfinite(self._drift[2][rid]) else \
+                (float(self._drift[0][rid]), float(self._drift[1][rid]), bool(self._drift[3][rid]))
+            key = (self._memo_id, _LEVEL, rid, float(self._means[rid]), self._spread, drift)
+            got = MEMO.get(key)
+            if got is None:
+                got = MEMO.put(key, {"level": np.array(self._draw_level(rid, drift))})
+            self._level[rid], self._a0[rid] = got["level"]
         return float(self._level[rid]), float(self._a0[rid])
+
+    def _draw_level(self, rid: int, drift: tuple[float, float, bool] | None) -> tuple[float, float]:
+        rng = self._seeds[_LEVEL].generator(rid)
+        level = _beta_mean_sd(rng, float(self._means[rid]), self._spread)
+        if drift is None:
+            return level, math.nan
+        mean, sd, relative = drift
+        if relative:  # relative: a_0 = a_r - offset_r, offset_r ~ Normal(offset, sd)
+            offset = mean + sd * float(rng.standard_normal()) if sd > 0.0 else mean
+            return level, min(max(level - offset, A0_MIN), 1.0 - A0_MIN)
+        return level, _beta_mean_sd(rng, mean, sd)
 
     def _draw_p0(self, rng: np.random.Generator, rid: int, first: int, size: tuple[int, ...]) -> np.ndarray:
         """Top-1 probabilities ~ Beta(mean a_r(t), concentration κ_pos) at positions ``first + i``."""

@@ -395,8 +395,9 @@ class TokenOracle:
         sizes = np.array([c.parent.shape[0] for c in cands], dtype=np.int64)  # each candidate tree's size
         # the trees' selected nodes, and their candidates' parents, depths and ranks, one tree after another
         nodes = np.concatenate([trees[j].nodes for j in some]).astype(np.int64, copy=False)
-        parents, depths, ranks = (np.concatenate([getattr(c, name) for c in cands]).astype(np.int64, copy=False)
-                                  for name in ("parent", "depth", "rank"))
+        parents, depths, ranks = (np.concatenate(arrays).astype(np.int64, copy=False)
+                                  for arrays in ([c.parent for c in cands], [c.depth for c in cands],
+                                                 [c.rank for c in cands]))
         rids = np.array([c.rid for c in cands], dtype=np.int64)
         pos = np.array([c.pos for c in cands], dtype=np.int64)
         if jit.step_kernels():  # the same, one tree at a time, compiled (repro.oracle.kernels.accept_paths)
