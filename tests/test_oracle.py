@@ -510,11 +510,11 @@ def test_chunk_memo_keeps_within_its_limit() -> None:
     from repro.oracle.store import ChunkMemo
     memo = ChunkMemo(10_000)
     for i in range(10):
-        memo.put(i, {"x": np.zeros(500)})  # 4,000 bytes each
+        memo.put(i, {"x": np.zeros(468)})  # 3,744 bytes and 256 of headers each
     assert len(memo) == 2 and memo.get(9) is not None and memo.get(0) is None
     assert not memo.get(9)["x"].flags.writeable  # a remembered chunk cannot change under the runs that read it
     memo.get(8)
-    memo.put(10, {"x": np.zeros(500)})
+    memo.put(10, {"x": np.zeros(468)})
     assert memo.get(8) is not None and memo.get(9) is None  # the least recently used goes first
 
 

@@ -21,6 +21,7 @@ a finished request's chunks; asked again, they are regenerated identically.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 
@@ -83,12 +84,12 @@ class ChunkMemo:
             return chunk
         old = self._chunks.pop(key, None)
         if old is not None:
-            self._bytes -= sum(a.nbytes for a in old.values())
+            self._bytes -= _size(old)
         self._chunks[key] = chunk
-        self._bytes += sum(a.nbytes for a in chunk.values())
+        self._bytes += _size(chunk)
         while self._bytes > self.limit and self._chunks:
             _, gone = self._chunks.popitem(last=False)
-            self._bytes -= sum(a.nbytes for a in gone.values())
+            self._bytes -= _size(gone)
         return chunk
 
     def clear(self) -> None:
@@ -99,12 +100,18 @@ class ChunkMemo:
         return len(self._chunks)
 
 
+def _size(chunk: dict[str, np.ndarray]) -> int:
+    """What a remembered entry holds: its arrays, and about 256 bytes of key, dict and array headers."""
+    return 256 + sum(a.nbytes for a in chunk.values())
+
+
 def _memo_limit() -> int:
     raw = os.environ.get("REPRO_CHUNK_MEMO_MB", "128")
     try:
         return int(float(raw) * 2**20)
     except ValueError:
-        raise ValueError(f"REPRO_CHUNK_MEMO_MB must be a number of megabytes, not {raw!r}") from None
+        warnings.warn(f"REPRO_CHUNK_MEMO_MB={raw!r} is not a number of megabytes: using 128", stacklevel=2)
+        return 128 * 2**20
 
 
 #: the chunks this process drew (:class:`ChunkMemo`)

@@ -353,6 +353,9 @@ def _call(fn: Callable[..., object], *args: Any) -> object:
 
 
 def _decode_run_setup() -> tuple[Any, ...]:
+    from repro.oracle.store import MEMO
+
+    MEMO.clear()  # chunks drawn, not remembered from the run before (repro.oracle.store.MEMO)
     return (make_oracle(),)
 
 
