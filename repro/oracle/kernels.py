@@ -14,6 +14,14 @@ _U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
+@jit.helper
+def _mix_one(z: np.uint64) -> np.uint64:
+    """splitmix64's finaliser on one value (:func:`repro.oracle.store._mix`)."""
+    z = (z ^ (z >> _U30)) * _MIX_1
+    z = (z ^ (z >> _U27)) * _MIX_2
+    return z ^ (z >> _U31)
+
+
 def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int, rank_true: np.ndarray,
          div: np.ndarray, salt: np.ndarray, depth: int, width: int, parent: np.ndarray, rank: np.ndarray,
          prob: np.ndarray, path_prob: np.ndarray) -> None:
@@ -23,11 +31,6 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
     A layer's ``width`` picks among its ``width²`` candidates (parent-major, then rank) are kept in a small buffer
     ordered by path probability, ties to the lower candidate index (the reference's stable order), then emitted in
     candidate order."""
-    def mix(z: np.uint64) -> np.uint64:  # splitmix64's finaliser on one value (repro.oracle.store._mix)
-        z = (z ^ (z >> _U30)) * _MIX_1
-        z = (z ^ (z >> _U27)) * _MIX_2
-        return z ^ (z >> _U31)
-
     n = true_row.shape[0]
     m = width * width
     umask = np.uint64(mask)
@@ -49,7 +52,7 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
             path_prob[j, s] = v
             parent[j, s] = -1
             rank[j, s] = s
-            h[s] = mix(d0 ^ salt[s])
+            h[s] = _mix_one(d0 ^ salt[s])
             on[s] = s == t0
         for i in range(1, depth):
             prev = (i - 1) * width  # the previous layer's first node
@@ -84,7 +87,7 @@ def beam(table: np.ndarray, true_row: np.ndarray, alt_row: np.ndarray, mask: int
                 at = q // width
                 rk = q - at * width
                 par_on = on[at]
-                new_h[s] = mix((di if par_on else h[at]) ^ salt[rk])
+                new_h[s] = _mix_one((di if par_on else h[at]) ^ salt[rk])
                 new_on[s] = par_on and rk == ti
                 node = i * width + s
                 parent[j, node] = prev + at
@@ -105,11 +108,6 @@ def expand(p0_true: np.ndarray, rank_true: np.ndarray, alt: np.ndarray, alt_idx:
     p1·q¹``, and NumPy's ``q**0`` and ``q**1`` are exactly 1 and q (held to NumPy's by a test over two million p0s), so
     they are ``p0, p1, p1·q`` here; a wider expansion reads powers whose last bit NumPy's vectorized ``pow``
     decides, and stays on the reference. ``widest``: the expansion's largest layer."""
-    def mix(z: np.uint64) -> np.uint64:  # splitmix64's finaliser on one value (repro.oracle.store._mix)
-        z = (z ^ (z >> _U30)) * _MIX_1
-        z = (z ^ (z >> _U27)) * _MIX_2
-        return z ^ (z >> _U31)
-
     n = p0_true.shape[0]
     umask = np.uint64(alt.shape[1] - 1)
     on = np.empty(widest, dtype=np.bool_)
@@ -141,7 +139,7 @@ def expand(p0_true: np.ndarray, rank_true: np.ndarray, alt: np.ndarray, alt_idx:
                     prob[j, first + s] = rep[c]
                     path_prob[j, first + s] = pp[a] * rep[c]
                     new_on[s] = on[a] and c == ti
-                    new_h[s] = mix((di if on[a] else h[a]) ^ salt[c])
+                    new_h[s] = _mix_one((di if on[a] else h[a]) ^ salt[c])
             width *= k
             for s in range(width):
                 on[s] = new_on[s]

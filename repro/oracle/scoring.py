@@ -12,8 +12,6 @@ position's true rank is 0).
 from __future__ import annotations
 
 import functools
-import itertools
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -152,14 +150,22 @@ def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Report
     n = p0_true.shape[0]
     layers, parent, rank, node_depth = _expansion_layout(expansion)
     if decay is not None and max(expansion) <= 3 and jit.step_kernels():
-        nodes = parent.size
-        prob, path_prob = np.empty((n, nodes)), np.empty((n, nodes))
-        widest = max(itertools.accumulate(expansion, operator.mul))
+        prob, path_prob = np.empty((n, parent.size)), np.empty((n, parent.size))
         jit.kernel("repro.oracle.kernels", "expand")(
             p0_true, rank_true, alt, alt_idx, div, np.asarray(expansion, dtype=np.int64), _RANK_SALT, float(decay),
-            widest, prob, path_prob)
-        return _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0), prob,
-                     path_prob), node_depth.copy()
+            max(width * k for width, k, *_ in layers), prob, path_prob)
+    else:
+        prob, path_prob = _expand_numpy(reads, layers, reported)
+    return _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0), prob,
+                 path_prob), node_depth.copy()
+
+
+def _expand_numpy(reads: TreeReads, layers: tuple[tuple[int, int, np.ndarray, np.ndarray, np.ndarray], ...],
+                  reported: Reported) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`expand_layers`' probabilities and path probabilities, layer by layer over the batch (the kernel's
+    reference)."""
+    p0_true, rank_true, alt, alt_idx, div = reads
+    n = p0_true.shape[0]
     probs, pps = [], []
     on = np.ones((n, 1), dtype=bool)
     pp = np.ones((n, 1))
@@ -176,9 +182,7 @@ def expand_layers(reads: TreeReads, expansion: tuple[int, ...], reported: Report
         pp = cpp
         probs.append(rep.reshape(n, width * k))
         pps.append(cpp)
-    beam = _Beam(np.repeat(parent[None, :], n, axis=0), np.repeat(rank[None, :], n, axis=0),
-                 np.concatenate(probs, axis=1), np.concatenate(pps, axis=1))
-    return beam, node_depth.copy()
+    return np.concatenate(probs, axis=1), np.concatenate(pps, axis=1)
 
 
 @functools.lru_cache(maxsize=64)

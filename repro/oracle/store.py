@@ -76,6 +76,11 @@ class ChunkMemo:
             self._chunks.move_to_end(key)
         return got
 
+    def recall(self, key: Hashable, draw: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The entry remembered under ``key``, else ``draw()``'s, remembered."""
+        got = self.get(key)
+        return self.put(key, draw()) if got is None else got
+
     def put(self, key: Hashable, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Remember ``chunk`` (its arrays made read-only) and return it."""
         for arr in chunk.values():

@@ -67,9 +67,7 @@ class _TokenStream:
             drift = None if self._drift is None or not math.isfinite(self._drift[2][rid]) else \
                 (float(self._drift[0][rid]), float(self._drift[1][rid]), bool(self._drift[3][rid]))
             key = (self._memo_id, _LEVEL, rid, float(self._means[rid]), self._spread, drift)
-            got = MEMO.get(key)
-            if got is None:
-                got = MEMO.put(key, {"level": np.array(self._draw_level(rid, drift))})
+            got = MEMO.recall(key, lambda: {"level": np.array(self._draw_level(rid, drift))})
             self._level[rid], self._a0[rid] = got["level"]
         return float(self._level[rid]), float(self._a0[rid])
 
@@ -107,15 +105,14 @@ class _TokenStream:
         return (self._memo_id, part, rid, chunk, a_r, None if math.isnan(a_0) else a_0,
                 None if math.isnan(tau) else tau)
 
+    def _draw_chunk(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
+        rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
+        p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
+        u = rng.random(CHUNK)
+        return {"p0": p0, "u": u, "hit": u < p0.astype(np.float64)}  # rank 0 exactly where u < p0 (sample_rank)
+
     def _fill(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        key = self._memo_key(_CHUNK_KEY, rid, chunk)
-        out = MEMO.get(key)
-        if out is None:
-            rng = self._seeds[_CHUNK_KEY].generator(rid, chunk)
-            p0 = self._draw_p0(rng, rid, chunk * CHUNK, (CHUNK,))
-            u = rng.random(CHUNK)
-            # rank 0 exactly where u < p0 (sample_rank)
-            out = MEMO.put(key, {"p0": p0, "u": u, "hit": u < p0.astype(np.float64)})
+        out = MEMO.recall(self._memo_key(_CHUNK_KEY, rid, chunk), lambda: self._draw_chunk(rid, chunk))
         if not self._ranked:
             return {name: out[name] for name in ("p0", "u", "hit")}
         if "rank" not in out:  # (the same arrays: computed once per chunk, kept with it)
@@ -140,12 +137,8 @@ class _TokenStream:
         return pools["rank"]
 
     def _fill_alt(self, rid: int, chunk: int) -> dict[str, np.ndarray]:
-        key = self._memo_key(_ALT_KEY, rid, chunk)
-        out = MEMO.get(key)
-        if out is None:
-            rng = self._seeds[_ALT_KEY].generator(rid, chunk)
-            out = MEMO.put(key, {"alt": self._draw_p0(rng, rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))})
-        return out
+        return MEMO.recall(self._memo_key(_ALT_KEY, rid, chunk), lambda: {"alt": self._draw_p0(
+            self._seeds[_ALT_KEY].generator(rid, chunk), rid, chunk * ALT_CHUNK, (ALT_CHUNK, NUM_ALT))})
 
     def true_ranks(self, rids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         idx = self.store.locate(rids, positions)  # may grow the pools: index them afterwards
