@@ -68,7 +68,9 @@ class DSD(Policy):
 
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
-        self.latency = profile(ctx.cost, "draft", self.max_len, self.max_num_seqs)  # offline linear regression
+        self.latency = ctx.cost.remember(  # offline linear regression
+            ("turbospec.profile", "draft", self.max_len, self.max_num_seqs),
+            lambda: profile(ctx.cost, "draft", self.max_len, self.max_num_seqs))
 
     def schedule(self, view: View) -> StepPlan:
         adm, decode, preempt = prefill_prioritized(

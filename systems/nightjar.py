@@ -473,7 +473,8 @@ class Nightjar(Policy):
             self.selector = make_selector(self.selector_kind, self.num_arms, self.max_num_seqs)
         self.prev_gamma, self._played = 0, None
         self._sorted_arrivals: bool | None = None
-        self.c_prefill = profile_c_prefill(cost, 4096, self.max_num_seqs)
+        self.c_prefill = cost.remember(("nightjar.c_prefill", 4096, self.max_num_seqs),
+                                       lambda: profile_c_prefill(cost, 4096, self.max_num_seqs))
         self.memory: ElasticMemory | None = None
         if self.offload:
             with_draft = cost.kv_capacity_blocks(draft_resident=True)

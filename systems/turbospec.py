@@ -368,7 +368,8 @@ class TurboSpec(Policy):
     def bind(self, ctx: PolicyContext) -> None:
         super().bind(ctx)
         # offline profiler (§5.2): coefficients inspectable as self.latency.target.alpha etc.
-        self.latency = profile(ctx.cost, self.proposer, self.max_len, self.max_num_seqs)
+        self.latency = ctx.cost.remember(("turbospec.profile", self.proposer, self.max_len, self.max_num_seqs),
+                                         lambda: profile(ctx.cost, self.proposer, self.max_len, self.max_num_seqs))
 
     def schedule(self, view: View) -> StepPlan:
         # line 2: vLLM's batch scheduler, reserving the last proposed length as lookahead slots (the OOM guard

@@ -4,14 +4,15 @@ same config hash, same one-line errors. Checked on points of every experiment.""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from repro.core.errors import ConfigError
-from repro.experiments.compose import Composer, compose_config, hydra_context, to_dict
-from repro.experiments.results import config_hash
+from repro.experiments.compose import Composer, Recipe, as_config, compose_config, hydra_context, to_dict
+from repro.experiments.results import config_hash, dict_hash
 from tests.conftest import exp_points
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "exp").glob("*.yaml"))
@@ -42,12 +43,46 @@ def test_every_experiments_points_compose_as_hydra_composes_them(exp: str) -> No
         composer = Composer()  # as repro check and repro all compose them
         for overrides, ref in refs:
             _same(composer, overrides, ref)
+        _same_planned(composer, [o for o, _ in refs])
         # as a run from the command line composes them: the command line first (its config keeps the exp block),
         # then the points, which reuse its composition where their config groups choose what it chose
         composer = Composer()
         assert to_dict(composer(line, keep_exp=True)) == to_dict(compose_config(line))
         for overrides, ref in refs:
             _same(composer, overrides, ref)
+
+
+def _same_planned(composer: Composer, lines: list[list[str]]) -> None:
+    """Composer.planned: each point resolves as its own composition does, its recipe builds that config, and the
+    live copies it resolved on are left as composed (their pickles unchanged)."""
+    for overrides in lines:
+        cfg, resolved = composer.planned(overrides)
+        want = to_dict(composer(overrides))
+        assert resolved == want, overrides
+        assert to_dict(as_config(cfg)) == want, overrides
+        assert config_hash(as_config(cfg)) == dict_hash(resolved)
+    for base, live in composer._live.items():
+        assert pickle.dumps(live) == base
+
+
+def test_planned_points_resolve_as_composed_and_leave_nothing_changed() -> None:
+    with hydra_context():
+        composer = Composer()
+        lines = [["+exp=smoke", *o] for o in (
+            ["rps=1.0"], ["rps=2.0", "seed=3"], ["system=static_sd_k3", "system.k=5"], ["system=static_sd_k3"],
+            ["rps=${num_requests}"], ["+extra_knob=3"], ["engine.block_size=32", "rps=4", "rps=5"],
+            ["workload.arrival={kind:poisson,rate_per_s:3}"], ["system=adaserve", "system.w_max=2"])]
+        _same_planned(composer, lines)
+        kinds = [type(composer.planned(o)[0]).__name__ for o in lines]
+        assert kinds.count("Recipe") == 7  # an addition and a node replaced: the config itself
+        with pytest.raises(ConfigError, match="kk"):
+            composer.planned(["+exp=smoke", "rps=3", "system.kk=5"])
+        with pytest.raises(Exception, match="nope"):  # resolved on the live copy, and failing there
+            composer.planned(["+exp=smoke", "seed=4", "rps=${nope}"])
+        _same_planned(composer, lines[:2])  # (a failed point restores what it changed too)
+        recipe = composer.planned(["+exp=smoke", "rps=7"])[0]
+        assert isinstance(recipe, Recipe)
+        assert to_dict(pickle.loads(pickle.dumps(recipe)).config()) == to_dict(recipe.config())
 
 
 def test_a_cached_composition_is_never_shared_between_points() -> None:
@@ -135,3 +170,19 @@ def test_an_edited_config_file_is_composed_again(tmp_path: Path, monkeypatch: py
     with hydra_context(conf):
         after = compose_config(["system=laps_sd"]).system.gamma
     assert (before, after) == (5, 7)
+
+
+def test_interpolations_parsed_once_resolve_each_time() -> None:
+    """repro remembers OmegaConf's parse of each interpolation's text: a remembered parse still resolves to the
+    values of the config at hand (the tree holds the text's structure only)."""
+    from omegaconf import OmegaConf, base
+
+    assert hasattr(base.parse, "cache_info")  # installed on import (OmegaConf 2.3)
+    for scale, rate in ((1.0, 2.0), (3.0, 0.5), (2, 4)):
+        cfg = OmegaConf.create({"load_scale": scale, "rate": rate, "seg": "${mul:${load_scale},${rate}}",
+                                "both": "${rate}-${load_scale}", "same": "${eq:${rate},${load_scale}}"})
+        got = OmegaConf.to_container(cfg, resolve=True)
+        assert got["seg"] == float(scale) * float(rate)  # type: ignore[index]
+        assert got["both"] == f"{rate}-{scale}"  # type: ignore[index]
+        assert got["same"] is (str(rate) == str(scale))  # type: ignore[index]
+    assert base.parse.cache_info().hits > 0  # type: ignore[attr-defined]

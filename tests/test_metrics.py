@@ -288,3 +288,48 @@ def test_one_name_per_metric() -> None:
     assert not set(RENAMED) & set(m) and not set(RENAMED) & set(POINT_METRICS)
     assert set(RENAMED.values()) - {"median_itl_ms", "median_e2el_ms"} <= set(m)  # those two: backend=openai's
     assert m["median_latency_s"] == m["mean_latency_s"] and m["output_throughput"] == 4.0
+
+
+def test_summary_reads_each_column_once_and_leaves_the_frame_alone() -> None:
+    """Within summarize a column is converted once (read-only, shared by its readers); outside, every call converts
+    afresh; the frame's own columns stay writeable, and the same frame summarizes to the same metrics twice."""
+    from repro.metrics import summary
+
+    n = 40
+    rng = np.random.default_rng(0)
+    arrival = np.sort(rng.uniform(0, 10, n))
+    frame = pd.DataFrame({
+        "rid": np.arange(n), "slo_class": ["default"] * n, "arrival_s": arrival,
+        "first_token_at": arrival + 0.1, "first_decode_at": arrival + 0.1, "finish_at": arrival + 2.0,
+        "prompt_len": np.full(n, 30), "output_len": rng.integers(1, 50, n), "num_proposed": np.full(n, 8),
+        "num_accepted": np.full(n, 5), "num_matched": np.full(n, 5), "num_decode_steps": np.full(n, 4),
+        "num_spec_steps": np.full(n, 4), "tpot_slo_s": np.full(n, 0.05), "ttft_slo_s": np.full(n, 1.0),
+        "num_preemptions": np.zeros(n, dtype=int), "service_s": np.full(n, 1.5), "swap_s": np.zeros(n)})
+    first = summary.summarize(frame, 12.0)
+    assert summary.summarize(frame, 12.0) == first
+    assert summary._arr(frame, "finish_at") is not summary._arr(frame, "finish_at")  # no summary running
+    frame.loc[0, "finish_at"] = 3.0  # the frame's columns stay writeable
+    summary._READING.append((frame, {}))
+    try:
+        a = summary._arr(frame, "finish_at")
+        assert summary._arr(frame, "finish_at") is a and not a.flags.writeable
+        assert summary._arr(frame.copy(), "finish_at") is not a  # another frame: its own conversion
+    finally:
+        summary._READING.pop()
+    with pytest.raises(TypeError):
+        summary.summarize(frame, "x")  # type: ignore[arg-type]
+    assert summary._READING == []  # released on an error too
+
+
+def test_a_point_without_latency_columns_has_the_same_metrics() -> None:
+    """run_point(latencies=False), a sweep's worker keeping no tables: the same metrics, the table without the
+    derived latency columns (which with_latencies adds)."""
+    from repro.experiments.simulate import compose, run_point
+    from repro.metrics.summary import LATENCY_COLUMNS
+
+    cfg = compose(["system=turbospec", "num_requests=30", "rps=8"])
+    full, bare = run_point(cfg), run_point(cfg, latencies=False)
+    assert {k: v for k, v in full.metrics.items() if k != "wall_s"} == \
+        {k: v for k, v in bare.metrics.items() if k != "wall_s"}
+    assert set(LATENCY_COLUMNS) <= set(full.requests.columns)
+    assert not set(LATENCY_COLUMNS) & set(bare.requests.columns)

@@ -86,7 +86,7 @@ class FakeRunPoint:
         self.calls = 0
         self.fail_after = fail_after
 
-    def __call__(self, cfg: DictConfig) -> simulate.PointResult:
+    def __call__(self, cfg: DictConfig, latencies: bool = True) -> simulate.PointResult:
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("simulated kill")
         self.calls += 1
@@ -241,7 +241,7 @@ def test_resume_ignores_a_cut_line(conf_dir: Path, tmp_path: Path, fake: FakeRun
 def test_config_error_in_point_is_one_line(
     conf_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(cfg: DictConfig) -> simulate.PointResult:
+    def broken(cfg: DictConfig, latencies: bool = True) -> simulate.PointResult:
         raise ConfigError("system config (systems.vllm.VLLM): unexpected keyword argument 'bogus'")
 
     monkeypatch.setattr(simulate, "run_point", broken)
@@ -293,7 +293,7 @@ def test_a_point_failing_first_leaves_the_folder_untouched(
     run(conf_dir, out)
     before = _files(out)
 
-    def broken(cfg: DictConfig) -> simulate.PointResult:
+    def broken(cfg: DictConfig, latencies: bool = True) -> simulate.PointResult:
         raise ConfigError("no such trace")
 
     monkeypatch.setattr(simulate, "run_point", broken)

@@ -69,3 +69,37 @@ def test_system_is_deterministic(system: str) -> None:
     fb = requests_frame(b, built.table)  # type: ignore[arg-type]
     assert fa.equals(fb)
     assert np.isclose(a.sim_time_s, b.sim_time_s)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_own_construction_equals_hydra(system: str) -> None:
+    """A suite policy built directly from its config equals the one Hydra's instantiate builds (every system)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from repro.experiments.results import DISPLAY_KEYS
+    from repro.experiments.simulate import _own_policy, instantiate_system
+
+    node = compose([f"system={system}"]).system
+    plain = {str(k): v for k, v in OmegaConf.to_container(node, resolve=True).items()  # type: ignore[union-attr]
+             if k not in DISPLAY_KEYS}
+    own, hydra = _own_policy(plain), instantiate(plain)
+    if own is None:  # a nested node or a list: Hydra's to build
+        assert any(isinstance(v, (dict, list)) for v in plain.values()), f"{system}: not built directly"
+        return
+    assert type(own) is type(hydra)
+
+    def shown(p: object) -> dict[str, object]:  # plain values compared, objects by their type
+        return {k: v if isinstance(v, (int, float, str, bool, type(None), tuple, list)) else type(v)
+                for k, v in vars(p).items()}
+
+    assert shown(own) == shown(hydra)
+    assert type(instantiate_system(node)) is type(hydra)
+
+
+def test_own_construction_leaves_others_to_hydra() -> None:
+    from repro.experiments.simulate import _own_policy
+
+    assert _own_policy({"_target_": "collections.OrderedDict"}) is None  # not the suite's: Hydra's target policy
+    assert _own_policy({"_target_": "systems.vllm.VLLM", "_partial_": True}) is None
+    assert _own_policy({"_target_": "systems.vllm.VLLM", "x": {"y": 1}}) is None

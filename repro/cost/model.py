@@ -32,10 +32,10 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from types import SimpleNamespace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -185,6 +185,9 @@ def _parts(
 
 
 _FIXED_CACHE = 1 << 16  # shapes whose fixed parts a cost model keeps
+_REMEMBERED_MAX = 1024  # results CostModel.remember keeps per process (a few per distinct model and caller)
+_REMEMBERED: dict[tuple[Hashable, ...], Any] = {}
+_T = TypeVar("_T")
 
 
 class TargetProfile(Protocol):
@@ -236,6 +239,7 @@ class CostModel:
         self.engine = engine if engine is not None else EngineProfile()
         self.target_profile = target_profile  # measured target passes (cost=profile) in place of the roofline
         self.draft_profile = draft_profile  # measured draft-model passes (cost=profile cost.draft_table)
+        self._fingerprint: tuple[Hashable, ...] | Literal[False] | None = False  # (computed when first asked)
         self._profiles = {k: v for k, v in (("target", target_profile), ("draft", draft_profile)) if v is not None}
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
         self._coeffs: dict[str, _Coeffs] = {
@@ -248,6 +252,40 @@ class CostModel:
         # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
         self._row_consts: dict[tuple[str, ...], SimpleNamespace] = {}  # forward_s_rows: each row's constants
+
+    @property
+    def fingerprint(self) -> tuple[Hashable, ...] | None:
+        """Everything this model's latencies follow from (its constructor's arguments), hashable; ``None`` with a
+        measured profile or an unhashable part (then nothing computed from it is shared)."""
+        key = self._fingerprint
+        if key is False:
+            key = None
+            if self.target_profile is None and self.draft_profile is None:
+                key = (self.hardware, self.model, self.tp, self.draft, self.draft_hardware, self.draft_tp,
+                       self.gpu_memory_utilization, self.activation_reserve_gb, self.engine)
+                try:
+                    hash(key)
+                except TypeError:
+                    key = None
+            self._fingerprint = key
+        return key
+
+    def remember(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, a pure function of this model and ``key``, once per process for equal models (a sweep's
+        points each build an equal model and re-profiled it: AdaServe's baseline latency, TurboSpec's fits). NumPy
+        arrays in a remembered dataclass are made read-only, as it is shared."""
+        fp = self.fingerprint
+        if fp is None:
+            return compute()
+        k = (fp, key)
+        if k in _REMEMBERED:
+            return _REMEMBERED[k]
+        value = compute()
+        _read_only(value)
+        if len(_REMEMBERED) >= _REMEMBERED_MAX:
+            _REMEMBERED.clear()
+        _REMEMBERED[k] = value
+        return value
 
     def _c(self, which: str) -> _Coeffs:
         try:
@@ -592,3 +630,12 @@ class CostModel:
     def budget_tokens(self) -> int:
         """AdaServe's per-step token budget B for this GPU (AdaServe Table 1)."""
         return self.hardware.adaserve_budget
+
+
+def _read_only(value: Any) -> None:
+    """Make the NumPy arrays of ``value`` (a dataclass, its dataclass fields, or an array) read-only."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            _read_only(getattr(value, f.name))

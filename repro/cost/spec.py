@@ -11,6 +11,7 @@ an "80 GB" part is 80 GiB), ``*_s`` in seconds, ``*_us`` in microseconds.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -226,15 +227,28 @@ def _available(kind: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
 
 
+_LOADED: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}  # path -> ((mtime, size), its mapping)
+
+
 def _load(kind: str, name: str) -> dict[str, Any]:
+    """``conf/<kind>/<name>.yaml`` as a fresh dict (each file parsed once per process while it is unchanged: the
+    remote draft servers' specs are read for every point)."""
     path = CONF_DIR / kind / f"{name}.yaml"
-    if not path.is_file():
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not path.is_file():
         raise UnknownSpecError(f"unknown {kind} {name!r}; available: {', '.join(_available(kind))}")
-    with path.open() as fh:
-        data = yaml.safe_load(fh)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a mapping")
-    return data
+    stamp = (st.st_mtime_ns, st.st_size)
+    held = _LOADED.get(path)
+    if held is None or held[0] != stamp:
+        with path.open() as fh:
+            data = yaml.safe_load(fh)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} is not a mapping")
+        held = _LOADED[path] = (stamp, data)
+    return copy.deepcopy(held[1])
 
 
 def available_hardware() -> list[str]:

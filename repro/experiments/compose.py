@@ -254,6 +254,7 @@ class Composer:
         # per tuple of group overrides: the composition pickled with and without its exp block (unpickling copies 4x
         # faster than deepcopy; points never read the block), and each group's option in it
         self._cache: dict[tuple[str, ...], tuple[bytes, bytes, dict[str, str]]] = {}
+        self._live: dict[bytes, DictConfig] = {}  # per composition (pickled, without exp): the copy planned() resolves
 
     def _is_group(self, key: str) -> bool:
         if key not in self._groups:
@@ -263,10 +264,46 @@ class Composer:
     def __call__(self, overrides: Sequence[str], where: str = "", *, keep_exp: bool = False) -> DictConfig:
         """The config ``overrides`` compose to, without its ``exp`` block unless ``keep_exp`` (the command line's
         own config, which the runner reads the experiment from: :func:`repro.__main__.validate`)."""
-        import pickle
+        split = self._split(overrides, where, keep_exp)
+        if isinstance(split, DictConfig):
+            return split
+        entry, values = split
+        cfg = pickle.loads(entry[0] if keep_exp else entry[1])  # a fresh copy: its own nodes, parents and flags
+        _apply(values, cfg, where)
+        return cfg
 
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    def planned(self, overrides: Sequence[str], where: str = "") -> tuple[DictConfig | Recipe, dict[str, Any]]:
+        """A point's config (without ``exp``) and its :func:`to_dict`, where it can be as a :class:`Recipe`.
 
+        A point whose own overrides each change one existing value (``rps=4``, ``system.k=3``: a sweep's grid
+        values) is resolved on one live copy of its composition, its values restored after, and given as the
+        recipe a worker builds it from; any other comes as the config itself. Unpickling a composition took
+        5-12 ms a point: resolving many points' configs in one process (``repro check``) no longer copies one each.
+        """
+        split = self._split(overrides, where)
+        if isinstance(split, DictConfig):
+            return split, to_dict(split)
+        entry, values = split
+        live = self._live.get(entry[1])
+        if live is None:
+            live = self._live[entry[1]] = pickle.loads(entry[1])
+        saved = [_leaf_value(live, o) for o in values]
+        if any(v is _NOT_SIMPLE for v in saved):
+            cfg = pickle.loads(entry[1])
+            _apply(values, cfg, where)
+            return cfg, to_dict(cfg)
+        try:
+            _apply(values, live, where)
+            resolved = to_dict(live)
+        finally:
+            for o, value in zip(reversed(values), reversed(saved), strict=True):
+                OmegaConf.update(live, o.key_or_group, value, merge=True)
+        return Recipe(entry[1], tuple(str(o.input_line) for o in values), where), resolved
+
+    def _split(self, overrides: Sequence[str], where: str = "", keep_exp: bool = False
+               ) -> DictConfig | tuple[tuple[bytes, bytes, dict[str, str]], list[Any]]:
+        """The cached composition of ``overrides``' group choices and its other (parsed) overrides; or the config
+        itself, fully composed, for an override Hydra treats specially."""
         lines = list(overrides)
         new = [line for line in dict.fromkeys(lines) if line not in self._parsed]
         try:
@@ -288,13 +325,7 @@ class Composer:
             with_exp = pickle.dumps(cfg0)
             entry = (with_exp, pickle.dumps(_without_exp(cfg0)), choices)
         self._cache[group] = entry
-        cfg = pickle.loads(entry[0] if keep_exp else entry[1])  # a fresh copy: its own nodes, parents and flags
-        try:
-            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        except (HydraException, OmegaConfBaseException) as exc:
-            raise ConfigError(f"{where}{explain(exc)}") from None
-        _check_groups(cfg, where)
-        return cfg
+        return entry, values
 
     def _same_as_cached(self, groups: Sequence[Any]) -> tuple[bytes, bytes, dict[str, str]] | None:
         """A cached composition that ``groups`` (parsed group overrides) also compose to, or None.
@@ -321,6 +352,74 @@ class Composer:
             if ok and at == len(cached):
                 return entry
         return None
+
+
+class Recipe:
+    """A point's config as a worker builds it: its composition (pickled, without ``exp``) and the point's own
+    overrides, applied as :class:`Composer` applies them (:meth:`config`). What :meth:`Composer.planned` gives for
+    a sweep's points, and :func:`repro.experiments.launch.run_one` accepts in place of the config."""
+
+    __slots__ = ("base", "overrides", "where")
+
+    def __init__(self, base: bytes, overrides: tuple[str, ...], where: str = "") -> None:
+        self.base, self.overrides, self.where = base, overrides, where
+
+    def config(self) -> DictConfig:
+        cfg = pickle.loads(self.base)
+        _apply(_parse_lines(self.overrides), cfg, self.where)
+        return cfg
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Recipe, (self.base, self.overrides, self.where)
+
+
+def as_config(cfg: DictConfig | Recipe) -> DictConfig:
+    """The config itself (a :class:`Recipe` built)."""
+    return cfg.config() if isinstance(cfg, Recipe) else cfg
+
+
+_PARSES: dict[str, Any] = {}  # a process's parses of the override lines of the recipes it built
+
+
+def _parse_lines(lines: Sequence[str]) -> list[Any]:
+    new = [line for line in dict.fromkeys(lines) if line not in _PARSES]
+    if new:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        _PARSES.update(zip(new, OverridesParser.create().parse_overrides(new), strict=True))
+    return [_PARSES[line] for line in lines]
+
+
+def _apply(values: Sequence[Any], cfg: DictConfig, where: str) -> None:
+    """Apply parsed value overrides as Hydra does after composing (struct mode), then the group check."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(list(values), cfg)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{where}{explain(exc)}") from None
+    _check_groups(cfg, where)
+
+
+_NOT_SIMPLE = object()
+
+
+def _leaf_value(cfg: DictConfig, override: Any) -> Any:
+    """The value (as written: an interpolation stays its text) an override that changes one existing value of
+    ``cfg`` replaces, or :data:`_NOT_SIMPLE` for any other override (an addition, a deletion, a node, a list)."""
+    from hydra.core.override_parser.types import OverrideType
+    from omegaconf import ValueNode
+
+    if override.type != OverrideType.CHANGE or override.package is not None \
+            or isinstance(override.value(), (dict, list)):
+        return _NOT_SIMPLE
+    node: Any = cfg
+    for part in str(override.key_or_group).split("."):
+        node = node._get_node(part, validate_access=False, throw_on_missing_key=False) \
+            if isinstance(node, DictConfig) else None
+        if node is None:
+            return _NOT_SIMPLE
+    return node._value() if isinstance(node, ValueNode) else _NOT_SIMPLE
 
 
 def _without_exp(cfg: DictConfig) -> DictConfig:

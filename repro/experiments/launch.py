@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from repro.core.errors import ConfigError, ReproError
-from repro.experiments.compose import one_line, to_dict
+from repro.experiments.compose import Recipe, as_config, one_line, to_dict
 from repro.experiments.stopping import signals_held, stop_workers, worker_init
 
 
@@ -44,13 +44,15 @@ class Outcome:
     rounds: pd.DataFrame | None = None
 
 
-def run_one(index: int, cfg: DictConfig, keep_tables: bool) -> Outcome:
-    """Simulate one point (in a worker or in-process); config mistakes come back as :class:`ConfigError`."""
+def run_one(index: int, cfg: DictConfig | Recipe, keep_tables: bool) -> Outcome:
+    """Simulate one point (in a worker or in-process; ``cfg`` its config, or a :class:`Recipe` of it); config
+    mistakes come back as :class:`ConfigError`."""
     from repro.experiments import simulate
 
     t0 = time.perf_counter()
     try:
-        res = simulate.run_point(cfg)
+        cfg = as_config(cfg)
+        res = simulate.run_point(cfg, latencies=keep_tables)
     except ReproError:
         raise
     except (HydraException, OmegaConfBaseException) as exc:
@@ -128,7 +130,7 @@ class PointPool:
         self._futures: dict[tuple[str, bool], Future[Outcome]] = {}
         self.passed: set[str] = set()  # what the points of experiments run on it passed (validate.check_point)
 
-    def submit(self, key: str, cfg: DictConfig, keep: bool) -> Future[Outcome]:
+    def submit(self, key: str, cfg: DictConfig | Recipe, keep: bool) -> Future[Outcome]:
         """The future of the point whose config hash is ``key`` (``keep``: with its tables), submitted if new."""
         fut = self._futures.get((key, keep))
         if fut is None:
@@ -177,8 +179,9 @@ class PointPool:
 
 
 def execute(
-    todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], n_jobs: int, on_done: Callable[[Outcome], Any],
-    describe: Callable[[int], str] = str, pool: PointPool | None = None, keys: Sequence[str] = (),
+    todo: list[int], cfgs: Sequence[DictConfig | Recipe], keep: Sequence[bool], n_jobs: int,
+    on_done: Callable[[Outcome], Any], describe: Callable[[int], str] = str, pool: PointPool | None = None,
+    keys: Sequence[str] = (),
 ) -> None:
     """Run points ``todo`` in-process (n_jobs=1) or in a process pool (``keep[i]``: return point i's tables);
     ``on_done`` gets each outcome as it ends. A point's :class:`ReproError` stops the run, named by ``describe``;
@@ -197,8 +200,9 @@ def execute(
         _collect(todo, cfgs, keep, on_done, describe, own, ids)
 
 
-def _collect(todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], on_done: Callable[[Outcome], Any],
-             describe: Callable[[int], str], pool: PointPool, keys: Sequence[str]) -> None:
+def _collect(todo: list[int], cfgs: Sequence[DictConfig | Recipe], keep: Sequence[bool],
+             on_done: Callable[[Outcome], Any], describe: Callable[[int], str], pool: PointPool,
+             keys: Sequence[str]) -> None:
     """:func:`execute` on a :class:`PointPool`: each outcome handed on as its point finishes, in point order among
     those finished together, once per point of this experiment that shares it; the pool's workers stopped on any
     error or Ctrl-C."""

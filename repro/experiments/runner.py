@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +44,8 @@ from repro.core.errors import ConfigError, ReproError
 from repro.experiments import datasources, narrow
 from repro.experiments.compose import (
     Composer,
+    Recipe,
+    as_config,
     check_data_root,
     check_grid_keys,
     exp_name,
@@ -106,7 +108,7 @@ class RunContext:
     # points, configs, their resolved dicts and config hashes when they were composed ahead of the run to be
     # submitted to it
     pool: PointPool | None = None
-    composed: tuple[list[Point], list[DictConfig], list[dict[str, Any]], list[str]] | None = None
+    composed: tuple[list[Point], list[DictConfig | Recipe], list[dict[str, Any]], list[str]] | None = None
 
 
 @dataclass
@@ -188,7 +190,10 @@ def shares_pool(ctx: RunContext) -> bool:
             and str(launcher.get("kind", "local")) == "local")
 
 
-def is_real(cfg: DictConfig) -> bool:
+def is_real(cfg: DictConfig | Recipe) -> bool:
+    """Whether a point runs on a real backend (a :class:`Recipe` never does: :func:`plan_points` builds those)."""
+    if isinstance(cfg, Recipe):
+        return False
     return str(OmegaConf.select(cfg, "backend.kind", default="sim")) != "sim"
 
 
@@ -203,12 +208,28 @@ def submit_ahead(ctx: RunContext) -> None:
     if not shares_pool(ctx) or ctx.composed is not None:
         return
     assert ctx.pool is not None
-    points, cfgs = compose_points(ctx)
-    resolved, hashes = resolve_points(cfgs)
+    points, cfgs, resolved = plan_points(ctx)
+    hashes = [dict_hash(d) for d in resolved]
     ctx.composed = (points, cfgs, resolved, hashes)
     for i in by_workload(points, range(len(points))):
         if not is_real(cfgs[i]):
-            ctx.pool.submit(hashes[i], cfgs[i], bool(cfgs[i].get("save_requests")))
+            ctx.pool.submit(hashes[i], cfgs[i], bool(resolved[i].get("save_requests")))
+
+
+def plan_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig | Recipe], list[dict[str, Any]]]:
+    """:func:`compose_points` and :func:`resolve_points` at once, each point's config a :class:`Recipe` where
+    it can be (:meth:`Composer.planned`: no copy of the composition per point in this process; the worker builds
+    it)."""
+    groups = group_overrides(ctx.conf_dir)
+    points = expand_points(ctx.spec, groups)
+    base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
+    with hydra_context(ctx.conf_dir):
+        compose = ctx.composer or Composer(ctx.conf_dir)
+        planned = [compose.planned([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+    # a point on a real backend runs in this process: its config itself (is_real reads it)
+    real = [str((r.get("backend") or {}).get("kind", "sim")) != "sim" for _, r in planned]
+    return points, [as_config(c) if on else c for (c, _), on in zip(planned, real, strict=True)], \
+        [r for _, r in planned]
 
 
 def resolve_points(cfgs: Sequence[DictConfig]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -221,18 +242,20 @@ def resolve_points(cfgs: Sequence[DictConfig]) -> tuple[list[dict[str, Any]], li
 def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
     spec, name = ctx.spec, ctx.spec.name
+    cfgs: Sequence[DictConfig | Recipe]
     if ctx.composed is not None:
         points, cfgs, resolved, hashes = ctx.composed
     else:
-        points, cfgs = compose_points(ctx)
-        resolved, hashes = resolve_points(cfgs)
+        points, composed = compose_points(ctx)
+        resolved, hashes = resolve_points(composed)
+        cfgs = composed
     checked: set[str] = set()
     passed = ctx.pool.passed if ctx.pool is not None else set()  # (what the pool's experiments' points passed)
     for p, c, r, h in zip(points, cfgs, resolved, hashes, strict=True):  # refuse an impossible point before it runs
         if h not in checked:
             checked.add(h)
             check_point(c, where=f"point {p.describe()}: ", resolved=r, passed=passed)
-    note_engines(ctx, points, cfgs)
+    note_engines(ctx, points, resolved)
     version = code_version(ctx.conf_dir)
     pf = PointsFile(ctx.out_dir / "points.csv", [*KEY_COLS, *spec.grid_columns()])
     wanted = frozenset((p.system, h) for p, h in zip(points, hashes, strict=True))
@@ -254,9 +277,9 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         key = json.dumps([resolved[i]["workload"], str(resolved[i]["model"]["name"])], sort_keys=True, default=str)
         if key not in built:
             built.add(key)
-            check_workload(cfgs[i], where=f"point {points[i].describe()}: ")
+            check_workload(as_config(cfgs[i]), where=f"point {points[i].describe()}: ")
     refuse_to_replace(ctx, wanted)
-    keep = [bool(c.get("save_requests")) for c in cfgs]  # per point: a case may turn it off
+    keep = [bool(r.get("save_requests")) for r in resolved]  # per point: a case may turn it off
     tables: dict[int, Outcome] = {}
     announced: set[str] = set()
     started = False  # points.csv is written from the first finished point on: a run that fails first touches nothing
@@ -344,12 +367,13 @@ def run_key(ctx: RunContext) -> frozenset[tuple[str, str]]:
     return frozenset({(ctx.spec.kind, dict_hash(config))})
 
 
-def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConfig]) -> None:
+def note_engines(ctx: RunContext, points: Sequence[Any], resolved: Sequence[Mapping[str, Any]]) -> None:
     """Record each system's engine profile; where they differ and the command line chose the systems (not
     ``engine=``), say so on the console before anything runs (:func:`~repro.experiments.results.engines_line`)."""
     names: dict[str, dict[str, None]] = {}
-    for p, c in zip(points, cfgs, strict=True):
-        names.setdefault(p.system, {})[str(OmegaConf.select(c, "engine.name", default="?"))] = None
+    for p, r in zip(points, resolved, strict=True):
+        engine = r.get("engine")
+        names.setdefault(p.system, {})[str(engine.get("name", "?") if isinstance(engine, Mapping) else "?")] = None
     ctx.engines = {label: ", ".join(engines) for label, engines in names.items()}
     user = [o.lstrip("+").split("=", 1)[0] for o in ctx.overrides]
     chose = any(k.startswith(("exp.systems", "exp.cases")) for k in user)
@@ -358,7 +382,8 @@ def note_engines(ctx: RunContext, points: Sequence[Any], cfgs: Sequence[DictConf
         ctx.say(f"warning: {engines_line(ctx.engines, warning=True)}")
 
 
-def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: Sequence[bool], total: int,
+def _run_points(ctx: RunContext, todo: list[int], cfgs: Sequence[DictConfig | Recipe], keep: Sequence[bool],
+                total: int,
                 record: Callable[[Outcome], str], describe: Callable[[int], str] = str,
                 hashes: Sequence[str] = ()) -> None:
     """Run points ``todo`` with a progress bar (or progress lines, or the caller's ``ctx.progress``) on the run's
@@ -387,9 +412,9 @@ def _run_points(ctx: RunContext, todo: list[int], cfgs: list[DictConfig], keep: 
     try:
         kind = str(launcher.get("kind", "local"))
         if kind == "ray" and not real:
-            execute_ray(todo, cfgs, keep, ctx.n_jobs, progress, launcher, describe)
+            execute_ray(todo, [as_config(c) for c in cfgs], keep, ctx.n_jobs, progress, launcher, describe)
         elif kind == "submitit" and not real:
-            execute_submitit(todo, cfgs, keep, progress, launcher, describe)
+            execute_submitit(todo, [as_config(c) for c in cfgs], keep, progress, launcher, describe)
         elif shares_pool(ctx) and not real:
             execute(todo, cfgs, keep, ctx.n_jobs, progress, describe, ctx.pool, hashes)
         else:

@@ -65,8 +65,32 @@ def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output
     ``batch`` requests of ``input_len`` prompt tokens generating ``output_len`` tokens each, no speculation. The paper
     reports 12.5 ms for Llama-2-7B on an A100.
     """
-    steps = [decode_pass_s(cost, batch, input_len + i) for i in range(1, output_len)]
-    return float(np.mean(steps))
+    def mean() -> float:
+        return float(np.mean([decode_pass_s(cost, batch, input_len + i) for i in range(1, output_len)]))
+
+    return cost.remember(("baseline_tpot_s", batch, input_len, output_len), mean)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _own_policy(node: Any) -> Policy | None:
+    """One of this suite's policies (``_target_`` in ``systems.``) built from scalar keyword arguments, as Hydra's
+    ``instantiate`` builds it, without its per-call set-up (a config copy, its flags, the target policy's checks:
+    1 ms of each point); ``None`` for anything else, which Hydra instantiates."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target.startswith("systems."):
+        return None
+    kwargs = {str(k): v for k, v in node.items() if k != "_target_"}
+    if any(k.startswith("_") or not isinstance(v, _SCALARS) for k, v in kwargs.items()):
+        return None  # (_partial_, _args_, a nested node: Hydra's semantics)
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:  # Hydra words the error
+        return None
+    return cls(**kwargs)
 
 
 def instantiate_system(node: Any, where: str = "") -> Policy:
@@ -79,7 +103,11 @@ def instantiate_system(node: Any, where: str = "") -> Policy:
         assert isinstance(plain, dict)
         node = {str(k): v for k, v in plain.items() if k not in DISPLAY_KEYS}
     try:
-        policy = instantiate(node)
+        policy = _own_policy(node)
+    except Exception as exc:  # the constructor's TypeError names the key that is wrong
+        raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {exc}") from None
+    try:
+        policy = instantiate(node) if policy is None else policy
     except Exception as exc:  # Hydra wraps the constructor's TypeError; surface the key that is wrong
         cause = exc.__cause__ or exc
         raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {cause}") from None
@@ -262,8 +290,10 @@ def add_server_streams(oracle: Any, cfg: DictConfig, deployment: Deployment, tar
         oracle.add_stream(name, dict(table[name][target]), key=100 + i)
 
 
-def run_point(cfg: DictConfig) -> PointResult:
-    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics.summary`)."""
+def run_point(cfg: DictConfig, latencies: bool = True) -> PointResult:
+    """Simulate one fully composed point and summarize it (see :mod:`repro.metrics.summary`); ``latencies=False``
+    leaves the simulated requests' table without its derived latency columns (a sweep's worker that keeps no
+    tables: nothing reads them)."""
     t0 = time.perf_counter()
     if backend_kind(cfg) == "openai":
         return run_openai(cfg, t0)
@@ -274,15 +304,15 @@ def run_point(cfg: DictConfig) -> PointResult:
         before = torch.get_num_threads()
         torch.set_num_threads(int(threads))
         try:
-            res = _run_sim(cfg, t0)
+            res = _run_sim(cfg, t0, latencies)
         finally:
             torch.set_num_threads(before)
         res.notes.append(f"backend=hf: {int(threads)} PyTorch thread(s) (backend.threads)")
         return res
-    return _run_sim(cfg, t0)
+    return _run_sim(cfg, t0, latencies)
 
 
-def _run_sim(cfg: DictConfig, t0: float) -> PointResult:
+def _run_sim(cfg: DictConfig, t0: float, latencies: bool = True) -> PointResult:
     """:func:`run_point` on the engine (the simulator, or ``backend=hf``'s real models)."""
     from repro.metrics.summary import peak_token_rate, summarize, with_latencies
 
@@ -318,7 +348,8 @@ def _run_sim(cfg: DictConfig, t0: float) -> PointResult:
     if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
         metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
     metrics["wall_s"] = time.perf_counter() - t0
-    requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
+    if latencies:
+        requests = with_latencies(requests)  # latency_s, ttft_ms, tpot_ms per request (derived, not saved)
     provenance = provenance_of(built.table, built.oracle)
     return PointResult(metrics=metrics, requests=requests, steps=steps,
                        notes=[built.table.source, *getattr(built.oracle, "notes", []),

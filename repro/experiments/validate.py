@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from repro.core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
+    from repro.experiments.compose import Recipe
     from repro.experiments.expspec import ExpSpec
 
 GiB = 2**30
@@ -214,12 +215,13 @@ def check_workload(cfg: DictConfig, where: str = "") -> None:
 POINT_KEYS = ("hardware", "model", "draft", "engine", "tp", "draft_tp", "system", "backend")
 
 
-def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | None = None,
+def check_point(point: DictConfig | Recipe, where: str = "", resolved: Mapping[str, Any] | None = None,
                 passed: set[str] | None = None) -> None:
     """One composed point can run: specs build, tp splits the heads, the weights fit, the workload parses, the
     system's constructor accepts its keys and the deployment meets the system's needs.
 
-    ``resolved``: ``cfg`` as a plain resolved dict, when the caller has it (its workload is read from there).
+    ``point``: its config, or a :class:`~repro.experiments.compose.Recipe` of it (built only if needed).
+    ``resolved``: the config as a plain resolved dict, when the caller has it (its workload is read from there).
     ``passed`` (with ``resolved``): what earlier points passed, kept up to date. The workload's check reads the
     workload only, and the others read :data:`POINT_KEYS` only: a point whose :data:`POINT_KEYS` passed before has
     its workload parsed and nothing else (a sweep's points mostly differ in their workloads)."""
@@ -230,7 +232,7 @@ def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | 
     from repro.sim.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
 
-    def spec(group: str, build: Any, source: Any = cfg) -> Any:
+    def spec(group: str, build: Any, source: Any) -> Any:
         try:
             return build(source[group])
         except (TypeError, ValueError) as exc:
@@ -246,10 +248,13 @@ def check_point(cfg: DictConfig, where: str = "", resolved: Mapping[str, Any] | 
                 passed.add(keys[1])
             return
 
-    hw = spec("hardware", HardwareSpec.from_cfg)
-    model = spec("model", ModelSpec.from_cfg)
-    draft = spec("draft", ModelSpec.from_cfg)
-    engine = spec("engine", EngineProfile.from_cfg)
+    from repro.experiments.compose import as_config
+
+    cfg = as_config(point)
+    hw = spec("hardware", HardwareSpec.from_cfg, cfg)
+    model = spec("model", ModelSpec.from_cfg, cfg)
+    draft = spec("draft", ModelSpec.from_cfg, cfg)
+    engine = spec("engine", EngineProfile.from_cfg, cfg)
     tp, draft_tp = int(cfg.tp), int(cfg.draft_tp)
     check_tp(model, tp, "tp", where)
     from repro.experiments.simulate import instantiate_system, max_model_len

@@ -380,3 +380,55 @@ def test_cli_and_engine_charge_the_same_pass() -> None:
                               DecodeBatch(rid, np.ones(8, dtype=np.int64), np.full(8, 300), k, k > 0, {}, None))
     engine_ms = 1e3 * (draft + m.forward(shape).total_s + host)
     assert breakdown(m, 8, 1, 300, k=4)["total_ms"] == pytest.approx(engine_ms, rel=1e-12)
+
+
+def test_remember_shares_between_equal_models_only() -> None:
+    """CostModel.remember: computed once for equal models (a sweep's points), again for any other model or key; a
+    remembered dataclass's arrays are read-only; a measured profile shares nothing."""
+    from collections.abc import Callable
+
+    import numpy as np
+
+    from repro.cost.serving import EngineProfile
+
+    calls: list[str] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Fit:
+        coef: np.ndarray
+
+    def compute(tag: str) -> Callable[[], Fit]:
+        def run() -> Fit:
+            calls.append(tag)
+            return Fit(np.arange(3.0))
+        return run
+
+    a, b = cm(), cm()
+    first = a.remember(("test", 1), compute("a"))
+    assert b.remember(("test", 1), compute("b")) is first and calls == ["a"]
+    with pytest.raises(ValueError):
+        first.coef[0] = 1.0
+    cm().remember(("test", 2), compute("key"))
+    cm(tp=2).remember(("test", 1), compute("tp"))
+    cm(engine=EngineProfile(name="other", expand_seq_s=1e-4)).remember(("test", 1), compute("engine"))
+    cm(model="llama2-13b").remember(("test", 1), compute("model"))
+    assert calls == ["a", "key", "tp", "engine", "model"]
+    profiled = cm()
+    profiled.target_profile = object()  # type: ignore[assignment]
+    profiled._fingerprint = False
+    assert profiled.fingerprint is None
+    profiled.remember(("test", 1), compute("profiled"))
+    profiled.remember(("test", 1), compute("profiled"))
+    assert calls[-2:] == ["profiled", "profiled"]
+
+
+def test_remembered_baseline_equals_its_definition() -> None:
+    import numpy as np
+
+    from repro.cost.step import decode_pass_s
+    from repro.experiments.simulate import baseline_tpot_s
+
+    for model in ("llama2-7b", "llama2-70b"):
+        want = float(np.mean([decode_pass_s(cm(model=model), 8, 32 + i) for i in range(1, 128)]))
+        assert baseline_tpot_s(cm(model=model)) == want
+        assert baseline_tpot_s(cm(model=model)) == want  # (remembered)
