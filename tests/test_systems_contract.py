@@ -77,8 +77,8 @@ def test_own_construction_equals_hydra(system: str) -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from repro.experiments.instantiate import _own_policy, instantiate_system
     from repro.experiments.results import DISPLAY_KEYS
-    from repro.experiments.simulate import _own_policy, instantiate_system
 
     node = compose([f"system={system}"]).system
     plain = {str(k): v for k, v in OmegaConf.to_container(node, resolve=True).items()  # type: ignore[union-attr]
@@ -98,7 +98,7 @@ def test_own_construction_equals_hydra(system: str) -> None:
 
 
 def test_own_construction_leaves_others_to_hydra() -> None:
-    from repro.experiments.simulate import _own_policy
+    from repro.experiments.instantiate import _own_policy
 
     assert _own_policy({"_target_": "collections.OrderedDict"}) is None  # not the suite's: Hydra's target policy
     assert _own_policy({"_target_": "systems.vllm.VLLM", "_partial_": True}) is None

@@ -33,12 +33,13 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from repro.cost import remembered
 from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 
@@ -185,9 +186,6 @@ def _parts(
 
 
 _FIXED_CACHE = 1 << 16  # shapes whose fixed parts a cost model keeps
-_REMEMBERED_MAX = 1024  # results CostModel.remember keeps per process (a few per distinct model and caller)
-_REMEMBERED: dict[tuple[Hashable, ...], Any] = {}
-_T = TypeVar("_T")
 
 
 class TargetProfile(Protocol):
@@ -253,39 +251,11 @@ class CostModel:
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
         self._row_consts: dict[tuple[str, ...], SimpleNamespace] = {}  # forward_s_rows: each row's constants
 
-    @property
-    def fingerprint(self) -> tuple[Hashable, ...] | None:
-        """Everything this model's latencies follow from (its constructor's arguments), hashable; ``None`` with a
-        measured profile or an unhashable part (then nothing computed from it is shared)."""
-        key = self._fingerprint
-        if key is False:
-            key = None
-            if self.target_profile is None and self.draft_profile is None:
-                key = (self.hardware, self.model, self.tp, self.draft, self.draft_hardware, self.draft_tp,
-                       self.gpu_memory_utilization, self.activation_reserve_gb, self.engine)
-                try:
-                    hash(key)
-                except TypeError:
-                    key = None
-            self._fingerprint = key
-        return key
-
-    def remember(self, key: Hashable, compute: Callable[[], _T]) -> _T:
-        """``compute()``, a pure function of this model and ``key``, once per process for equal models (a sweep's
-        points each build an equal model and re-profiled it: AdaServe's baseline latency, TurboSpec's fits). NumPy
-        arrays in a remembered dataclass are made read-only, as it is shared."""
-        fp = self.fingerprint
-        if fp is None:
-            return compute()
-        k = (fp, key)
-        if k in _REMEMBERED:
-            return _REMEMBERED[k]
-        value = compute()
-        _read_only(value)
-        if len(_REMEMBERED) >= _REMEMBERED_MAX:
-            _REMEMBERED.clear()
-        _REMEMBERED[k] = value
-        return value
+    def remember(self, key: Hashable, compute: Callable[[], remembered.T]) -> remembered.T:
+        """``compute()`` (of this model and ``key``) once per process for equal models (:mod:`.remembered`)."""
+        if self._fingerprint is False:
+            self._fingerprint = remembered.fingerprint(self)
+        return remembered.remember(self._fingerprint, key, compute)
 
     def _c(self, which: str) -> _Coeffs:
         try:
@@ -631,11 +601,3 @@ class CostModel:
         """AdaServe's per-step token budget B for this GPU (AdaServe Table 1)."""
         return self.hardware.adaserve_budget
 
-
-def _read_only(value: Any) -> None:
-    """Make the NumPy arrays of ``value`` (a dataclass, its dataclass fields, or an array) read-only."""
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif is_dataclass(value) and not isinstance(value, type):
-        for f in fields(value):
-            _read_only(getattr(value, f.name))

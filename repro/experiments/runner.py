@@ -170,15 +170,21 @@ def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(n) for k, n in table["verdict"].value_counts().items()}
 
 
-def compose_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig]]:
-    """The experiment's grid points and each one's composed config (exp.quick's overrides first, so the user's
-    command line still wins over them)."""
+def _point_overrides(ctx: RunContext) -> tuple[list[Point], list[list[str]]]:
+    """The experiment's grid points and each one's overrides (exp.quick's first, so the user's command line still
+    wins over them)."""
     groups = group_overrides(ctx.conf_dir)
     points = expand_points(ctx.spec, groups)
     base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
+    return points, [[*base, *p.overrides] for p in points]
+
+
+def compose_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig]]:
+    """The experiment's grid points and each one's composed config."""
+    points, lines = _point_overrides(ctx)
     with hydra_context(ctx.conf_dir):
         compose = ctx.composer or Composer(ctx.conf_dir)
-        cfgs = [compose([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+        cfgs = [compose(line, where=f"point {p.describe()}: ") for p, line in zip(points, lines, strict=True)]
     return points, cfgs
 
 
@@ -220,12 +226,11 @@ def plan_points(ctx: RunContext) -> tuple[list[Point], list[DictConfig | Recipe]
     """:func:`compose_points` and :func:`resolve_points` at once, each point's config a :class:`Recipe` where
     it can be (:meth:`Composer.planned`: no copy of the composition per point in this process; the worker builds
     it)."""
-    groups = group_overrides(ctx.conf_dir)
-    points = expand_points(ctx.spec, groups)
-    base = [*(override(k, v, groups) for k, v in ctx.quick_overrides.items()), *ctx.overrides]
+    points, lines = _point_overrides(ctx)
     with hydra_context(ctx.conf_dir):
         compose = ctx.composer or Composer(ctx.conf_dir)
-        planned = [compose.planned([*base, *p.overrides], where=f"point {p.describe()}: ") for p in points]
+        planned = [compose.planned(line, where=f"point {p.describe()}: ")
+                   for p, line in zip(points, lines, strict=True)]
     # a point on a real backend runs in this process: its config itself (is_real reads it)
     real = [str((r.get("backend") or {}).get("kind", "sim")) != "sim" for _, r in planned]
     return points, [as_config(c) if on else c for (c, _), on in zip(planned, real, strict=True)], \

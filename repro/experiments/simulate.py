@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from repro.core.errors import ConfigError, ReproError
 from repro.cost.model import CostModel
 from repro.cost.step import decode_pass_s
-from repro.experiments.results import DISPLAY_KEYS, config_hash
+from repro.experiments.instantiate import instantiate_system
+from repro.experiments.results import config_hash
 from repro.sim import trace
 from repro.sim.deployment import Deployment
 from repro.sim.engine import Engine, SimOutput
@@ -69,51 +70,6 @@ def baseline_tpot_s(cost: CostModel, batch: int = 8, input_len: int = 32, output
         return float(np.mean([decode_pass_s(cost, batch, input_len + i) for i in range(1, output_len)]))
 
     return cost.remember(("baseline_tpot_s", batch, input_len, output_len), mean)
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _own_policy(node: Any) -> Policy | None:
-    """One of this suite's policies (``_target_`` in ``systems.``) built from scalar keyword arguments, as Hydra's
-    ``instantiate`` builds it, without its per-call set-up (a config copy, its flags, the target policy's checks:
-    1 ms of each point); ``None`` for anything else, which Hydra instantiates."""
-    target = node.get("_target_")
-    if not isinstance(target, str) or not target.startswith("systems."):
-        return None
-    kwargs = {str(k): v for k, v in node.items() if k != "_target_"}
-    if any(k.startswith("_") or not isinstance(v, _SCALARS) for k, v in kwargs.items()):
-        return None  # (_partial_, _args_, a nested node: Hydra's semantics)
-    from hydra.utils import get_class
-
-    try:
-        cls = get_class(target)
-    except Exception:  # Hydra words the error
-        return None
-    return cls(**kwargs)
-
-
-def instantiate_system(node: Any, where: str = "") -> Policy:
-    """The policy a ``system`` config node describes (a constructor's complaint becomes a one-line ConfigError);
-    :data:`DISPLAY_KEYS` are not passed to it."""
-    from hydra.utils import instantiate
-
-    if any(k in node for k in DISPLAY_KEYS):
-        plain = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
-        assert isinstance(plain, dict)
-        node = {str(k): v for k, v in plain.items() if k not in DISPLAY_KEYS}
-    try:
-        policy = _own_policy(node)
-    except Exception as exc:  # the constructor's TypeError names the key that is wrong
-        raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {exc}") from None
-    try:
-        policy = instantiate(node) if policy is None else policy
-    except Exception as exc:  # Hydra wraps the constructor's TypeError; surface the key that is wrong
-        cause = exc.__cause__ or exc
-        raise ConfigError(f"{where}system config ({node.get('_target_', '?')}): {cause}") from None
-    if not isinstance(policy, Policy):
-        raise ConfigError(f"{where}system config: {node.get('_target_')} is not a repro.sim.policy.Policy")
-    return policy
 
 
 @dataclass

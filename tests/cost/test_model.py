@@ -413,10 +413,11 @@ def test_remember_shares_between_equal_models_only() -> None:
     cm(engine=EngineProfile(name="other", expand_seq_s=1e-4)).remember(("test", 1), compute("engine"))
     cm(model="llama2-13b").remember(("test", 1), compute("model"))
     assert calls == ["a", "key", "tp", "engine", "model"]
+    from repro.cost import remembered
+
     profiled = cm()
     profiled.target_profile = object()  # type: ignore[assignment]
-    profiled._fingerprint = False
-    assert profiled.fingerprint is None
+    assert remembered.fingerprint(profiled) is None
     profiled.remember(("test", 1), compute("profiled"))
     profiled.remember(("test", 1), compute("profiled"))
     assert calls[-2:] == ["profiled", "profiled"]
