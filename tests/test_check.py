@@ -174,10 +174,10 @@ def test_an_experiment_on_real_models_runs_with_the_shared_pool_idle(tmp_path: P
     """Points on a real backend measure this machine's step times: ``run_many`` plans nothing past such an
     experiment before it has run, and starts it once every point submitted before it has finished. (TurboSpec's
     Fig. 2 stands in for real_smoke, which needs PyTorch.)"""
-    from repro.experiments import launch, runner
+    from repro.experiments import launch, planning, runner
 
     real_one, after = "turbospec_fig2", "turbospec_fig9"
-    monkeypatch.setattr(runner, "runs_real", lambda ctx: ctx.spec.name == real_one)
+    monkeypatch.setattr(planning, "runs_real", lambda ctx: ctx.spec.name == real_one)
     planned: list[str] = []
     seen: dict[str, object] = {}
     plan, run, idle = runner.plan_experiment, runner.run_experiment, launch.PointPool.wait_idle

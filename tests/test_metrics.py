@@ -8,14 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.metrics.steps import regret, regret_from_arms
 from repro.metrics.summary import (
     POINT_METRICS,
     RENAMED,
     attained,
     jain_index,
     per_class,
-    regret,
-    regret_from_arms,
     sum_log,
     summarize,
     tpot_s,

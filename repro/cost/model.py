@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from repro.cost import remembered
+from repro.cost.roofline import Coeffs, coefficients, kv_bytes_s, kv_read_s, overhead_s, pass_parts
 from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 
@@ -80,109 +81,6 @@ class ForwardCost:
     @property
     def total_s(self) -> float:
         return self.linear_s + self.attention_s + self.lm_head_s + self.allreduce_s + self.overhead_s
-
-
-@dataclass(frozen=True, slots=True)
-class _Coeffs:
-    """Per-model, per-GPU constants of the formulas above (seconds, or seconds per unit)."""
-
-    lin_mem_s: float  # linear weights streamed once
-    lin_tok_s: float  # compute seconds per token through the linear layers
-    head_mem_s: float  # LM-head weights streamed once
-    head_tok_s: float  # compute seconds per scored token
-    p: float
-    inv_p: float
-    kv_bytes: float  # KV bytes per token per GPU
-    inv_bw: float  # seconds per byte at peak bandwidth
-    eta_lo: float  # KV-read efficiency of a small read
-    eta_span: float  # kv_efficiency_large - kv_efficiency
-    v_half: float  # bytes per GPU (all layers) at which the efficiency is halfway
-    pair_s: float  # seconds per causal query-key pair of prefill attention
-    ar_fixed_s: float  # all-reduce latency, all layers
-    ar_tok_s: float  # all-reduce seconds per token, all layers
-    step_s: float
-    layers_eager_s: float
-    layers_graph_s: float
-    req_s: float
-    graph_pad: tuple[int, ...] = ()  # [n]: tokens a CUDA-graph pass of n tokens runs (EngineProfile.graph_sizes)
-
-
-def _graph_pad(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """``pad[n]`` = the smallest capture size ≥ n, for n up to the largest size (empty: no padding)."""
-    if not sizes:
-        return ()
-    pad = [0] * (sizes[-1] + 1)
-    i = 0
-    for n in range(1, sizes[-1] + 1):
-        while sizes[i] < n:
-            i += 1
-        pad[n] = sizes[i]
-    return tuple(pad)
-
-
-def _coeffs(hw: HardwareSpec, m: ModelSpec, tp: int, graph_sizes: tuple[int, ...] = ()) -> _Coeffs:
-    bw, peak, b = hw.bytes_per_s, hw.flops_per_s, m.dtype_bytes
-    ar_bytes_tok = 2 * (tp - 1) / tp * m.hidden_size * b  # ring all-reduce traffic per token, per all-reduce
-    n_ar = 2 * m.num_layers if tp > 1 else 0  # after attention and after the MLP (Megatron-LM §3)
-    n_launch_layers = m.num_layers + (
-        1 if m.kind == "eagle_head" else 0
-    )  # fc counts as one more layer of launches
-    return _Coeffs(
-        lin_mem_s=m.linear_params * m.linear_weight_bytes / tp / (bw * hw.mem_efficiency),
-        lin_tok_s=2 * m.linear_params / tp / (peak * hw.compute_efficiency),
-        head_mem_s=m.lm_head_params * b / tp / (bw * hw.mem_efficiency),
-        head_tok_s=2 * m.lm_head_params / tp / (peak * hw.compute_efficiency),
-        p=hw.knee_sharpness,
-        inv_p=1.0 / hw.knee_sharpness,
-        kv_bytes=m.kv_bytes_per_token / tp,
-        inv_bw=1.0 / bw,
-        eta_lo=hw.kv_efficiency,
-        eta_span=hw.kv_efficiency_large - hw.kv_efficiency,
-        v_half=m.num_layers * bw * hw.kv_ramp_us * 1e-6,
-        pair_s=4 * m.num_layers * m.num_heads * m.hd / tp / (peak * hw.compute_efficiency),
-        ar_fixed_s=n_ar * hw.allreduce_latency_s,
-        ar_tok_s=n_ar * ar_bytes_tok / (hw.interconnect_gbs * 1e9),
-        step_s=hw.step_overhead_s,
-        layers_eager_s=n_launch_layers * hw.layer_overhead_eager_s,
-        layers_graph_s=n_launch_layers * hw.layer_overhead_graph_s,
-        req_s=hw.request_overhead_s,
-        graph_pad=_graph_pad(graph_sizes),
-    )
-
-
-def _kv_bytes_s(c: _Coeffs, v: Any) -> Any:
-    """Seconds to read ``v`` > 0 bytes of KV at η(V) of peak bandwidth (module docstring).
-
-    A float, or elementwise an array (the same operations in the same order either way).
-    """
-    return v * c.inv_bw / (c.eta_lo + c.eta_span * v / (v + c.v_half))
-
-
-def kv_read_s(c: _Coeffs, tokens: float) -> float:
-    """Seconds to read ``tokens`` tokens of KV."""
-    return _kv_bytes_s(c, tokens * c.kv_bytes) if tokens > 0.0 else 0.0
-
-
-def _fixed_s(c: _Coeffs, s: int, decode_only: bool) -> float:
-    """Fixed costs of a pass over ``s`` sequences: per pass, per layer (CUDA graphs or eager) and per sequence."""
-    return c.step_s + (c.layers_graph_s if decode_only else c.layers_eager_s) + c.req_s * s
-
-
-def _parts(
-    c: _Coeffs, n: int, s: int, kv: float, pairs: float, head: int, decode_only: bool, qpairs: float = 0.0
-) -> tuple[float, float, float, float, float]:
-    """(linear, attention, lm_head, allreduce, overhead) seconds: the whole model in a few lines."""
-    if head < 0:
-        head = n
-    p, ip = c.p, c.inv_p
-    if decode_only and 0 < n < len(c.graph_pad):  # a CUDA-graph pass runs at its capture size
-        n = c.graph_pad[n]
-    linear = (c.lin_mem_s**p + (c.lin_tok_s * n) ** p) ** ip if n > 0 else 0.0
-    lm_head = (c.head_mem_s**p + (c.head_tok_s * head) ** p) ** ip if head > 0 else 0.0
-    allreduce = c.ar_fixed_s + c.ar_tok_s * n if (n > 0 and c.ar_fixed_s > 0) else 0.0
-    overhead = _fixed_s(c, s, decode_only)
-    attention = max(kv_read_s(c, kv), c.pair_s * qpairs) + c.pair_s * pairs
-    return linear, attention, lm_head, allreduce, overhead
 
 
 _FIXED_CACHE = 1 << 16  # shapes whose fixed parts a cost model keeps
@@ -237,27 +135,25 @@ class CostModel:
         self.engine = engine if engine is not None else EngineProfile()
         self.target_profile = target_profile  # measured target passes (cost=profile) in place of the roofline
         self.draft_profile = draft_profile  # measured draft-model passes (cost=profile cost.draft_table)
-        self._fingerprint: tuple[Hashable, ...] | Literal[False] | None = False  # (computed when first asked)
         self._profiles = {k: v for k, v in (("target", target_profile), ("draft", draft_profile)) if v is not None}
         self._eagle = draft if draft is not None and draft.kind == "eagle_head" else model.eagle_head()
-        self._coeffs: dict[str, _Coeffs] = {
-            "target": _coeffs(hardware, model, tp, self.engine.graph_sizes),
-            "eagle": _coeffs(hardware, self._eagle, tp, self.engine.graph_sizes),
+        self._coeffs: dict[str, Coeffs] = {
+            "target": coefficients(hardware, model, tp, self.engine.graph_sizes),
+            "eagle": coefficients(hardware, self._eagle, tp, self.engine.graph_sizes),
         }
         if draft is not None:  # a remote draft server is another engine: it pads on its own (not modelled)
-            self._coeffs["draft"] = _coeffs(draft_hardware or hardware, draft, draft_tp,
-                                            self.engine.graph_sizes if draft_hardware is None else ())
+            self._coeffs["draft"] = coefficients(draft_hardware or hardware, draft, draft_tp,
+                                                 self.engine.graph_sizes if draft_hardware is None else ())
         # forward_s_many's parts that do not depend on the KV read, by (which, tokens, sequences, head, graphs)
         self._fixed_parts: dict[tuple[str, int, int, int, bool], tuple[float, float, float, float]] = {}
         self._row_consts: dict[tuple[str, ...], SimpleNamespace] = {}  # forward_s_rows: each row's constants
+        self._fingerprint = remembered.fingerprint(self)  # what remember() shares values by
 
     def remember(self, key: Hashable, compute: Callable[[], remembered.T]) -> remembered.T:
         """``compute()`` (of this model and ``key``) once per process for equal models (:mod:`.remembered`)."""
-        if self._fingerprint is False:
-            self._fingerprint = remembered.fingerprint(self)
         return remembered.remember(self._fingerprint, key, compute)
 
-    def _c(self, which: str) -> _Coeffs:
+    def _c(self, which: str) -> Coeffs:
         try:
             return self._coeffs[which]
         except KeyError:
@@ -282,7 +178,7 @@ class CostModel:
         c = self._coeffs[which]
         attention = max(kv_read_s(c, shape.kv_read_tokens), c.pair_s * shape.query_pairs) \
             + c.pair_s * shape.prefill_attn_pairs
-        return ForwardCost(linear, attention, lm_head, allreduce, overhead)  # _parts', fixed ones once per shape
+        return ForwardCost(linear, attention, lm_head, allreduce, overhead)  # pass_parts', fixed ones once a shape
 
     def forward_s(
         self,
@@ -298,7 +194,7 @@ class CostModel:
         """``forward(ForwardShape(...), which).total_s`` without building objects (the engine's hot path)."""
         if self._profiles and which in self._profiles:
             return self._profiles[which].forward_s(num_tokens, num_seqs, kv_read_tokens)
-        # _parts' terms, in its order, its fixed ones worked out once per shape
+        # pass_parts' terms, in its order, its fixed ones worked out once per shape
         linear, lm_head, allreduce, overhead = self._fixed(which, num_tokens, num_seqs, lm_head_tokens, decode_only)
         c = self._coeffs[which]
         attention = max(kv_read_s(c, kv_read_tokens), c.pair_s * query_pairs) + c.pair_s * prefill_attn_pairs
@@ -381,10 +277,10 @@ class CostModel:
         ``v_half_positive``: every model's V_half is positive.
         """
         if v_half_positive:
-            read = _kv_bytes_s(c, kv * c.kv_bytes)
+            read = kv_bytes_s(c, kv * c.kv_bytes)
         else:  # with V_half > 0 a read of 0 tokens prices at exactly 0.0 as kv_read_s has it
             with np.errstate(invalid="ignore"):
-                read = np.where(kv > 0.0, _kv_bytes_s(c, kv * c.kv_bytes), 0.0)
+                read = np.where(kv > 0.0, kv_bytes_s(c, kv * c.kv_bytes), 0.0)
         # the prefill pairs' + 0.0 leaves a non-negative sum unchanged
         return np.maximum(read, c.pair_s * np.asarray(query_pairs, dtype=np.float64))
 
@@ -442,7 +338,7 @@ class CostModel:
         if fixed is None:
             if len(self._fixed_parts) >= _FIXED_CACHE:  # a long run of ever new prefill shapes: start afresh
                 self._fixed_parts.clear()
-            linear, _, lm_head, allreduce, overhead = _parts(self._c(which), num_tokens, num_seqs, 0.0, 0.0,
+            linear, _, lm_head, allreduce, overhead = pass_parts(self._c(which), num_tokens, num_seqs, 0.0, 0.0,
                                                              lm_head_tokens, decode_only, 0.0)
             fixed = self._fixed_parts[key] = (linear, lm_head, allreduce, overhead)
         return fixed
@@ -450,7 +346,7 @@ class CostModel:
     def fixed_s(self, num_seqs: int, decode_only: bool, which: Which = "target") -> float:
         """The fixed costs of a pass over ``num_seqs`` sequences (:meth:`forward`'s ``overhead_s``: per pass, per
         layer and per sequence; 0 for a pass read from a measured profile, which has no parts)."""
-        return 0.0 if which in self._profiles else _fixed_s(self._c(which), num_seqs, decode_only)
+        return 0.0 if which in self._profiles else overhead_s(self._c(which), num_seqs, decode_only)
 
     # ---- memory -------------------------------------------------------------------------------------------
     @property

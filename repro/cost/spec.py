@@ -234,12 +234,9 @@ def _load(kind: str, name: str) -> dict[str, Any]:
     """``conf/<kind>/<name>.yaml`` as a fresh dict (each file parsed once per process while it is unchanged: the
     remote draft servers' specs are read for every point)."""
     path = CONF_DIR / kind / f"{name}.yaml"
-    try:
-        st = path.stat()
-    except OSError:
-        st = None
-    if st is None or not path.is_file():
+    if not path.is_file():
         raise UnknownSpecError(f"unknown {kind} {name!r}; available: {', '.join(_available(kind))}")
+    st = path.stat()
     stamp = (st.st_mtime_ns, st.st_size)
     held = _LOADED.get(path)
     if held is None or held[0] != stamp:

@@ -45,7 +45,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.core.errors import ReproError
-from repro.experiments import launch, robustness, runner, studies
+from repro.experiments import launch, planning, robustness, runner, studies
 from repro.experiments.catalogue import index_markdown, index_rows, read_index_rows
 from repro.experiments.compose import compose_config, hydra_context, to_dict
 from repro.experiments.expspec import ExpSpec, apply_quick
@@ -281,7 +281,7 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
 
     def real(k: int) -> bool:
         ctx = plans.get(k)
-        return ctx is not None and not isinstance(ctx, str) and runner.runs_real(ctx)
+        return ctx is not None and not isinstance(ctx, str) and planning.runs_real(ctx)
 
     with pool if pool is not None else contextlib.nullcontext():
         for k, name in enumerate(names):
@@ -296,7 +296,7 @@ def run_many(names: Sequence[str], quick: bool, out_dir_of: Callable[[str], Path
             if isinstance(ctx, str):
                 yield name, ctx, 0.0
                 continue
-            if pool is not None and runner.runs_real(ctx):
+            if pool is not None and planning.runs_real(ctx):
                 pool.wait_idle()
             t0 = time.perf_counter()
             result = runner.run_experiment(ctx.cfg, ctx.overrides, out_dir=ctx.out_dir, log=say, progress=progress,

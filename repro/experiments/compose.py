@@ -245,12 +245,8 @@ class Composer:
     """
 
     def __init__(self, conf_dir: Path = CONF_DIR) -> None:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        self._parser = OverridesParser.create()
         self._conf_dir = conf_dir
         self._groups: dict[str, bool] = {}
-        self._parsed: dict[str, Any] = {}  # each override line's parse (Hydra's grammar is slow; points repeat lines)
         # per tuple of group overrides: the composition pickled with and without its exp block (unpickling copies 4x
         # faster than deepcopy; points never read the block), and each group's option in it
         self._cache: dict[tuple[str, ...], tuple[bytes, bytes, dict[str, str]]] = {}
@@ -304,13 +300,10 @@ class Composer:
                ) -> DictConfig | tuple[tuple[bytes, bytes, dict[str, str]], list[Any]]:
         """The cached composition of ``overrides``' group choices and its other (parsed) overrides; or the config
         itself, fully composed, for an override Hydra treats specially."""
-        lines = list(overrides)
-        new = [line for line in dict.fromkeys(lines) if line not in self._parsed]
         try:
-            self._parsed.update(zip(new, self._parser.parse_overrides(new), strict=True))
+            parsed = _parse_lines(overrides)
         except HydraException:
             return compose_config(overrides, where)  # Hydra's own error, worded as usual
-        parsed = [self._parsed[line] for line in lines]
         if any(o.is_hydra_override() or o.is_sweep_override() or o.key_or_group.startswith("exp.")
                for o in parsed):
             full = compose_config(overrides, where)
@@ -378,10 +371,11 @@ def as_config(cfg: DictConfig | Recipe) -> DictConfig:
     return cfg.config() if isinstance(cfg, Recipe) else cfg
 
 
-_PARSES: dict[str, Any] = {}  # a process's parses of the override lines of the recipes it built
+_PARSES: dict[str, Any] = {}  # each override line's parse (Hydra's grammar is slow; points repeat lines)
 
 
 def _parse_lines(lines: Sequence[str]) -> list[Any]:
+    """Hydra's parse of each override line, once per process (a line that does not parse raises HydraException)."""
     new = [line for line in dict.fromkeys(lines) if line not in _PARSES]
     if new:
         from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -270,7 +270,8 @@ def run_point(cfg: DictConfig, latencies: bool = True) -> PointResult:
 
 def _run_sim(cfg: DictConfig, t0: float, latencies: bool = True) -> PointResult:
     """:func:`run_point` on the engine (the simulator, or ``backend=hf``'s real models)."""
-    from repro.metrics.summary import peak_token_rate, summarize, with_latencies
+    from repro.metrics.steps import peak_token_rate
+    from repro.metrics.summary import summarize, with_latencies
 
     built = build(cfg)
     if getattr(built.table, "group", None) is not None:

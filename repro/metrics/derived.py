@@ -32,7 +32,8 @@ from typing import Any, overload
 import pandas as pd
 
 from repro.core.errors import ConfigError
-from repro.metrics.summary import LATENCY_COLUMNS, estimate_error, step_total_tokens, with_latencies
+from repro.metrics.steps import step_total_tokens
+from repro.metrics.summary import LATENCY_COLUMNS, estimate_error, with_latencies
 
 #: Columns of requests / steps tables that follow from stored ones: dropped when a table is saved, added on load.
 TABLE_COLUMNS: tuple[str, ...] = (*LATENCY_COLUMNS, "accept_rate", "draft_acceptance_rate", "switch_ratio",

@@ -415,8 +415,7 @@ def test_remember_shares_between_equal_models_only() -> None:
     assert calls == ["a", "key", "tp", "engine", "model"]
     from repro.cost import remembered
 
-    profiled = cm()
-    profiled.target_profile = object()  # type: ignore[assignment]
+    profiled = cm(target_profile=object())
     assert remembered.fingerprint(profiled) is None
     profiled.remember(("test", 1), compute("profiled"))
     profiled.remember(("test", 1), compute("profiled"))
