@@ -1,20 +1,54 @@
-"""Planning a sweep's points: each point's overrides, composed config (or :class:`Recipe`), resolved dict and config
-hash, and their submission to the shared pool of ``repro check`` and ``repro all`` ahead of the run
-(:func:`submit_ahead`); :func:`repro.experiments.runner.run_sweep` runs them."""
+"""Planning a sweep's points: the run's context (:class:`RunContext`), each point's overrides, composed config (or
+:class:`Recipe`), resolved dict and config hash, and their submission to the shared pool of ``repro check`` and
+``repro all`` ahead of the run (:func:`submit_ahead`); :func:`repro.experiments.runner.run_sweep` runs them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from repro.experiments.compose import Composer, Recipe, as_config, hydra_context, to_dict
+from repro.experiments.expspec import ExpSpec
 from repro.experiments.grid import Point, by_workload, expand_points, group_overrides, override
+from repro.experiments.launch import PointPool
 from repro.experiments.results import dict_hash
 
-if TYPE_CHECKING:
-    from repro.experiments.runner import RunContext
+
+@dataclass
+class RunContext:
+    """Everything an experiment kind needs."""
+
+    cfg: DictConfig
+    spec: ExpSpec  # after quick mode and the command line's narrowing
+    overrides: list[str]
+    conf_dir: Path
+    out_dir: Path
+    n_jobs: int
+    quick: bool
+    quick_overrides: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)  # every point's workload DataSource entries
+    narrowed: list[str] = field(default_factory=list)  # one line per narrowing the command line made
+    shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
+    progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
+    composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
+    overwrite: bool = False  # replace whatever run out_dir holds (the regeneration commands; overwrite=true)
+    say: Callable[[str], None] = print  # where the run's console lines go (run_experiment: stderr)
+    engines: dict[str, str] = field(default_factory=dict)  # system label -> its points' engine profile(s)
+    engine_warning: bool = False  # the command line chose systems that run on different engine profiles
+    # points already run in this process, by (system, config hash): a robustness study's settings share the points
+    # their knobs leave unchanged (a point is a function of its composed config, seeds included)
+    memo: dict[tuple[str, str], dict[str, str]] | None = None
+    # a process pool shared with other experiments (repro check, repro all: launch.PointPool), and the sweep's
+    # points, configs, their resolved dicts and config hashes when they were composed ahead of the run to be
+    # submitted to it
+    pool: PointPool | None = None
+    composed: tuple[list[Point], list[DictConfig | Recipe], list[dict[str, Any]], list[str]] | None = None
+
 
 
 def _point_overrides(ctx: RunContext) -> tuple[list[Point], list[list[str]]]:

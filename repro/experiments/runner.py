@@ -53,9 +53,9 @@ from repro.experiments.compose import (
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
-from repro.experiments.grid import Point, by_workload, group_overrides
+from repro.experiments.grid import by_workload, group_overrides
 from repro.experiments.launch import Outcome, PointPool, ProgressLines, execute, execute_ray, execute_submitit
-from repro.experiments.planning import compose_points, is_real, resolve_points, shares_pool, submit_ahead
+from repro.experiments.planning import RunContext, compose_points, is_real, resolve_points, shares_pool, submit_ahead
 from repro.experiments.results import (
     CONF_DIR,
     KEY_COLS,
@@ -78,37 +78,6 @@ from repro.experiments.validate import check_keys, check_point, check_values, ch
 
 #: How to install what the real backends need (ConfigError messages, check's skip lines).
 REAL_INSTALL = "pip install torch==2.13.0 (the CPU build; a CUDA build on a GPU) and pip install -e '.[real]'"
-
-@dataclass
-class RunContext:
-    """Everything an experiment kind needs."""
-
-    cfg: DictConfig
-    spec: ExpSpec  # after quick mode and the command line's narrowing
-    overrides: list[str]
-    conf_dir: Path
-    out_dir: Path
-    n_jobs: int
-    quick: bool
-    quick_overrides: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    sources: list[dict[str, Any]] = field(default_factory=list)  # every point's workload DataSource entries
-    narrowed: list[str] = field(default_factory=list)  # one line per narrowing the command line made
-    shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
-    progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
-    composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)
-    overwrite: bool = False  # replace whatever run out_dir holds (the regeneration commands; overwrite=true)
-    say: Callable[[str], None] = print  # where the run's console lines go (run_experiment: stderr)
-    engines: dict[str, str] = field(default_factory=dict)  # system label -> its points' engine profile(s)
-    engine_warning: bool = False  # the command line chose systems that run on different engine profiles
-    # points already run in this process, by (system, config hash): a robustness study's settings share the points
-    # their knobs leave unchanged (a point is a function of its composed config, seeds included)
-    memo: dict[tuple[str, str], dict[str, str]] | None = None
-    # a process pool shared with other experiments (repro check, repro all: launch.PointPool), and the sweep's
-    # points, configs, their resolved dicts and config hashes when they were composed ahead of the run to be
-    # submitted to it
-    pool: PointPool | None = None
-    composed: tuple[list[Point], list[DictConfig | Recipe], list[dict[str, Any]], list[str]] | None = None
 
 
 @dataclass
