@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from repro.core.errors import ConfigError
-from repro.experiments.expspec import EXP_KEYS, QUICK_EXP_KEYS, ExpSpec, SystemEntry, apply_quick, system_entries
+from repro.experiments.expspec import (
+    EXP_KEYS,
+    QUICK_EXP_KEYS,
+    ExpSpec,
+    SystemEntry,
+    apply_quick,
+    check_frozen_interpolations,
+    system_entries,
+)
 
 
 def test_an_unknown_key_is_named_with_the_known_ones() -> None:
@@ -95,3 +103,31 @@ def test_no_systems_is_fine_where_none_run() -> None:
 def test_system_entries_say_where() -> None:
     with pytest.raises(ConfigError, match=r"exp.cases\[a\].systems: duplicate labels"):
         system_entries(["vllm", {"system": "static_sd", "label": "vllm"}], "exp.cases[a].systems")
+
+
+@pytest.mark.parametrize(("exp", "named"), [
+    ({"cases": [{"label": "a", "overrides": {"load_scale": "${mul:${load},2}"}}]}, "exp.cases[0].overrides.load_scale"),
+    ({"grid": {"rps": [1, "${capacity}"]}}, "exp.grid.rps[1]"),
+    ({"systems": [{"system": "x", "overrides": {"system.k": "${k}"}}]}, "exp.systems[0].overrides.system.k"),
+    ({"cases": [{"label": "a", "systems": [{"system": "x", "overrides": {"a": {"b": ["${k}"]}}}]}]},
+     "exp.cases[0].systems[0].overrides.a.b[0]"),
+    ({"quick": {"num_requests": "${n}"}}, "exp.quick.num_requests"),
+    ({"quick": {"cases": [{"label": "a", "overrides": {"x": "pre${k}"}}]}}, "exp.quick.cases[0].overrides.x"),
+])
+def test_an_unescaped_interpolation_in_a_points_values_is_refused(exp: dict[str, Any], named: str) -> None:
+    """Read with the block, it would take the experiment's own values for every point (the league's dynamic rate
+    did: one arrival schedule at all four loads); the message names the key and the escaped form."""
+    with pytest.raises(ConfigError) as err:
+        check_frozen_interpolations(exp)
+    assert str(err.value).startswith(f"{named}: '") and "escape it, '" in str(err.value)
+    assert "\\${" in str(err.value).split("escape it, ")[1]
+
+
+def test_escaped_interpolations_and_those_outside_a_points_values_pass() -> None:
+    check_frozen_interpolations({
+        "cases": [{"label": "a", "overrides": {"load_scale": "\\${mul:\\${load},2}", "x": "plain"}}],
+        "systems": [{"system": "x", "overrides": {"system.k": "\\${k}"}}],
+        "grid": {"rps": [1, 2]},
+        "quick": {"grid": {"rps": [1]}, "num_requests": 10},
+        "figures": [{"name": "f", "where": {"capacity": "${capacity}"}}],  # read once, for the whole experiment
+    })

@@ -17,9 +17,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from repro.core.errors import ConfigError
-from repro.experiments import league
+from repro.experiments import check, league
 from repro.experiments.expspec import ExpSpec
-from repro.experiments.runner import add_systems
+from repro.experiments.planning import plan_points
+from repro.experiments.runner import add_systems, plan_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -180,3 +181,20 @@ def test_the_readme_ranking_is_the_references() -> None:
         assert [float(r[2]), int(r[3]), float(r[4]), float(r[5]), float(r[6])] == [
             round(ref["mean_rank"], 2), int(ref["wins"]), round(ref["goodput_tok_s_vs_best"], 2),
             round(ref["slo_attainment_vs_best"], 2), round(ref["p99_latency_s_vs_best"], 2)]
+
+
+def test_the_dynamic_rate_follows_the_load(tmp_path: Path) -> None:
+    """The dynamic-rate scenario's arrival schedule is Nightjar's segment scaled to a mean of load x capacity_rps,
+    point by point: its case overrides are escaped interpolations, resolved in each point's config. (Written
+    unescaped they resolved once, at the experiment's load 0.5, and the four loads ran one schedule.)"""
+    cfg, overrides = check._compose("league", False, [])
+    points, _, resolved = plan_points(plan_experiment(cfg, overrides, out_dir=tmp_path, log=lambda _: None))
+    resolved = [r for p, r in zip(points, resolved, strict=True)
+                if p.system == "vllm" and dict(p.values)["scenario"].endswith("dynamic-rate")]
+    assert len(resolved) == 4
+    for r in resolved:
+        segments = r["workload"]["arrival"]["segments"]
+        assert r["workload"]["arrival"]["kind"] == "piecewise" and len(segments) == 20
+        mean = sum(d * rate for d, rate in segments) / sum(d for d, _ in segments)
+        assert mean == pytest.approx(r["load"] * r["capacity_rps"], rel=1e-3)
+    assert len({r["load"] for r in resolved}) == 4

@@ -28,6 +28,11 @@ Real backends
     on ``backend=hf``): without them the runner refuses it with the install command and ``repro check`` / ``all``
     skip it, saying so (:meth:`ExpSpec.missing`). ``exp.compare`` restricts ``repro check`` to the points.csv
     columns a measured run reproduces (token counts, not latencies).
+Interpolations
+    A point's own values (a grid's, a case's or a system entry's ``overrides``, ``exp.quick``'s overrides) may refer
+    to other keys only escaped, ``'\\${proposer}'``: the point's config then resolves it. Unescaped, it would resolve
+    once, when the block is read, at the experiment's own values, and every point would get the same value
+    (:func:`check_frozen_interpolations` refuses it).
 Open choices
     ``exp.open`` declares the values the paper leaves open, each with its plausible range and why
     (:mod:`repro.experiments.openchoices`); ``python -m repro robustness NAME`` varies them.
@@ -39,6 +44,7 @@ Figures, claims, derived columns
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -198,6 +204,39 @@ def _also_for(raw: Any) -> dict[str, tuple[str, ...]]:
     if not ok:
         raise ConfigError(f"exp.claims_also_for: expected {{system: [its readings, ...]}}, got {raw!r}")
     return {str(k): tuple(str(x) for x in v) for k, v in raw.items()}
+
+
+_UNESCAPED = re.compile(r"(?<!\\)\$\{")
+
+
+def check_frozen_interpolations(raw: Any, where: str = "exp") -> None:
+    """Refuse an unescaped interpolation among a point's own values in the unresolved ``exp`` block ``raw``: in a
+    grid, in ``overrides`` (of a case or a system entry) or in ``exp.quick``'s config overrides. Read with the
+    block, it would take the experiment's own values (``load`` 0.5 for every load of the grid), not each point's."""
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            path = f"{where}.{key}"
+            if key in ("grid", "overrides") or (where.endswith(".quick") and key not in QUICK_EXP_KEYS):
+                _refuse_unescaped(value, path)
+            else:
+                check_frozen_interpolations(value, path)
+    elif isinstance(raw, list | tuple):
+        for i, value in enumerate(raw):
+            check_frozen_interpolations(value, f"{where}[{i}]")
+
+
+def _refuse_unescaped(value: Any, where: str) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _refuse_unescaped(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_unescaped(item, f"{where}[{i}]")
+    elif isinstance(value, str) and _UNESCAPED.search(value):
+        escaped = _UNESCAPED.sub(lambda _: "\\${", value)
+        raise ConfigError(f"{where}: '{value}' would resolve once, when the experiment is read, with the experiment's "
+                          f"own values, so every point would get the same value; escape it, '{escaped}', to resolve "
+                          "it in each point's config")
 
 
 def apply_quick(exp: Mapping[str, Any], quick: bool, keep: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:

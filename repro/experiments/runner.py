@@ -52,7 +52,7 @@ from repro.experiments.compose import (
     known_top_keys,
     to_dict,
 )
-from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick
+from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick, check_frozen_interpolations
 from repro.experiments.grid import by_workload, group_overrides
 from repro.experiments.launch import Outcome, PointPool, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.planning import RunContext, compose_points, is_real, resolve_points, shares_pool, submit_ahead
@@ -485,6 +485,7 @@ def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_d
     """Check the experiment and the command line (:class:`ConfigError` naming the key), apply quick mode and the
     command line's narrowing (each narrowing said on ``say``); the run's context, nothing written yet."""
     add_systems(cfg, overrides, conf_dir)
+    check_frozen_interpolations(OmegaConf.to_container(cfg.exp, resolve=False))
     exp_raw = to_dict(cfg.exp)
     ExpSpec.parse(exp_raw)  # the block as written: a typo is named before anything else
     groups = group_overrides(conf_dir)
