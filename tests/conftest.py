@@ -35,6 +35,38 @@ def pytest_configure(config: pytest.Config) -> None:
     data_record.register(config)
 
 
+#: Locks by which a test marked ``alone`` runs with no other test of this machine's pytest runs beside it (the
+#: xdist workers of this run, or another run's): it holds ``.cpu`` exclusive, every other test holds it shared. A
+#: test waiting to run alone holds ``.turn`` exclusive, so the tests that start meanwhile queue behind it.
+_LOCKS = Path(os.environ.get("TMPDIR") or "/tmp") / f"specrepro-tests-{os.getuid() if hasattr(os, 'getuid') else 0}"
+_HELD = "SPECREPRO_TEST_SHARE_HELD"  # set while a test holds its share (a pytest it runs inherits it)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Shared use of the cores, or all of them for a test marked ``alone`` (one that compares wall-clock times
+    measured at different moments: a test beside it on the other core slowed one side and not the other)."""
+    try:
+        import fcntl
+    except ImportError:  # (no flock: no coordination)
+        yield
+        return
+    if os.environ.get(_HELD):  # a pytest run inside a test (tests/test_data_record.py): its parent holds the share
+        yield
+        return
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(f"{_LOCKS}.turn", "a") as turn, open(f"{_LOCKS}.cpu", "a") as cpu:
+        fcntl.flock(turn, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(cpu, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        os.environ[_HELD] = "1"
+        try:
+            yield
+        finally:
+            os.environ.pop(_HELD, None)
+            fcntl.flock(cpu, fcntl.LOCK_UN)
+
+
 
 
 class FixedOracle:

@@ -31,11 +31,13 @@ def _tpot_errors(rows: pd.DataFrame) -> dict[str, float]:
 #: What this test holds mean TPOT to. Both sides are wall-clock measurements, and beside a parallel test run another
 #: process on the same cores slows the real run and not the profile measured before it, or the other way round: CI
 #: saw -25 % to -37 % for static k = 3 in one run, where a quiet machine gives -14 % to +8 % (the command's own
-#: tolerance, sim_vs_real.TOLERANCE, is 25 %). A plumbing fault is off by more in every try: the draft's table
-#: left out, -52 % to -55 %; the analytic A100 model instead of the profile, -66 % to -73 %.
+#: tolerance, sim_vs_real.TOLERANCE, is 25 %); a full run without data, -49 % to +103 % in three tries. So it runs
+#: alone (no other test beside it), and a plumbing fault is off by more in every try: the draft's table left out,
+#: -52 % to -55 %; the analytic A100 model instead of the profile, -66 % to -73 %.
 CI_TOLERANCE = 0.40
 
 
+@pytest.mark.alone
 def test_the_simulator_matches_backend_hf_on_this_cpu(tmp_path: Path) -> None:
     errors = []
     for attempt in range(3):  # up to three tries: a contended moment passes
