@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: Locks by which a test marked ``alone`` runs with no other test of this machine's pytest runs beside it (the
 #: xdist workers of this run, or another run's): it holds ``.cpu`` exclusive, every other test holds it shared. A
 #: test waiting to run alone holds ``.turn`` exclusive, so the tests that start meanwhile queue behind it.
-_LOCKS = Path(os.environ.get("TMPDIR") or "/tmp") / f"specrepro-tests-{os.getuid() if hasattr(os, 'getuid') else 0}"
+_LOCKS = Path(tempfile.gettempdir()) / f"specrepro-tests-{os.getuid() if hasattr(os, 'getuid') else 0}"
 _HELD = "SPECREPRO_TEST_SHARE_HELD"  # set while a test holds its share (a pytest it runs inherits it)
 
 

@@ -209,32 +209,21 @@ def _also_for(raw: Any) -> dict[str, tuple[str, ...]]:
 _UNESCAPED = re.compile(r"(?<!\\)\$\{")
 
 
-def check_frozen_interpolations(raw: Any, where: str = "exp") -> None:
+def check_frozen_interpolations(raw: Any, where: str = "exp", point: bool = False) -> None:
     """Refuse an unescaped interpolation among a point's own values in the unresolved ``exp`` block ``raw``: in a
-    grid, in ``overrides`` (of a case or a system entry) or in ``exp.quick``'s config overrides. Read with the
-    block, it would take the experiment's own values (``load`` 0.5 for every load of the grid), not each point's."""
+    grid, in ``overrides`` (of a case or a system entry) or in ``exp.quick``'s config overrides (``point``: ``raw``
+    is one of them). Read with the block, it would take the experiment's own values (``load`` 0.5 for every load of
+    the grid), not each point's."""
     if isinstance(raw, Mapping):
         for key, value in raw.items():
-            path = f"{where}.{key}"
-            if key in ("grid", "overrides") or (where.endswith(".quick") and key not in QUICK_EXP_KEYS):
-                _refuse_unescaped(value, path)
-            else:
-                check_frozen_interpolations(value, path)
+            own = point or key in ("grid", "overrides") or (where.endswith(".quick") and key not in QUICK_EXP_KEYS)
+            check_frozen_interpolations(value, f"{where}.{key}", own)
     elif isinstance(raw, list | tuple):
         for i, value in enumerate(raw):
-            check_frozen_interpolations(value, f"{where}[{i}]")
-
-
-def _refuse_unescaped(value: Any, where: str) -> None:
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _refuse_unescaped(item, f"{where}.{key}")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _refuse_unescaped(item, f"{where}[{i}]")
-    elif isinstance(value, str) and _UNESCAPED.search(value):
-        escaped = _UNESCAPED.sub(lambda _: "\\${", value)
-        raise ConfigError(f"{where}: '{value}' would resolve once, when the experiment is read, with the experiment's "
+            check_frozen_interpolations(value, f"{where}[{i}]", point)
+    elif point and isinstance(raw, str) and _UNESCAPED.search(raw):
+        escaped = _UNESCAPED.sub(lambda _: "\\${", raw)
+        raise ConfigError(f"{where}: '{raw}' would resolve once, when the experiment is read, with the experiment's "
                           f"own values, so every point would get the same value; escape it, '{escaped}', to resolve "
                           "it in each point's config")
 
