@@ -35,6 +35,7 @@ SCENARIOS = {
     "sarathi step by step (chunked prefill beside decodes)": ["system=sarathi", "rps=4", *WORKLOAD],
     "laps_sd (per-request chain lengths)": ["system=laps_sd", "model=llama2-7b", "model@draft=llama-68m",
                                             "hardware=l20", "workload=mbpp", "rps=2", "num_requests=30"],
+    "tetris (greedy chains, the batch's most probable prefixes verified)": ["system=tetris", "rps=6", *WORKLOAD],
     "static k=3 with EAGLE, step trace": ["system=static_sd_eagle_k3", "model=llama3-8b", "hardware=h100-80g",
                                          "engine.record_steps=true", "rps=4", *WORKLOAD],
 }
@@ -251,3 +252,131 @@ def test_a_run_that_turns_the_step_kernels_on_midway_equals_one_that_never_does(
         assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
     for a, b in zip(ref.steps, got.steps, strict=True):
         assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)
+
+
+PREFIXES = {  # TETRIS without a step trace, where the lean step of chain prefixes runs
+    "tetris": ["system=tetris", "rps=6", *WORKLOAD],
+    "tetris, KV pressure (preemption: the general path)": ["system=tetris", "rps=8",
+                                                          "engine.gpu_memory_utilization=0.22", *PRESSURE],
+    "tetris, multi-query scorer": ["system=tetris", "engine=turbospec_mq", "rps=6", *WORKLOAD],
+    "tetris, budget past the chains (every token verified)": ["system=tetris", "system.budget_per_seq=5", "rps=6",
+                                                              *WORKLOAD],
+}
+
+
+@pytest.mark.parametrize("overrides", PREFIXES.values(), ids=PREFIXES.keys())
+def test_the_lean_step_of_chain_prefixes_equals_the_general_step(use_jit: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 overrides: list[str]) -> None:
+    """``Replica._execute_prefixes`` (a decode step whose trees are prefixes of greedy chains: drafting priced as
+    chains, acceptance read as chains) leaves the state, the clock and every result the policy observes as the
+    general ``_execute`` does with the trees, bit for bit."""
+    pytest.importorskip("numba")
+    from repro.sim.replica import Replica
+
+    use_jit(True)
+    lean = Replica._execute_prefixes
+    taken = [0, 0]
+
+    def counted(self: Replica, plan: Any, now: float) -> Any:
+        got = lean(self, plan, now)
+        taken[got is None] += 1
+        return got
+
+    def observed() -> tuple[SimOutput, list[tuple[Any, ...]]]:
+        engine = build(compose(overrides)).engine
+        seen: list[tuple[Any, ...]] = []
+        observe = engine.policy.observe
+
+        def watch(result: Any) -> None:
+            seen.append((result.start_at, result.end_at, result.draft_s, result.verify_s, result.num_batched_tokens,
+                         *(getattr(result, f).tolist() for f in ("decode_ids", "num_proposed", "num_accepted",
+                                                                 "num_emitted", "finished_ids"))))
+            observe(result)
+
+        monkeypatch.setattr(engine.policy, "observe", watch)
+        return engine.run(), seen
+
+    monkeypatch.setattr(Replica, "_execute_prefixes", lambda self, plan, now: None)
+    ref, ref_seen = observed()
+    monkeypatch.setattr(Replica, "_execute_prefixes", counted)
+    got, got_seen = observed()
+    assert taken[0] > 0, f"the lean step of chain prefixes did not run: {taken}"
+    for name in STATE:
+        assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
+    assert got.sim_time_s == ref.sim_time_s and got.num_steps == ref.num_steps
+    assert got_seen == ref_seen
+    assert int(ref.state.num_accepted.sum()) > 0
+
+
+@pytest.mark.parametrize("mean", [0.1, 0.6, 0.95])
+@pytest.mark.parametrize("depth", [1, 3, 7])
+def test_compiled_greedy_chains_equal_the_width_one_beam(use_jit: Any, monkeypatch: pytest.MonkeyPatch,
+                                                         mean: float, depth: int) -> None:
+    """The compiled greedy chain (``repro.oracle.kernels.greedy_chains``) gives the width-1 beam's nodes, ranks,
+    probabilities and path probabilities bit for bit, off the true path too, over chunk ends; where a chunk it reads
+    is not generated yet it leaves the step to the reference, which generates it, and reads it itself after."""
+    pytest.importorskip("numba")
+    from repro.oracle import streams
+    from tests.test_oracle import make_oracle
+
+    rng = np.random.default_rng(depth)
+    rids = rng.choice(60, 40, replace=False)
+    pos = rng.integers(0, 3000, 40)
+    pos[:4] = [254, 255, 511, 1022]  # chains across an off-path chunk's and a chunk's end
+    out = []
+    for on in (False, True):
+        use_jit(on)
+        oracle: TokenOracle = make_oracle(60, mean, seed=3)
+        first = oracle.candidates_batch(rids, pos, depth, 1)
+        if on:  # every chunk held now: the kernel alone
+            monkeypatch.setattr(streams, "beam_layers", lambda *a: pytest.fail("the reference ran"))
+        again = oracle.candidates_batch(rids, pos, depth, 1)
+        probs = oracle.chain_probs_batch(rids, pos, depth)
+        out.append((first, again, probs))
+    for a, b in zip(out[0][:2], out[1][:2], strict=True):
+        for x, y in zip(a, b, strict=True):
+            for f in ("rid", "pos", "draft_depth", "draft_width"):
+                assert getattr(x, f) == getattr(y, f)
+            for f in ("parent", "depth", "rank", "prob", "path_prob"):
+                assert getattr(x, f).dtype == getattr(y, f).dtype and np.array_equal(getattr(x, f), getattr(y, f))
+    assert np.array_equal(out[0][2], out[1][2])
+    if depth > 1 and mean < 0.9:  # (off-path nodes were read)
+        assert any(float(c.prob[-1]) != float(c.prob[0]) for c in out[1][1])
+
+
+@pytest.mark.parametrize("case", ["tetris's trees", "a width-2 beam", "a node past the prefix", "a rank-1 node",
+                                  "drafted elsewhere", "depths differ", "a request without a tree", "chains of 1",
+                                  "a node twice", "a node past the chain"])
+def test_chain_prefixes_takes_the_prefixes_of_greedy_chains_only(case: str) -> None:
+    """:func:`repro.core.speculation.chain_prefixes` gives the counts and depth of TETRIS's trees, and ``None`` (the
+    general path) for any tree that is not the first nodes of a greedy chain of the step's one depth."""
+    from repro.core.speculation import TreeSpec, chain_prefixes
+    from systems.tetris import select_drafts
+    from tests.test_oracle import make_oracle
+
+    oracle = make_oracle(20, 0.6, seed=1)
+    rids, pos = np.arange(8), np.arange(8) * 7
+    depth = 1 if case == "chains of 1" else 3
+    trees = dict(select_drafts(oracle.candidates_batch(rids, pos, depth, 1), 12))
+    cand = trees[2].cand
+    if case == "a width-2 beam":
+        trees[2] = TreeSpec(oracle.candidates(2, 14, 3, 2), np.array([0]))
+    elif case == "a node past the prefix":
+        trees[2] = TreeSpec(cand, np.array([0, 2]))
+    elif case == "a rank-1 node":
+        trees[2] = TreeSpec(dataclasses.replace(cand, rank=np.array([0, 1, 0])), np.array([0, 1]))
+    elif case == "depths differ":
+        trees[2] = TreeSpec(oracle.candidates(2, 14, 4, 1), np.array([0]))
+    elif case == "a request without a tree":
+        del trees[2]
+    elif case == "a node twice":
+        trees[2] = TreeSpec(cand, np.array([0, 0]))
+    elif case == "a node past the chain":
+        trees[2] = TreeSpec(cand, np.array([0, 1, 2, 3]))
+    got = chain_prefixes(trees, rids.tolist(), (pos + (case == "drafted elsewhere")).tolist())
+    if case != "tetris's trees":
+        assert got is None
+        return
+    assert got is not None
+    k, d = got
+    assert d == 3 and k.tolist() == [trees[r].nodes.size for r in rids.tolist()] and 0 < k.sum() == 12

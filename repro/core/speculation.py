@@ -114,3 +114,48 @@ def check_trees(specs: Sequence[TreeSpec], rids: Sequence[int], positions: Seque
         for t, rid, pos in zip(specs, rids, positions, strict=True):
             t.check(rid, pos)
         raise AssertionError("check_trees found a fault no tree's check raises")
+
+
+def chain_prefixes(trees: Mapping[int, TreeSpec], rids: Sequence[int],
+                   positions: Sequence[int]) -> tuple[np.ndarray, int] | None:
+    """Where ``trees`` gives every request of ``rids`` (at ``positions``, drafted for it there) the first ``c`` nodes
+    of a simulated greedy chain of one depth D ≥ 2 (a width-1 candidate tree whose node i is the top-1 child of node
+    i − 1: TETRIS's plans), the counts ``c`` (int64) and D; else ``None``. Such a tree is verified as a chain of
+    ``c`` and accepts its leading positions whose true rank is 0, after drafting the whole chain."""
+    found = list(map(trees.get, rids))
+    if not found or found[0] is None:
+        return None
+    depth = found[0].cand.draft_depth
+    if not 2 <= depth < _CHAIN.size:
+        return None
+    parents, depths, ranks, nodes = [], [], [], []
+    for t, r, p in zip(found, rids, positions, strict=True):
+        if t is None:
+            return None
+        c = t.cand
+        if c.draft_width != 1 or c.draft_depth != depth or c.rid != r or c.pos != p or c.tokens is not None:
+            return None
+        parents.append(c.parent)
+        depths.append(c.depth)
+        ranks.append(c.rank)
+        nodes.append(t.nodes)
+    n = len(found)
+    k = np.array([x.shape[0] for x in nodes], dtype=np.int64)
+    if int(k.max()) > depth:
+        return None
+    parent, node_depth, rank = np.concatenate(parents), np.concatenate(depths), np.concatenate(ranks)
+    if parent.shape != (n * depth,) or node_depth.shape != parent.shape or rank.shape != parent.shape \
+            or np.count_nonzero(rank) \
+            or np.count_nonzero(parent.reshape(n, depth) != _CHAIN[:depth] - 1) \
+            or np.count_nonzero(node_depth.reshape(n, depth) != _CHAIN[1:depth + 1]):
+        return None
+    total = int(k.sum())
+    if total:  # each tree's nodes are 0..c − 1
+        flat = np.concatenate(nodes)
+        if flat.shape != (total,) or np.count_nonzero(flat != np.arange(total) - np.repeat(np.cumsum(k) - k, k)):
+            return None
+    return k, depth
+
+
+_CHAIN = np.arange(65)
+_CHAIN.flags.writeable = False

@@ -261,3 +261,47 @@ def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, paren
         nb += cnt
         cb += sizes[j]
     return True
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def greedy_chains(table: np.ndarray, alt_table: np.ndarray, shift: int, alt_shift: int, p0: np.ndarray,
+                  ranks: np.ndarray, alt: np.ndarray, salt: np.uint64, salt0: np.uint64, rids: np.ndarray,
+                  pos: np.ndarray, depth: int, prob: np.ndarray, path_prob: np.ndarray) -> bool:
+    """:func:`repro.oracle.scoring.beam_layers` of width 1 for a calibrated drafter (γ = 1, a node's reported top-1
+    probability is its p0): each request's greedy chain of ``depth`` from ``pos[i]``, its nodes' probabilities and
+    path probabilities into ``prob`` and ``path_prob`` ((n, depth); every node is its parent's rank-0 child), read
+    through the chunk tables of the stream's store (``p0``, ``ranks``) and, from ``depth`` 2 on, its off-path store
+    (``alt``). A node off the true path takes the off-path draw its context hash picks (``_TokenStream._positions``'
+    hash of (seed, r, position), ``salt0`` the salt of rank 0). Returns False (outputs partly written) where a chunk
+    the reference's reads would generate is not generated yet: the caller takes the reference."""
+    n = rids.shape[0]
+    umask = np.uint64(alt.shape[1] - 1)
+    for j in range(n):
+        r = rids[j]
+        for i in range(depth):
+            if _pool_index(table, shift, r, pos[j] + i) < 0:
+                return False
+            if depth > 1 and _pool_index(alt_table, alt_shift, r, pos[j] + i) < 0:
+                return False
+    for j in range(n):
+        r = rids[j]
+        on = True
+        h = np.uint64(0)
+        pp = 1.0
+        for i in range(depth):
+            q = pos[j] + i
+            at = _pool_index(table, shift, r, q)
+            d = _mix_one(salt ^ _mix_one((np.uint64(r) * _GOLDEN) ^ np.uint64(q)))
+            if i == 0 or on:
+                v = np.float64(p0[at])
+                h = _mix_one(d ^ salt0)
+            else:
+                v = np.float64(alt[_pool_index(alt_table, alt_shift, r, q), np.int64(h & umask)])
+                h = _mix_one(h ^ salt0)
+            pp = v if i == 0 else pp * v
+            on = on and ranks[at] == 0
+            prob[j, i] = v
+            path_prob[j, i] = pp
+    return True

@@ -22,7 +22,19 @@ from repro.core import jit
 from repro.core.seeding import Seeder
 from repro.oracle.distributions import A0_MIN, P_FLOOR, _beta_mean_sd, reported_dist, sample_rank, true_dist
 from repro.oracle.scoring import TreeReads, _Beam, beam_layers, chain_steps, expand_layers
-from repro.oracle.store import _ALT_KEY, _AR, _CHUNK_KEY, _LEVEL, ALT_CHUNK, CHUNK, MEMO, NUM_ALT, _ChunkStore, _mix
+from repro.oracle.store import (
+    _ALT_KEY,
+    _AR,
+    _CHUNK_KEY,
+    _LEVEL,
+    _RANK_SALT,
+    ALT_CHUNK,
+    CHUNK,
+    MEMO,
+    NUM_ALT,
+    _ChunkStore,
+    _mix,
+)
 
 
 class _TokenStream:
@@ -232,6 +244,14 @@ class _TokenStream:
         if not 1 <= width <= self.width:
             raise ValueError(f"beam width {width} outside 1..{self.width} (the oracle models the draft's top "
                              f"{self.width} tokens; raise oracle.width)")
+        if width == 1 and self._gamma == 1.0 and jit.step_kernels():  # a greedy chain, compiled
+            prob, path_prob = np.empty((rids.size, depth)), np.empty((rids.size, depth))
+            if jit.kernel("repro.oracle.kernels", "greedy_chains")(
+                    self.store.table, self.alt_store.table, self.store._shift, self.alt_store._shift,
+                    self.store.pools["p0"], self._ranks(), self.alt_store.pools["alt"], self._salt, _RANK_SALT[0],
+                    rids, pos, depth, prob, path_prob):
+                return _Beam(np.repeat(_AR[None, :depth] - 1, rids.size, axis=0),
+                             np.zeros((rids.size, depth), dtype=np.int64), prob, path_prob)
         return beam_layers(self._positions(rids, pos, depth), depth, width, self.reported)
 
     def expand(self, rids: np.ndarray, pos: np.ndarray, expansion: tuple[int, ...]) -> tuple[_Beam, np.ndarray]:

@@ -435,6 +435,13 @@ class TokenOracle:
             out[j] = b
         return out
 
+    def accept_prefixes(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                        proposer: str | HasStream = DRAFT) -> np.ndarray:
+        """:meth:`accept_trees` of trees that are the first ``k[i]`` nodes of each request's greedy chain from
+        ``pos[i]`` (:func:`~repro.core.speculation.chain_prefixes`): their leading positions whose true rank is 0, as
+        a chain reads them."""
+        return self._stream(proposer).score_chain(rids, pos, k)[1]
+
     def candidates(self, rid: int, pos: int, depth: int, width: int,
                    proposer: str | HasStream = DRAFT) -> CandidateTree:
         """Beam-search candidate tree of ``depth`` × ``width`` (AdaServe §4.3 Step 1) for one request."""

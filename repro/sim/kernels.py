@@ -92,6 +92,36 @@ def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray
     return True
 
 
+def prefixes_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
+                   prompt_len: np.ndarray, kv_blocks: np.ndarray, num_draft_computed: np.ndarray, dids: np.ndarray,
+                   k: np.ndarray, block_size: int, keeps_kv: bool, gen: np.ndarray, ctx: np.ndarray,
+                   sums: np.ndarray) -> bool:
+    """:func:`chains_begin` for a decode step in which every request drafts (a chain of one depth) and verifies its
+    first ``k[i]`` ≥ 0 tokens (``Replica._execute_prefixes``): every request's draft cache must then be in step
+    where the draft keeps KV. Returns False, having written nothing but ``mark``, where the step is not that; else
+    ``gen``, ``ctx`` and the KV as :func:`chains_begin` writes them, and ``sums`` gets (blocks added, Σ ctx)."""
+    n = dids.shape[0]
+    if n == 0:
+        return False
+    for i in range(n):
+        mark[dids[i]] = i
+    c_sum = 0
+    for i in range(n):
+        r = dids[i]
+        g = num_generated[r]
+        c = num_computed[r]
+        if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] < 0:
+            return False
+        if keeps_kv and num_draft_computed[r] != c:
+            return False
+        gen[i] = g
+        ctx[i] = c
+        c_sum += c
+    sums[0] = _grow_kv(kv_blocks, dids, ctx, k, block_size)
+    sums[1] = c_sum
+    return True
+
+
 def decode_apply(output_len: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
                  kv_blocks: np.ndarray, num_draft_computed: np.ndarray, num_proposed: np.ndarray,
                  num_accepted: np.ndarray, num_matched: np.ndarray, num_spec_steps: np.ndarray,

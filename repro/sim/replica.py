@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from repro.core import jit
-from repro.core.speculation import TreeSpec, check_trees, trees_at
+from repro.core.speculation import TreeSpec, chain_prefixes, check_trees, trees_at
 from repro.cost.model import ForwardShape
 from repro.cost.step import DecodeBatch, PrefillBatch, chain_args, verify_args, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
@@ -178,6 +178,12 @@ class Replica:
             done = self._execute_chains(plan, now)
             if done is not None:
                 return done
+        if self._lean and plan.trees and plan.k is None and plan.draft_server is None and plan.memory is None \
+                and not (plan.prefill_ids.size or plan.preempt_ids.size or plan.swap_in_ids.size) \
+                and plan.host_s >= 0.0 and jit.step_kernels():
+            done = self._execute_prefixes(plan, now)
+            if done is not None:
+                return done
         self._check_unique(plan.prefill_ids, plan.decode_ids)
         prop = self._resolve(plan.proposer)
         servers = self.proposers.placement(plan.draft_server, plan.decode_ids)
@@ -286,6 +292,48 @@ class Replica:
                 raise PlanError("oracle accepted more tokens than proposed")
         else:
             proposed, accepted, matched = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
+        if fin.size:
+            self.finish(fin, end_at)
+        self.kv.check()
+        result = StepResult(
+            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
+            num_emitted=emitted, prefill_ids=_NO_INT, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
+            memory_s=0.0, num_batched_tokens=args[0], send_s=0.0, accept_prob=None)
+        return result, _NO_PREFILL, dec, matched, None, host_s, None
+
+    def _execute_prefixes(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch,
+                                                                     np.ndarray, None, float, None] | None:
+        """:meth:`_execute` of a decode-only step whose trees are each request's first ``c`` nodes of a greedy chain
+        drafted to one depth by a co-located model whose cache holds its context
+        (:func:`~repro.core.speculation.chain_prefixes`: TETRIS's steps): the same checks, charges and outcome,
+        drafting priced as chains of that depth, verification as the general path prices the trees, acceptance read
+        as chains. ``None`` (nothing changed) for any other step."""
+        prop = self._resolve(plan.proposer)
+        if prop.which is None or prop.proposes_first or prop.remote or (prop.resident and not self.draft_resident):
+            return None
+        s, dids, trees = self.s, plan.decode_ids, plan.trees or {}
+        n = int(dids.size)
+        rids = dids.tolist()
+        found = chain_prefixes(trees, rids, s.num_generated[dids].tolist()) if n else None
+        if found is None:
+            return None
+        k, depth = found
+        gen, ctx, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), self._sums
+        if not jit.kernel("repro.sim.kernels", "prefixes_begin")(
+                self._mark, s.status, s.num_generated, s.num_computed, s.prompt_len, s.kv_blocks, s.num_draft_computed,
+                dids, k, self.kv.block_size, prop.keeps_kv, gen, ctx, sums):
+            return None
+        added, c_sum = int(sums[0]), int(sums[1])
+        self.kv.grew(added)
+        dec = DecodeBatch(dids, gen, ctx, k, np.ones(n, dtype=bool), trees, None)
+        draft_s = prop.host_s(n) + self.coster.chains_s(prop, n, c_sum, depth) + plan.host_s
+        args, host_s = verify_args(self.cost.engine, _NO_PREFILL, dec)
+        verify_s = self.cost.pass_s(*args) + host_s if args[1] else 0.0
+        end_at = now + 0.0 + draft_s + verify_s  # (no memory actions)
+        proposed = k.copy()
+        accepted = self.oracle.accept_prefixes(dids, gen, k, prop)
+        matched = accepted.copy()  # (a tree's matched tokens are its accepted path)
         emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
         if fin.size:
             self.finish(fin, end_at)
