@@ -27,6 +27,8 @@ def _same(composer: Composer, overrides: list[str], ref: DictConfig | None = Non
     want.pop("exp")
     assert OmegaConf.to_container(got, resolve=False) == want, overrides  # interpolations as written
     assert config_hash(got) == config_hash(ref), overrides  # and as resolved
+    # to_dict's own walk resolves as OmegaConf's does: the same values of the same types
+    assert repr(to_dict(got)) == repr(OmegaConf.to_container(got, resolve=True)), overrides
     assert OmegaConf.is_struct(got) and "exp" not in got
 
 
@@ -186,3 +188,20 @@ def test_interpolations_parsed_once_resolve_each_time() -> None:
         assert got["both"] == f"{rate}-{scale}"  # type: ignore[index]
         assert got["same"] is (str(rate) == str(scale))  # type: ignore[index]
     assert base.parse.cache_info().hits > 0  # type: ignore[attr-defined]
+
+
+def test_to_dict_resolves_as_omegaconf_does() -> None:
+    """:func:`repro.experiments.compose.to_dict`'s walk gives ``OmegaConf.to_container(resolve=True)`` exactly
+    (values and their types, key order) over every kind of node, and OmegaConf's own errors where it cannot."""
+    OmegaConf.register_new_resolver("test_twice", lambda x: 2 * x, replace=True)
+    cfg = OmegaConf.create({
+        "a": 1, "b": 1.0, "c": True, "d": None, "e": "???", "f": "${a}", "g": "${test_twice:${b}}",
+        "h": {"x": [1, "${a}", {"y": "${...z}"}], "z": None}, "i": "${h}", "j": r"\${a}", "k": "price ${b} and ${a}",
+        "l": [], "m": {}, "n": "${h.x}", "o": "text with $ and { }", 3: "an int key",
+        "p": OmegaConf.create({"q": 2}), "r": "${oc.select:nope,7}"})
+    cfg.s = OmegaConf.create(None)
+    want = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(want, dict) and repr(to_dict(cfg)) == repr({str(k): v for k, v in want.items()})
+    broken = OmegaConf.create({"a": "${nope}"})
+    with pytest.raises(Exception, match="nope"):
+        to_dict(broken)
