@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
@@ -205,3 +206,51 @@ def test_to_dict_resolves_as_omegaconf_does() -> None:
     broken = OmegaConf.create({"a": "${nope}"})
     with pytest.raises(Exception, match="nope"):
         to_dict(broken)
+
+
+def test_a_recipe_lent_on_the_live_copy_is_its_config_and_leaves_the_copy_as_composed() -> None:
+    """``Recipe.applied`` (what a sweep's worker runs a point on) gives :meth:`Recipe.config`'s values, read-only
+    while lent, and restores the live copy after, also after a point that failed; overrides that are not value
+    changes get a config of their own; a run that writes its lent config is run again on a copy of its own."""
+    from omegaconf.errors import ReadonlyConfigError
+
+    from repro.experiments import compose, launch
+
+    with hydra_context():
+        composer = Composer()
+        lines = [["+exp=smoke", *o] for o in (["rps=1.0"], ["rps=2.5", "seed=3"], ["system=static_sd_k3", "system.k=5"],
+                                              ["engine.block_size=32", "rps=4", "rps=5"])]
+        recipes = [composer.planned(o)[0] for o in lines]
+    assert all(isinstance(r, Recipe) for r in recipes)
+    for r in [*recipes, *recipes]:
+        assert isinstance(r, Recipe)
+        with r.applied() as cfg:
+            assert to_dict(cfg) == to_dict(r.config()) and OmegaConf.is_readonly(cfg)
+            with pytest.raises(ReadonlyConfigError):
+                cfg.rps = 9.0
+        assert pickle.dumps(compose._LIVE[r.base]) == r.base and not OmegaConf.is_readonly(compose._LIVE[r.base])
+    bad = Recipe(recipes[0].base, ("rps=2.0", "system.nope=3"))
+    with pytest.raises(ConfigError, match="nope"), bad.applied():
+        pass
+    assert pickle.dumps(compose._LIVE[bad.base]) == bad.base
+    added = Recipe(recipes[0].base, ("+extra_knob=3",))
+    with added.applied() as cfg:
+        assert cfg.extra_knob == 3 and cfg is not compose._LIVE[added.base]
+
+    seen: list[bool] = []
+
+    def writes(cfg: DictConfig, latencies: bool) -> Any:
+        seen.append(OmegaConf.is_readonly(cfg) is True)
+        cfg.rps = 3.0  # (no run writes its config)
+        raise AssertionError("unreachable: a fresh copy is writable") if seen[-1] else ConfigError("ran on a copy")
+
+    from repro.experiments import simulate
+
+    run_point = simulate.run_point
+    simulate.run_point = writes
+    try:
+        with pytest.raises(ConfigError, match="ran on a copy"):
+            launch.run_one(0, recipes[0], False)
+    finally:
+        simulate.run_point = run_point
+    assert seen == [True, False] and pickle.dumps(compose._LIVE[recipes[0].base]) == recipes[0].base

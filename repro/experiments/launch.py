@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -22,11 +23,11 @@ from typing import Any
 import pandas as pd
 from hydra.errors import HydraException
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException, ReadonlyConfigError
 from tqdm import tqdm
 
 from repro.core.errors import ConfigError, ReproError
-from repro.experiments.compose import Recipe, as_config, one_line, to_dict
+from repro.experiments.compose import Recipe, one_line, to_dict
 from repro.experiments.stopping import signals_held, stop_workers, worker_init
 
 
@@ -51,10 +52,15 @@ def run_one(index: int, cfg: DictConfig | Recipe, keep_tables: bool) -> Outcome:
 
     t0 = time.perf_counter()
     try:
-        cfg = as_config(cfg)
-        res = simulate.run_point(cfg, latencies=keep_tables)
+        with cfg.applied() if isinstance(cfg, Recipe) else nullcontext(cfg) as point:
+            res = simulate.run_point(point, latencies=keep_tables)
+            keep = (point.get("save_columns"), point.get("save_step_columns")) if keep_tables else (None, None)
     except ReproError:
         raise
+    except ReadonlyConfigError:  # (nothing in a run writes its config; were something to, a copy of its own)
+        if not isinstance(cfg, Recipe):
+            raise
+        return run_one(index, cfg.config(), keep_tables)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(one_line(exc)) from None
     wall = time.perf_counter() - t0
@@ -63,8 +69,8 @@ def run_one(index: int, cfg: DictConfig | Recipe, keep_tables: bool) -> Outcome:
         dict(res.metrics),
         list(res.notes),
         wall,
-        saved_columns(res.requests, cfg.get("save_columns")) if keep_tables else None,
-        saved_columns(res.steps, cfg.get("save_step_columns"), "save_step_columns", "start_at")
+        saved_columns(res.requests, keep[0]) if keep_tables else None,
+        saved_columns(res.steps, keep[1], "save_step_columns", "start_at")
         if keep_tables and res.steps is not None else None,
         list(res.provenance),
         res.rounds if keep_tables else None,
