@@ -16,7 +16,7 @@ import os
 import pickle
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -440,6 +440,11 @@ _LIVE_MAX = 32
 def as_config(cfg: DictConfig | Recipe) -> DictConfig:
     """The config itself (a :class:`Recipe` built)."""
     return cfg.config() if isinstance(cfg, Recipe) else cfg
+
+
+def lent(cfg: DictConfig | Recipe) -> AbstractContextManager[DictConfig]:
+    """The config, lent for reading: a :class:`Recipe`'s on the live copy (:meth:`Recipe.applied`)."""
+    return cfg.applied() if isinstance(cfg, Recipe) else nullcontext(cfg)
 
 
 _PARSES: dict[str, Any] = {}  # each override line's parse (Hydra's grammar is slow; points repeat lines)

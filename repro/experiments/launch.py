@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -27,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException, ReadonlyConfigError
 from tqdm import tqdm
 
 from repro.core.errors import ConfigError, ReproError
-from repro.experiments.compose import Recipe, one_line, to_dict
+from repro.experiments.compose import Recipe, lent, one_line, to_dict
 from repro.experiments.stopping import signals_held, stop_workers, worker_init
 
 
@@ -52,7 +51,7 @@ def run_one(index: int, cfg: DictConfig | Recipe, keep_tables: bool) -> Outcome:
 
     t0 = time.perf_counter()
     try:
-        with cfg.applied() if isinstance(cfg, Recipe) else nullcontext(cfg) as point:
+        with lent(cfg) as point:
             res = simulate.run_point(point, latencies=keep_tables)
             keep = (point.get("save_columns"), point.get("save_step_columns")) if keep_tables else (None, None)
     except ReproError:
@@ -135,6 +134,7 @@ class PointPool:
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[tuple[str, bool], Future[Outcome]] = {}
         self.passed: set[str] = set()  # what the points of experiments run on it passed (validate.check_point)
+        self.workloads: set[str] = set()  # the (workload, model) their request tables were built for (check_workload)
 
     def submit(self, key: str, cfg: DictConfig | Recipe, keep: bool) -> Future[Outcome]:
         """The future of the point whose config hash is ``key`` (``keep``: with its tables), submitted if new."""

@@ -50,6 +50,7 @@ from repro.experiments.compose import (
     check_grid_keys,
     exp_name,
     known_top_keys,
+    lent,
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick, check_frozen_interpolations
@@ -172,12 +173,13 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
                 done[shared] = ctx.memo[shared]
                 kept.append(done[shared])
     todo = by_workload(points, (i for i, p in enumerate(points) if (p.system, hashes[i]) not in done))
-    built: set[str] = set()
+    built = ctx.pool.workloads if ctx.pool is not None else set()  # (what the pool's experiments' points built)
     for i in todo if data_here(ctx.cfg.get("launcher") or {}) else []:  # each distinct workload, before writing
         key = json.dumps([resolved[i]["workload"], str(resolved[i]["model"]["name"])], sort_keys=True, default=str)
         if key not in built:
+            with lent(cfgs[i]) as point:
+                check_workload(point, where=f"point {points[i].describe()}: ")
             built.add(key)
-            check_workload(as_config(cfgs[i]), where=f"point {points[i].describe()}: ")
     refuse_to_replace(ctx, wanted)
     keep = [bool(r.get("save_requests")) for r in resolved]  # per point: a case may turn it off
     tables: dict[int, Outcome] = {}

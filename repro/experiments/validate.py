@@ -227,9 +227,6 @@ def check_point(point: DictConfig | Recipe, where: str = "", resolved: Mapping[s
     its workload parsed and nothing else (a sweep's points mostly differ in their workloads)."""
     import json
 
-    from repro.cost.serving import EngineProfile
-    from repro.cost.spec import HardwareSpec, ModelSpec
-    from repro.sim.deployment import Deployment, draft_server_specs
     from workloads.spec import parse_workload
 
     def spec(group: str, build: Any, source: Any) -> Any:
@@ -248,9 +245,21 @@ def check_point(point: DictConfig | Recipe, where: str = "", resolved: Mapping[s
                 passed.add(keys[1])
             return
 
-    from repro.experiments.compose import as_config
+    from repro.experiments.compose import lent
 
-    cfg = as_config(point)
+    with lent(point) as cfg:
+        _check_config(cfg, where, resolved, spec)
+    if keys is not None and passed is not None:
+        passed.update(keys)
+
+
+def _check_config(cfg: DictConfig, where: str, resolved: Mapping[str, Any] | None, spec: Any) -> None:
+    """:func:`check_point`'s checks of a point's config (``spec`` builds a group's spec, wording its errors)."""
+    from repro.cost.serving import EngineProfile
+    from repro.cost.spec import HardwareSpec, ModelSpec
+    from repro.sim.deployment import Deployment, draft_server_specs
+    from workloads.spec import parse_workload
+
     hw = spec("hardware", HardwareSpec.from_cfg, cfg)
     model = spec("model", ModelSpec.from_cfg, cfg)
     draft = spec("draft", ModelSpec.from_cfg, cfg)
@@ -286,8 +295,6 @@ def check_point(point: DictConfig | Recipe, where: str = "", resolved: Mapping[s
         cost = deployment.cost_model(int(rep.tp))
         if cost.kv_capacity_blocks(draft_resident=resident, block_size=int(cfg.engine.block_size)) <= 0:
             raise ConfigError(f"{where}{_fit_message(cost, resident)}")
-    if keys is not None and passed is not None:
-        passed.update(keys)
 
 
 def check_backend(cfg: DictConfig, policy: Any, deployment: Any, model: Any, draft: Any, where: str = "") -> None:
