@@ -256,6 +256,8 @@ STEP_POINTS = {
     "step_nightjar_fig9_16": ("nightjar_fig9", "nightjar", ["rps=16"], []),
     "step_laps_fig5_30": ("laps_fig5", "laps_sd", ["workload=chatbot_instruction_prompts", "num_requests=30",
                                                    "arrivals=t0"], []),
+    "step_tetris_table4_13b": ("nightjar_table4", "tetris", ["dataset=sharegpt", "outputs=max_model_len",
+                                                            "model=vicuna-13b"], ["num_requests=30"]),
 }
 
 
