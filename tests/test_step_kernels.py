@@ -131,11 +131,13 @@ def test_the_lean_step_of_chains_equals_the_general_step(use_jit: Any, monkeypat
 
 
 @pytest.mark.parametrize("case", ["equal chains", "duplicate", "not running", "prefilling", "mixed k", "k = 0",
-                                  "k = 0, draft behind", "negative k", "draft behind", "draft behind, no draft cache"])
+                                  "k = 0, draft behind", "negative k", "draft behind", "draft behind, no draft cache",
+                                  "prefixes: mixed k", "prefixes: k = 0, draft behind", "prefixes: negative k",
+                                  "prefixes: draft behind, no draft cache"])
 def test_chains_begin_is_the_three_kernels_it_fuses_or_declines(case: str) -> None:
     """``chains_begin`` gives what ``unique_ids``, ``decode_begin``, ``draft_reads`` and ``chain_terms`` give for a
-    step of equal chains (tokens, contexts, the KV grown, Σ ctx and the verification pairs) and declines, writing
-    nothing, every other step."""
+    step of equal chains (tokens, contexts, the KV grown, Σ ctx and the verification pairs), or with ``prefixes`` of
+    chain prefixes of any lengths (every request drafting), and declines, writing nothing, every other step."""
     from repro.cost import kernels as cost_kernels
     from repro.sim import kernels
 
@@ -149,7 +151,9 @@ def test_chains_begin_is_the_three_kernels_it_fuses_or_declines(case: str) -> No
     draft = computed.copy()
     dids = rng.choice(n_req, n, replace=False)
     k = np.full(n, k0)
-    keeps_kv = case != "draft behind, no draft cache"
+    keeps_kv = not case.endswith("draft behind, no draft cache")
+    prefixes = case.startswith("prefixes: ")
+    case = case.removeprefix("prefixes: ")
     if case == "duplicate":
         dids[3] = dids[7]
     elif case == "not running":
@@ -158,17 +162,19 @@ def test_chains_begin_is_the_three_kernels_it_fuses_or_declines(case: str) -> No
         computed[dids[2]] -= 4
     elif case == "mixed k":
         k[4] = 2
+        k[5] = 0
     elif case.startswith("k = 0"):
         k[:] = 0
     elif case == "negative k":
-        k[:] = -1
+        k[1:] = -1
     if "draft behind" in case:
         draft[dids[6]] -= 3
     before = (blocks.copy(), computed.copy())
     g, c, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.zeros(3, dtype=np.int64)
     took = kernels.chains_begin(np.zeros(n_req, dtype=np.int64), status, gen, computed, prompt, blocks, draft, dids, k,
-                                bs, keeps_kv, g, c, sums)
-    assert took == (case in ("equal chains", "k = 0", "k = 0, draft behind", "draft behind, no draft cache"))
+                                bs, keeps_kv, g, c, sums, prefixes)
+    assert took == (case in ("equal chains", "draft behind, no draft cache", *(("mixed k",) if prefixes else
+                                                                              ("k = 0", "k = 0, draft behind"))))
     if not took:
         assert np.array_equal(blocks, before[0]) and np.array_equal(computed, before[1])
         return
@@ -176,7 +182,7 @@ def test_chains_begin_is_the_three_kernels_it_fuses_or_declines(case: str) -> No
     ref_g, ref_c = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     assert kernels.unique_ids(np.zeros(n_req, dtype=np.int64), dids[:0], dids)
     added = kernels.decode_begin(status, gen, computed, prompt, ref_blocks, dids, k, bs, ref_g, ref_c)
-    reads = kernels.draft_reads(draft, dids, ref_c, k, k > 0, keeps_kv)
+    reads = kernels.draft_reads(draft, dids, ref_c, k, np.full(n, True) if prefixes else k > 0, keeps_kv)
     terms = cost_kernels.chain_terms(k, ref_c)
     assert g.tolist() == ref_g.tolist() and c.tolist() == ref_c.tolist() and np.array_equal(blocks, ref_blocks)
     assert sums.tolist() == [added, terms[3], terms[4]]

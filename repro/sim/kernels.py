@@ -56,7 +56,7 @@ def _grow_kv(kv_blocks: np.ndarray, dids: np.ndarray, ctx: np.ndarray, k: np.nda
 def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
                  prompt_len: np.ndarray, kv_blocks: np.ndarray, num_draft_computed: np.ndarray, dids: np.ndarray,
                  k: np.ndarray, block_size: int, keeps_kv: bool, gen: np.ndarray, ctx: np.ndarray,
-                 sums: np.ndarray) -> bool:
+                 sums: np.ndarray, prefixes: bool = False) -> bool:
     """The start of a decode step in which every request drafts a chain of the same ``k[0]`` (0: none) with its
     draft's cache in step where it drafts (``Replica._execute_chains``): :func:`unique_ids`, then
     :func:`decode_begin`, with the sums :func:`draft_reads` and ``repro.cost.kernels.chain_terms`` take, in one
@@ -64,61 +64,32 @@ def chains_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray
     twice, not running or still prefilling, chains of different or negative lengths, a draft cache behind its
     context where it drafts): the general path takes it. Else the requests' tokens generated and contexts go to
     ``gen`` and ``ctx``, their KV grows as :func:`decode_begin` grows it, and ``sums`` gets (blocks added, Σ ctx,
-    Σ (1 + k)·(ctx + 1 + k))."""
+    Σ (1 + k)·(ctx + 1 + k)). With ``prefixes``, a step in which every request drafts (a chain of one depth) and
+    verifies its first ``k[i]`` ≥ 0 tokens (``Replica._execute_prefixes``): every draft cache must be in step."""
     n = dids.shape[0]
     if n == 0 or k[0] < 0:
         return False
-    draft_in_step = keeps_kv and k[0] > 0  # (a step that does not draft does not read the draft's cache)
+    draft_in_step = keeps_kv and (prefixes or k[0] > 0)  # (a step that does not draft does not read the draft's cache)
     for i in range(n):
         mark[dids[i]] = i
     c_sum = 0
     pairs = 0
-    q = k[0] + 1
     for i in range(n):
         r = dids[i]
         g = num_generated[r]
         c = num_computed[r]
-        if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] != k[0]:
+        if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] < 0 \
+                or (k[i] != k[0] and not prefixes):
             return False
         if draft_in_step and num_draft_computed[r] != c:
             return False
         gen[i] = g
         ctx[i] = c
         c_sum += c
-        pairs += q * (c + q)
+        pairs += (k[i] + 1) * (c + k[i] + 1)
     sums[0] = _grow_kv(kv_blocks, dids, ctx, k, block_size)
     sums[1] = c_sum
     sums[2] = pairs
-    return True
-
-
-def prefixes_begin(mark: np.ndarray, status: np.ndarray, num_generated: np.ndarray, num_computed: np.ndarray,
-                   prompt_len: np.ndarray, kv_blocks: np.ndarray, num_draft_computed: np.ndarray, dids: np.ndarray,
-                   k: np.ndarray, block_size: int, keeps_kv: bool, gen: np.ndarray, ctx: np.ndarray,
-                   sums: np.ndarray) -> bool:
-    """:func:`chains_begin` for a decode step in which every request drafts (a chain of one depth) and verifies its
-    first ``k[i]`` ≥ 0 tokens (``Replica._execute_prefixes``): every request's draft cache must then be in step
-    where the draft keeps KV. Returns False, having written nothing but ``mark``, where the step is not that; else
-    ``gen``, ``ctx`` and the KV as :func:`chains_begin` writes them, and ``sums`` gets (blocks added, Σ ctx)."""
-    n = dids.shape[0]
-    if n == 0:
-        return False
-    for i in range(n):
-        mark[dids[i]] = i
-    c_sum = 0
-    for i in range(n):
-        r = dids[i]
-        g = num_generated[r]
-        c = num_computed[r]
-        if mark[r] != i or status[r] != RUNNING or c != prompt_len[r] + g - 1 or k[i] < 0:
-            return False
-        if keeps_kv and num_draft_computed[r] != c:
-            return False
-        gen[i] = g
-        ctx[i] = c
-        c_sum += c
-    sums[0] = _grow_kv(kv_blocks, dids, ctx, k, block_size)
-    sums[1] = c_sum
     return True
 
 

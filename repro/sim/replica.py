@@ -292,14 +292,24 @@ class Replica:
                 raise PlanError("oracle accepted more tokens than proposed")
         else:
             proposed, accepted, matched = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        return self._lean_outcome(plan, prop, dec, (proposed, accepted, matched), now, end_at, draft_s, verify_s,
+                                  args[0], host_s)
+
+    def _lean_outcome(self, plan: StepPlan, prop: Proposer, dec: DecodeBatch,
+                      scored: tuple[np.ndarray, np.ndarray, np.ndarray], now: float, end_at: float, draft_s: float,
+                      verify_s: float, num_tokens: int, host_s: float) -> tuple[StepResult, PrefillBatch, DecodeBatch,
+                                                                                np.ndarray, None, float, None]:
+        """A lean step's outcome (:meth:`_execute_chains`, :meth:`_execute_prefixes`), applied as :meth:`_execute`
+        applies it: tokens emitted, requests finished, the result the policy observes."""
+        proposed, accepted, matched = scored
         emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
         if fin.size:
             self.finish(fin, end_at)
         self.kv.check()
         result = StepResult(
-            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
+            start_at=now, end_at=end_at, decode_ids=dec.ids, num_proposed=proposed, num_accepted=accepted,
             num_emitted=emitted, prefill_ids=_NO_INT, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=0.0, num_batched_tokens=args[0], send_s=0.0, accept_prob=None)
+            memory_s=0.0, num_batched_tokens=num_tokens, send_s=0.0, accept_prob=None)
         return result, _NO_PREFILL, dec, matched, None, host_s, None
 
     def _execute_prefixes(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch,
@@ -314,15 +324,14 @@ class Replica:
             return None
         s, dids, trees = self.s, plan.decode_ids, plan.trees or {}
         n = int(dids.size)
-        rids = dids.tolist()
-        found = chain_prefixes(trees, rids, s.num_generated[dids].tolist()) if n else None
+        found = chain_prefixes(trees, dids.tolist(), s.num_generated[dids].tolist()) if n else None
         if found is None:
             return None
         k, depth = found
         gen, ctx, sums = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), self._sums
-        if not jit.kernel("repro.sim.kernels", "prefixes_begin")(
+        if not jit.kernel("repro.sim.kernels", "chains_begin")(
                 self._mark, s.status, s.num_generated, s.num_computed, s.prompt_len, s.kv_blocks, s.num_draft_computed,
-                dids, k, self.kv.block_size, prop.keeps_kv, gen, ctx, sums):
+                dids, k, self.kv.block_size, prop.keeps_kv, gen, ctx, sums, True):
             return None
         added, c_sum = int(sums[0]), int(sums[1])
         self.kv.grew(added)
@@ -334,15 +343,8 @@ class Replica:
         proposed = k.copy()
         accepted = self.oracle.accept_prefixes(dids, gen, k, prop)
         matched = accepted.copy()  # (a tree's matched tokens are its accepted path)
-        emitted, fin = self._apply_decode(plan, prop, dec, proposed, accepted, matched, now, end_at, draft_s + verify_s)
-        if fin.size:
-            self.finish(fin, end_at)
-        self.kv.check()
-        result = StepResult(
-            start_at=now, end_at=end_at, decode_ids=dids, num_proposed=proposed, num_accepted=accepted,
-            num_emitted=emitted, prefill_ids=_NO_INT, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
-            memory_s=0.0, num_batched_tokens=args[0], send_s=0.0, accept_prob=None)
-        return result, _NO_PREFILL, dec, matched, None, host_s, None
+        return self._lean_outcome(plan, prop, dec, (proposed, accepted, matched), now, end_at, draft_s, verify_s,
+                                  args[0], host_s)
 
     def _arm_rewards(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch,
                      memory_s: float) -> np.ndarray:
