@@ -324,18 +324,12 @@ class Composer:
         live = self._live.get(entry[1])
         if live is None:
             live = self._live[entry[1]] = pickle.loads(entry[1])
-        saved = [_leaf_value(live, o) for o in values]
-        if any(v is _NOT_SIMPLE for v in saved):
-            cfg = pickle.loads(entry[1])
-            _apply(values, cfg, where)
-            return cfg, to_dict(cfg)
-        try:
-            _apply(values, live, where)
-            resolved = to_dict(live)
-        finally:
-            for o, value in zip(reversed(values), reversed(saved), strict=True):
-                OmegaConf.update(live, o.key_or_group, value, merge=True)
-        return Recipe(entry[1], tuple(str(o.input_line) for o in values), where), resolved
+        with _on_live(live, values, where) as cfg:
+            if cfg is not None:
+                return Recipe(entry[1], tuple(str(o.input_line) for o in values), where), to_dict(cfg)
+        cfg = pickle.loads(entry[1])
+        _apply(values, cfg, where)
+        return cfg, to_dict(cfg)
 
     def _split(self, overrides: Sequence[str], where: str = "", keep_exp: bool = False
                ) -> DictConfig | tuple[tuple[bytes, bytes, dict[str, str]], list[Any]]:
@@ -414,20 +408,8 @@ class Recipe:
             if len(_LIVE) >= _LIVE_MAX:
                 _LIVE.pop(next(iter(_LIVE)))
             live = _LIVE[self.base] = pickle.loads(self.base)
-        values = _parse_lines(self.overrides)
-        saved = [_leaf_value(live, o) for o in values]
-        if any(v is _NOT_SIMPLE for v in saved):
-            yield self.config()
-            return
-        flag = live._get_node_flag("readonly")
-        try:
-            _apply(values, live, self.where)
-            OmegaConf.set_readonly(live, True)
-            yield live
-        finally:
-            OmegaConf.set_readonly(live, flag)
-            for o, value in zip(reversed(values), reversed(saved), strict=True):
-                OmegaConf.update(live, o.key_or_group, value, merge=True)
+        with _on_live(live, _parse_lines(self.overrides), self.where) as cfg:
+            yield self.config() if cfg is None else cfg
 
     def __reduce__(self) -> tuple[Any, ...]:
         return Recipe, (self.base, self.overrides, self.where)
@@ -435,6 +417,26 @@ class Recipe:
 
 _LIVE: dict[bytes, DictConfig] = {}  # per composition a Recipe names: this process's live copy (Recipe.applied)
 _LIVE_MAX = 32
+
+
+@contextmanager
+def _on_live(live: DictConfig, values: Sequence[Any], where: str) -> Iterator[DictConfig | None]:
+    """``live`` (a live copy of a composition) with parsed overrides ``values`` applied, read-only, and set back as
+    composed afterwards, also when what ran on it failed (its pickle is then byte-identical); ``None`` where an
+    override is not a change of one existing value (an addition, a node, a list: the caller composes a copy)."""
+    saved = [_leaf_value(live, o) for o in values]
+    if any(v is _NOT_SIMPLE for v in saved):
+        yield None
+        return
+    flag = live._get_node_flag("readonly")
+    try:
+        _apply(values, live, where)
+        OmegaConf.set_readonly(live, True)
+        yield live
+    finally:
+        OmegaConf.set_readonly(live, flag)
+        for o, value in zip(reversed(values), reversed(saved), strict=True):
+            OmegaConf.update(live, o.key_or_group, value, merge=True)
 
 
 def as_config(cfg: DictConfig | Recipe) -> DictConfig:

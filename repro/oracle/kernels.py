@@ -9,9 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from repro.core import jit
-
-_U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
-_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+from repro.oracle.store import _GOLDEN, _MIX_1, _MIX_2, _U27, _U30, _U31
 
 
 @jit.helper
@@ -262,8 +260,6 @@ def accept_paths(nodes: np.ndarray, counts: np.ndarray, sizes: np.ndarray, paren
         cb += sizes[j]
     return True
 
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def greedy_chains(table: np.ndarray, alt_table: np.ndarray, shift: int, alt_shift: int, p0: np.ndarray,

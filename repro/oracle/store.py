@@ -59,6 +59,7 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 _U27, _U30, _U31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # a request id's multiplier in a context hash (_TokenStream._positions)
 
 
 class ChunkMemo:

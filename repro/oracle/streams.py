@@ -26,6 +26,7 @@ from repro.oracle.store import (
     _ALT_KEY,
     _AR,
     _CHUNK_KEY,
+    _GOLDEN,
     _LEVEL,
     _RANK_SALT,
     ALT_CHUNK,
@@ -233,7 +234,7 @@ class _TokenStream:
         idx = self.store.locate(rids[:, None], grid)
         alt_idx = self.alt_store.locate(rids[:, None], grid) if depth > 1 else idx
         pools, ranks = self.store.pools, self._ranks()
-        div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
+        div = _mix(self._salt ^ _mix(rids.astype(np.uint64)[:, None] * _GOLDEN
                                      ^ grid.astype(np.uint64)))
         return pools["p0"][idx].astype(np.float64), ranks[idx], self.alt_store.pools["alt"], alt_idx, div
 
