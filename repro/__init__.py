@@ -26,6 +26,22 @@ if not OmegaConf.has_resolver("max"):
     OmegaConf.register_new_resolver("max", _max_of)
 
 
+def _vllm_serve(key: str, gpu: str, memory_gib: float) -> int:
+    """``vllm serve``'s default ``max_num_seqs`` or ``max_num_batched_tokens`` on that GPU
+    (:func:`repro.cost.serving.vllm_serve_budgets`)."""
+    from repro.cost.serving import vllm_serve_budgets
+
+    seqs, tokens = vllm_serve_budgets(str(gpu), float(memory_gib))
+    if key not in ("max_num_seqs", "max_num_batched_tokens"):
+        raise ValueError(f"vllm_serve: max_num_seqs or max_num_batched_tokens, not {key!r}")
+    return seqs if key == "max_num_seqs" else tokens
+
+
+# ``${vllm_serve:max_num_seqs,${hardware.name},${hardware.memory_gb}}``: vLLM V1's API-server default on the run's GPU
+if not OmegaConf.has_resolver("vllm_serve"):
+    OmegaConf.register_new_resolver("vllm_serve", _vllm_serve)
+
+
 def _remember_parses() -> None:
     """Parse each interpolation's text once per process.
 

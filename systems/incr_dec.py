@@ -35,6 +35,7 @@ from systems.lib import continue_prefills, fcfs_admit, make_room, split_running
 
 
 class IncrDec(Policy):
+    speculates = False  # no speculative method configured
     repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
     keeps_plan_after_finish = True  # nothing waiting: the same decode step over whoever is left
 

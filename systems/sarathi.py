@@ -20,6 +20,7 @@ from systems.lib import decodes_first
 
 
 class Sarathi(Policy):
+    speculates = False  # no speculative method configured
     repeats_plan = True  # its plan follows the queues and the KV pool only (the engine may fast-forward)
     keeps_plan_after_finish = True  # nothing waiting: the same decode step over whoever is left
 

@@ -41,6 +41,7 @@ class VLLMV1(Policy):
         self.max_num_seqs = check_positive_int("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
         self.uses_draft_model = k > 0 and proposer == "draft"
+        self.speculates = k > 0  # (--speculative-config set)
 
     def schedule(self, view: View) -> StepPlan:
         k = self.k

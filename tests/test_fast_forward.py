@@ -267,7 +267,10 @@ SCENARIOS = {
         "system=vllm_v1", "system.k=3", "engine.async_scheduling=true", "rps=4", *WORKLOAD],
     "vLLM V1 scheduler, k=2 EAGLE head, KV pressure": [
         "system=vllm_v1", "system.k=2", "system.proposer=eagle", "model=llama3-8b", "hardware=h100-80g", "rps=30",
-        "engine.gpu_memory_utilization=0.225", *WORKLOAD],
+        "engine.gpu_memory_utilization=0.229", "system.max_num_seqs=256", *WORKLOAD],
+    "vLLM V1 scheduler, k=2 EAGLE head, async (arrivals seen two steps later), first drafts, frontend": [
+        "system=vllm_v1", "system.k=2", "system.proposer=eagle", "model=llama3-8b", "hardware=h100-80g", "rps=12",
+        "engine.async_scheduling=true", *WORKLOAD],
     "vllm at low load (runs go on past finishes)": ["system=vllm", "rps=0.5", *WORKLOAD],
     "static k=3 at low load, batch expansion (runs go on past finishes)": ["system=static_sd_k3", "rps=0.5",
                                                                            *WORKLOAD],

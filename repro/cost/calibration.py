@@ -375,7 +375,7 @@ def _verify_cost_rows() -> list[_Row]:
             "the flat linear layers, and their attention compute stays under the KV read",
             checked=False,
             ratio=True,
-            band=(-0.50, -0.20) if name == "A100" else (-0.65, -0.35),
+            band=(-0.50, -0.20) if name == "A100" else (-0.45, -0.15),
         ))
         base32 = _decode_s(cm, 32, 256)
         ratio = _decode_s(cm, 32, 256, new=5) / base32

@@ -32,6 +32,7 @@ decoder layer at the target's width plus its fc layer, with the target's LM head
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -40,7 +41,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from repro.cost import remembered
-from repro.cost.roofline import Coeffs, coefficients, kv_bytes_s, kv_read_s, overhead_s, pass_parts
+from repro.cost.roofline import Coeffs, coefficients, kv_bytes_s, kv_read_s, overhead_s, pass_parts, stream_s
 from repro.cost.serving import DraftKvLayout, EngineProfile
 from repro.cost.spec import HardwareSpec, ModelSpec
 
@@ -359,15 +360,16 @@ class CostModel:
         return float(self.model.kv_bytes_per_token + extra)
 
     def profile_peak_bytes(self) -> float:
-        """Peak activation bytes per GPU of vLLM V1's profiling run (``profile_run``): a forward pass of the target
-        over ``engine.profile_tokens`` tokens, the drafter's over the same, then the sampler over
-        ``engine.profile_seqs`` sequences, one after another (the largest counts).
+        """Peak activation bytes per GPU of vLLM's profiling run (``profile_run``): a forward pass of the target over
+        ``engine.profile_tokens`` tokens, the drafter's over the same, then the sampler over ``engine.profile_seqs``
+        sequences (at most one per token), one after another (the largest counts).
 
         A pass's peak is inside a decoder layer's MLP: the layer's input and residual (2 · hidden) and the gate/up
         projection's output with its activation (3 · intermediate, split over tp) for every token, in the model's
-        dtype; the attention block's intermediates are smaller for these models. The sampler holds the kept hidden
-        states, the logits in float32 and two float32 copies (probabilities, log-probabilities): 3 · vocab · 4 bytes
-        per sequence.
+        dtype; the attention block's intermediates are smaller for these models. The sampler's phase keeps the pass's
+        hidden states and holds ``engine.sampler_bytes`` per sequence and vocabulary entry (the full-vocabulary sort
+        of top-k/top-p, V1's ``_dummy_sampler_run`` and v0's ``profile_run`` alike), plus
+        ``engine.rejection_sampler_bytes`` where the run speculates (V1's rejection sampler's dummy pass).
         """
         prof = self.engine
         tokens, seqs = prof.profile_tokens, min(prof.profile_seqs, prof.profile_tokens)
@@ -378,7 +380,8 @@ class CostModel:
         peak = pass_bytes(self.model, self.tp)
         if self.draft is not None and self._draft_colocated:
             peak = max(peak, pass_bytes(self.draft, self.tp))
-        sampler = tokens * self.model.hidden_size * self.model.dtype_bytes + 3 * seqs * self.model.vocab_size * 4.0
+        per_logit = prof.sampler_bytes + (prof.rejection_sampler_bytes if prof.profile_speculative else 0.0)
+        sampler = tokens * self.model.hidden_size * self.model.dtype_bytes + seqs * self.model.vocab_size * per_logit
         return max(peak, sampler)
 
     def non_kv_bytes(self, draft_resident: bool = True) -> dict[str, float]:
@@ -432,14 +435,17 @@ class CostModel:
         if layout not in ("spread", "vllm_v0"):
             raise ValueError(f"layout must be 'spread' or 'vllm_v0', not {layout!r}")
         parts = self.non_kv_bytes(draft_resident)
+        requested = self.hardware.memory_bytes * self.gpu_memory_utilization  # per GPU
+        if self.engine.kv_accounting == "profile_run":  # vLLM's requested_memory: ceil(total x utilization) bytes
+            requested = float(math.ceil(requested))
         if layout == "vllm_v0" and draft is not None:
-            free_driver = (self.hardware.memory_bytes * self.gpu_memory_utilization
+            free_driver = (requested
                            - self.model.weight_bytes / self.tp - draft.weight_bytes
                            - (parts["activations"] + parts["cuda_graphs"] + parts["non_torch"]))
             per_block = block_size * (self.model.kv_bytes_per_token / self.tp + draft.kv_bytes_per_token)
             return max(0, int(free_driver // per_block))
         free = (
-            self.tp * self.hardware.memory_bytes * self.gpu_memory_utilization
+            self.tp * requested
             - self.model.weight_bytes
             - (draft.weight_bytes if draft is not None else 0)
             - self.tp * (parts["activations"] + parts["cuda_graphs"] + parts["non_torch"])
@@ -479,7 +485,7 @@ class CostModel:
             return 0.0
         hw = self.hardware
         nbytes = 2.0 * blocks * block_size * self.model.kv_bytes_per_token / self.tp
-        return nbytes / (hw.mem_bw_gbs * 1e9 * hw.mem_efficiency) + hw.step_overhead_s
+        return stream_s(hw, nbytes) + hw.step_overhead_s
 
     def pld_s(self, num_seqs: int) -> float:
         """Prompt-lookup proposer: CPU n-gram matching, per step plus per sequence (TurboSpec §7.1: ≈ 5 %)."""

@@ -48,6 +48,27 @@ def _graph_pad(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(pad)
 
 
+def stream_s(hw: HardwareSpec, nbytes: float) -> float:
+    """Seconds to stream one weight matrix of ``nbytes`` (one GPU's shard) at the efficiency a matrix of its size
+    reaches: ``mem_efficiency`` for a small one, approaching ``mem_efficiency_large`` past ``mem_ramp_us`` of
+    streaming at peak (:class:`~repro.cost.spec.HardwareSpec`)."""
+    bw = hw.bytes_per_s
+    lo = hw.mem_efficiency
+    hi = hw.mem_efficiency_large if hw.mem_efficiency_large is not None else lo
+    half = hw.mem_ramp_us * 1e-6 * bw
+    eff = lo + (hi - lo) * nbytes / (nbytes + half) if half > 0.0 else lo
+    return nbytes / (bw * eff)
+
+
+def linear_stream_s(hw: HardwareSpec, m: ModelSpec, tp: int) -> float:
+    """Seconds to stream the decoder stack's linear weights once (one GPU's shard), matrix by matrix."""
+    wb = m.linear_weight_bytes
+    if hw.mem_ramp_us == 0.0 or hw.mem_efficiency_large == hw.mem_efficiency:  # one efficiency for every matrix
+        return m.linear_params * wb / tp / (hw.bytes_per_s * hw.mem_efficiency)
+    total = m.num_layers * sum(stream_s(hw, p * wb / tp) for p in m.layer_matrices)
+    return total + (stream_s(hw, m.fc_params * wb / tp) if m.fc_params else 0.0)
+
+
 def coefficients(hw: HardwareSpec, m: ModelSpec, tp: int, graph_sizes: tuple[int, ...] = ()) -> Coeffs:
     bw, peak, b = hw.bytes_per_s, hw.flops_per_s, m.dtype_bytes
     ar_bytes_tok = 2 * (tp - 1) / tp * m.hidden_size * b  # ring all-reduce traffic per token, per all-reduce
@@ -56,9 +77,9 @@ def coefficients(hw: HardwareSpec, m: ModelSpec, tp: int, graph_sizes: tuple[int
         1 if m.kind == "eagle_head" else 0
     )  # fc counts as one more layer of launches
     return Coeffs(
-        lin_mem_s=m.linear_params * m.linear_weight_bytes / tp / (bw * hw.mem_efficiency),
+        lin_mem_s=linear_stream_s(hw, m, tp),
         lin_tok_s=2 * m.linear_params / tp / (peak * hw.compute_efficiency),
-        head_mem_s=m.lm_head_params * b / tp / (bw * hw.mem_efficiency),
+        head_mem_s=stream_s(hw, m.lm_head_params * b / tp),
         head_tok_s=2 * m.lm_head_params / tp / (peak * hw.compute_efficiency),
         p=hw.knee_sharpness,
         inv_p=1.0 / hw.knee_sharpness,

@@ -28,7 +28,11 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   and of the sampler over ``profile_seqs`` sequences (``max_num_seqs``) − ``cuda_graph_gib`` (the captured graphs'
   pool) − ``non_torch_gib`` (cuBLAS workspaces and other allocations outside PyTorch's allocator), per GPU. The pool
   then holds ``available // (block_size × KV bytes per token of every attention layer)`` blocks: the draft model's or
-  the EAGLE head's layers are more layers of the same KV cache.
+  the EAGLE head's layers are more layers of the same KV cache. The sampler's dummy run sorts the full vocabulary
+  for top-k/top-p: ``sampler_bytes`` per sequence and vocabulary entry at its peak (logits, their fp32 copy, the
+  sort's values, indices and temporaries), and a run with a speculative method (``profile_speculative``, set from
+  the system: :attr:`repro.sim.policy.Policy.speculates`) adds the rejection sampler's dummy pass,
+  ``rejection_sampler_bytes`` more.
 - **CUDA-graph capture sizes** (``graph_sizes``): a pass that replays a graph runs at the smallest captured size that
   holds its tokens (the padding tokens go through every linear layer); empty: no padding.
 - **async scheduling** (``async_scheduling``): the host prepares step n + 1 while the GPU runs step n, so the host
@@ -37,6 +41,20 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   terms rather than taking max(host, GPU): exact while they stay below the step's GPU time (a 0.8 ms round against
   a ≥ 6 ms pass of a ≥ 7B target on an H100). Prompt lookup's CPU matching stays charged (it runs between sampling
   and the next pass).
+  A speculating run whose proposer is not in ``async_proposers`` runs synchronously (vLLM V1 keeps async
+  scheduling only for the EAGLE family: ``vllm/config/vllm.py``; :func:`repro.sim.deployment.scheduled_with`). Under
+  async scheduling two batches are in flight (V1's ``step_with_batch_queue``): a step that follows another at once
+  was scheduled when that one started, so a request arriving during step n is first scheduled in step n + 2
+  (:meth:`repro.sim.replica.Replica.admit`).
+- **graph_sizes_spec_multiple**: with a speculative method of ``draft_tokens`` = k, the capture sizes are rounded up
+  to multiples of 1 + k and those past the largest dropped (V1's ``adjust_cudagraph_sizes_for_spec_decode``).
+- **first_token_drafts**: the drafter proposes after the target's pass in the same step, so a request's first token is
+  released once its first ``draft_tokens`` drafts are proposed: the step that completes its prompt also runs the
+  drafter's k − 1 draft steps for it (its prompt pass is the step's drafter pass; vLLM V1's ``gpu_model_runner.py``).
+  ``draft_tokens`` is the run's ``num_speculative_tokens``, taken from a system with a fixed ``k``.
+- **frontend** (``frontend_in_s``, ``frontend_out_s``): the API server's latency before a request reaches the engine
+  (HTTP, tokenization, the hand-off to the engine core) and after each output leaves it (detokenization, streaming);
+  TTFT and latency count from the client's send to its receipt (``vllm bench serve``), :class:`repro.sim.engine.Engine`.
 - **spec_round** (default true): the engine spends the hardware's host round per speculating step
   (``HardwareSpec.spec_round_overhead_s``: vLLM's proposer set-up, sampling and proposal assembly) outside the passes.
   False for an engine whose measured passes already hold its host work (``hf_eager``: ``backend=hf`` times its
@@ -86,10 +104,19 @@ class EngineProfile:
     kv_accounting: KvAccounting = "reserve"
     profile_tokens: int = 8192
     profile_seqs: int = 256
+    sampler_bytes: float = 12.0
+    rejection_sampler_bytes: float = 0.0
+    profile_speculative: bool = False
     cuda_graph_gib: float = 0.0
     non_torch_gib: float = 0.0
     graph_sizes: tuple[int, ...] = ()
     async_scheduling: bool = False
+    async_proposers: tuple[str, ...] = ()
+    graph_sizes_spec_multiple: bool = False
+    first_token_drafts: bool = False
+    draft_tokens: int = 0
+    frontend_in_s: float = 0.0
+    frontend_out_s: float = 0.0
     spec_round: bool = True
     reports_kv_tokens: bool = False
     kv_expand_s: float = 0.1439
@@ -112,12 +139,15 @@ class EngineProfile:
             raise ValueError(f"engine {self.name!r}: graph_sizes must be increasing positive integers, "
                              f"got {list(sizes)}")
         object.__setattr__(self, "graph_sizes", sizes)
-        for key in ("async_scheduling", "spec_round", "reports_kv_tokens"):
+        object.__setattr__(self, "async_proposers", tuple(str(p) for p in self.async_proposers))
+        for key in ("async_scheduling", "spec_round", "reports_kv_tokens", "profile_speculative",
+                    "graph_sizes_spec_multiple", "first_token_drafts"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"engine {self.name!r}: {key} must be true or false")
-        for key in ("profile_tokens", "profile_seqs", "cuda_graph_gib", "non_torch_gib",
+        for key in ("profile_tokens", "profile_seqs", "sampler_bytes", "rejection_sampler_bytes", "cuda_graph_gib",
+                    "non_torch_gib",
                     "graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
-                    "reload_dispatch_s"):
+                    "reload_dispatch_s", "draft_tokens", "frontend_in_s", "frontend_out_s"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")
@@ -152,6 +182,15 @@ class EngineProfile:
             raise TypeError(f"unknown engine key(s) {unknown}; an engine profile has {sorted(known)} "
                             f"and the run settings {list(RUN_KEYS)}")
         return cls(**data)
+
+
+def vllm_serve_budgets(gpu: str, memory_gib: float) -> tuple[int, int]:
+    """``(max_num_seqs, max_num_batched_tokens)`` that ``vllm serve`` (vLLM V1's API server) takes by default on a GPU
+    (``vllm/engine/arg_utils.py`` ``get_batch_defaults``): 1024 and 8192 on a GPU with at least 70 GiB
+    (``cudaMemGetInfo``'s total) that is not an A100, else 256 and 2048. ``gpu`` is its name or ``conf/hardware`` id."""
+    if memory_gib >= 70 and "a100" not in gpu.lower():
+        return 1024, 8192
+    return 256, 2048
 
 
 def available_engines() -> list[str]:

@@ -85,13 +85,18 @@ class HardwareSpec:
     pld_step_s: float
     pld_request_s: float
     spec_round_overhead_s: float
+    mem_efficiency_large: float | None = None
+    mem_ramp_us: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.mem_efficiency_large is None:
+            object.__setattr__(self, "mem_efficiency_large", self.mem_efficiency)
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name != "name" and not (isinstance(v, int | float) and v >= 0):
                 raise ValueError(f"hardware {self.name!r}: {f.name} must be a non-negative number, got {v!r}")
-        for key in ("mem_efficiency", "compute_efficiency", "kv_efficiency", "kv_efficiency_large"):
+        for key in ("mem_efficiency", "mem_efficiency_large", "compute_efficiency", "kv_efficiency",
+                    "kv_efficiency_large"):
             if not 0.0 < getattr(self, key) <= 1.0:
                 raise ValueError(f"hardware {self.name!r}: {key} must lie in (0, 1]")
         if self.knee_sharpness < 1.0:
@@ -122,8 +127,11 @@ class ModelSpec:
     An ``eagle_head`` is EAGLE's one decoder layer at the target's width plus the ``fc`` layer fusing the target's
     feature with the token embedding (2·hidden → hidden); it shares the target's embedding and LM head
     (Li et al., "EAGLE", ICML 2024, §4), so none of those count towards its own weights. EAGLE-3 (Li et al.,
-    arXiv 2503.01840) fuses three of the target's hidden states (``fc_inputs: 3``: 3·hidden → hidden) and drafts over
-    its own smaller vocabulary (``draft_vocab_size``): its LM head is that wide and is its own weight.
+    arXiv 2503.01840) fuses three of the target's hidden states (``fc_inputs: 3``: 3·hidden → hidden), its layer's
+    QKV reads the token embedding and the fused feature side by side (``qkv_inputs: 2``; vLLM's ``llama_eagle3.py``),
+    and it drafts over its own smaller vocabulary (``draft_vocab_size``): its LM head is that wide and is its own
+    weight. A head that ships its own embedding (``own_embedding``; vLLM's ``eagle.py`` keeps it when it differs from
+    the target's) holds it in memory too; a lookup reads one row a token, so no pass streams it.
     """
 
     name: str
@@ -143,6 +151,8 @@ class ModelSpec:
     source: str = ""
     fc_inputs: int = 2  # EAGLE's fc: hidden-size inputs it fuses (EAGLE-1/2: feature + embedding = 2; EAGLE-3: 3)
     draft_vocab_size: int | None = None  # an EAGLE-3 head's own draft vocabulary (its LM head); None: vocab_size
+    qkv_inputs: int = 1  # hidden-size inputs of the first layer's QKV (EAGLE-3: the embedding and the fused feature, 2)
+    own_embedding: bool = False  # an EAGLE head that keeps its own token embedding (vLLM loads it when it differs)
 
     def __post_init__(self) -> None:
         if self.kind not in ("decoder", "eagle_head"):
@@ -155,6 +165,8 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: num_heads must be a multiple of num_kv_heads")
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if self.kind == "decoder" and (self.qkv_inputs != 1 or self.own_embedding):
+            raise ValueError(f"model {self.name!r}: qkv_inputs and own_embedding describe an EAGLE head")
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> ModelSpec:
@@ -169,9 +181,9 @@ class ModelSpec:
 
     @property
     def layer_linear_params(self) -> int:
-        """QKV + O + gate/up/down parameters of one decoder layer (biases and norms are negligible)."""
-        h, q, kv = self.hidden_size, self.num_heads * self.hd, self.num_kv_heads * self.hd
-        return h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size
+        """QKV + O + gate/up/down parameters of one decoder layer (biases and norms are negligible; an EAGLE-3
+        head's one layer with its wider QKV)."""
+        return sum(self.layer_matrices)
 
     @property
     def fc_params(self) -> int:
@@ -182,6 +194,12 @@ class ModelSpec:
     def linear_params(self) -> int:
         """Parameters every token passes through in the decoder stack (what Vidur's linear profile measures)."""
         return self.num_layers * self.layer_linear_params + self.fc_params
+
+    @property
+    def layer_matrices(self) -> tuple[int, ...]:
+        """Parameters of each weight matrix of one decoder layer, fused as vLLM fuses them: QKV, O, gate/up, down."""
+        h, q, kv, i = self.hidden_size, self.num_heads * self.hd, self.num_kv_heads * self.hd, self.intermediate_size
+        return (self.qkv_inputs * h * (q + 2 * kv), q * h, 2 * h * i, i * h)
 
     @property
     def embedding_params(self) -> int:
@@ -195,8 +213,9 @@ class ModelSpec:
     @property
     def weight_params(self) -> int:
         """Parameters resident on the GPU(s); an EAGLE head borrows the target's embedding and LM head."""
-        if self.kind == "eagle_head":  # EAGLE-3's own (draft-vocabulary) LM head is resident too
-            return self.linear_params + (self.lm_head_params if self.draft_vocab_size is not None else 0)
+        if self.kind == "eagle_head":  # EAGLE-3's own (draft-vocabulary) LM head is resident too, and its own embedding
+            return (self.linear_params + (self.lm_head_params if self.draft_vocab_size is not None else 0)
+                    + (self.embedding_params if self.own_embedding else 0))
         head = 0 if self.tie_embeddings else self.lm_head_params
         return self.linear_params + self.embedding_params + head
 

@@ -96,7 +96,7 @@ class Deployment:
         return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
                       gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization),
-                      engine=profiled_with(engine_profile(cfg), policy),
+                      engine=scheduled_with(profiled_with(engine_profile(cfg), policy), policy),
                       draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg),
                       draft_profile=target_profile(cfg, "draft_table"))
 
@@ -208,7 +208,8 @@ def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
 def profiled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
     """``engine`` whose start-up profiling run (``kv_accounting: profile_run``) uses the policy's scheduler budgets,
     as vLLM's does: a pass over ``max_num_batched_tokens`` tokens and the sampler over ``max_num_seqs`` sequences
-    (the profile's own values for a policy without them)."""
+    (the profile's own values for a policy without them), with the rejection sampler's pass where the policy
+    speculates (:attr:`~repro.sim.policy.Policy.speculates`)."""
     if engine.kv_accounting != "profile_run":
         return engine
     def budget(name: str, default: int) -> int:
@@ -217,9 +218,32 @@ def profiled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
 
     tokens = budget("max_num_batched_tokens", engine.profile_tokens)
     seqs = budget("max_num_seqs", engine.profile_seqs)
-    if (tokens, seqs) == (engine.profile_tokens, engine.profile_seqs):
+    spec = bool(policy.speculates)
+    if (tokens, seqs, spec) == (engine.profile_tokens, engine.profile_seqs, engine.profile_speculative):
         return engine
-    return dataclasses.replace(engine, profile_tokens=tokens, profile_seqs=seqs)
+    return dataclasses.replace(engine, profile_tokens=tokens, profile_seqs=seqs, profile_speculative=spec)
+
+
+def scheduled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
+    """``engine`` as the policy's speculative configuration sets it up: its ``draft_tokens`` (a system with a fixed
+    chain length ``k``: vLLM's ``num_speculative_tokens``), async scheduling off for a proposer outside
+    ``async_proposers``, and the CUDA-graph capture sizes rounded to multiples of 1 + k (:mod:`repro.cost.serving`)."""
+    k = getattr(policy, "k", None)
+    k = int(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 and policy.speculates else 0
+    changes: dict[str, Any] = {}
+    if k and engine.first_token_drafts:
+        changes["draft_tokens"] = k
+    proposer = getattr(policy, "proposer", None)
+    if engine.async_scheduling and policy.speculates and k and str(proposer) not in engine.async_proposers:
+        changes["async_scheduling"] = False
+    if k and engine.graph_sizes_spec_multiple and engine.graph_sizes:
+        step = k + 1
+        top = engine.graph_sizes[-1]
+        rounded = sorted({-(-n // step) * step for n in engine.graph_sizes if -(-n // step) * step <= top})
+        changes["graph_sizes"] = tuple(rounded) if rounded else ((step,) if step <= top else ())
+        if changes["graph_sizes"]:
+            changes["graph_max_tokens"] = min(engine.graph_max_tokens, changes["graph_sizes"][-1])
+    return dataclasses.replace(engine, **changes) if changes else engine
 
 
 def engine_profile(cfg: Any) -> EngineProfile:

@@ -82,6 +82,13 @@ class Engine:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
+        # the API server in front of the engine (EngineProfile.frontend_in_s, frontend_out_s): the loop runs in the
+        # engine core's time, where a request arrives frontend_in_s after its send and each output leaves
+        # frontend_out_s before the client has it; the output is the client's (_to_client)
+        self.frontend_in_s = float(deployment.engine.frontend_in_s)
+        self.frontend_out_s = float(deployment.engine.frontend_out_s)
+        if self.frontend_in_s:
+            self.arrival_s = self.arrival_s + self.frontend_in_s
         if max_concurrency is not None:
             ClosedLoop(max_concurrency, self.arrival_s)  # (checks it)
         self.max_concurrency = max_concurrency
@@ -96,7 +103,7 @@ class Engine:
         watchers = tuple(o for o in (*observers, self.tracer, self.round_tracer) if o is not None)
         servers = deployment.draft_servers
         self.replicas: list[Replica] = []
-        cols = (self.sent_at if max_concurrency is not None else arrival_s, prompt_len, output_len, tpot_slo_s,
+        cols = (self.sent_at if max_concurrency is not None else self.arrival_s, prompt_len, output_len, tpot_slo_s,
                 ttft_slo_s, slo_class)
         self.max_steps = max_steps
         for i, spec in enumerate(deployment.replicas):
@@ -124,7 +131,8 @@ class Engine:
         feed = ArrivalFeed(arrivals)  # arrivals come first at a time; a replica may admit some inside its runs
         reps = self.replicas
         views = [r.view for r in reps]
-        can_go_through = not self.multi and self.max_steps is None
+        # (through arrivals: not where a step's scheduler sees arrivals late, async scheduling's batch queue)
+        can_go_through = not self.multi and self.max_steps is None and not any(r.pipelined for r in self.replicas)
         gate = self._closed_loop()  # the client's slots (None: the open loop, every release sent at once)
         through = feed if can_go_through and gate is None else None
         now = 0.0
@@ -169,7 +177,7 @@ class Engine:
             if kind != _STEP:
                 rep = reps[self.policy.route(idx, int(reps[0].s.slo_class[idx]), views)] if self.multi else reps[0]
                 self.replica_of[idx] = rep.index
-                rep.admit(idx)
+                rep.admit(idx, now)
                 if not rep.busy:
                     rep.busy = True
                     heapq.heappush(heap, (now, next(seq), rep.index))
@@ -187,7 +195,10 @@ class Engine:
                         until = math.nextafter(now, math.inf) if self.multi else min(upcoming, free_at)
                 end = rep.step(now, until, limit, self.max_steps, through)
                 if gate is not None and rep.finished:
-                    gate.finished(rep.s.finish_at[np.concatenate(rep.finished)].tolist())
+                    done_at = rep.s.finish_at[np.concatenate(rep.finished)]
+                    # its slot frees when the client has the last output; the next send reaches the engine later still
+                    gate.finished((done_at + (self.frontend_out_s + self.frontend_in_s)).tolist()
+                                  if self.frontend_in_s or self.frontend_out_s else done_at.tolist())
                     rep.finished.clear()
                 if end is None:
                     rep.busy = False
@@ -204,13 +215,25 @@ class Engine:
                 f"{type(r.policy).__name__} idled with {len(r.s.waiting)} waiting, {len(r.s.running)} running and "
                 f"{len(r.s.swapped)} swapped requests and nothing left to happen")
         tracer = self.tracer
-        return SimOutput(state=self._merged(), replica_of=self.replica_of, sim_time_s=now,
+        state = self._merged()
+        if self.frontend_in_s or self.frontend_out_s:
+            now = self._to_client(state, now)
+        return SimOutput(state=state, replica_of=self.replica_of, sim_time_s=now,
                          num_steps=sum(r.num_steps for r in reps), num_scheduled=sum(r.num_scheduled for r in reps),
                          steps=tracer.records if tracer is not None else [],
                          step_telemetry=tracer.telemetry if tracer is not None else [],
                          request_columns=self._request_columns(),
                          rounds=self.round_tracer.frame() if self.round_tracer is not None else None,
-                         released_at=self.arrival_s.copy() if self.max_concurrency is not None else None)
+                         released_at=(self.arrival_s - self.frontend_in_s)
+                         if self.max_concurrency is not None else None)
+
+    def _to_client(self, state: RequestState, end_s: float) -> float:
+        """The run as the client sees it through the API server: each request sent ``frontend_in_s`` before the engine
+        had it, each output received ``frontend_out_s`` after the engine produced it. Returns the run's end then."""
+        state.arrival_s = state.arrival_s - self.frontend_in_s
+        for name in ("first_token_at", "first_decode_at", "last_token_at", "finish_at"):
+            setattr(state, name, getattr(state, name) + self.frontend_out_s)
+        return end_s + self.frontend_out_s
 
     def _closed_loop(self) -> ClosedLoop | None:
         """A new run's client slots (``max_concurrency``), every request unsent; ``None`` for the open loop."""

@@ -117,6 +117,7 @@ class _Run:
     verifies: list[np.ndarray] = field(default_factory=list)
     overhead_s: float = 0.0
     waiting_start: bool = False  # requests admitted whose first step has not started yet
+    last_start: float = -math.inf  # when its last step (decode or prefill) started
 
 
 class FastForward:
@@ -126,6 +127,7 @@ class FastForward:
         self.r = replica
         self._resolve = replica.proposers.resolve
         self.last_step_s = 0.0  # the mean step of the last run (sizes the next one)
+        self.last_start = -math.inf  # when the last run's last step started
 
     def run_ahead(self, plan: StepPlan, now: float, until: float, limit: float | None,
                   budget: int | None, schedule_wall_s: float = 0.0,
@@ -215,6 +217,8 @@ class FastForward:
         onward = (r.policy.keeps_plan_after_finish and not r.observers and not s.waiting and not s.swapped
                   and not r.stop_at_finish)
         admits = r.policy.admits if onward and arrivals is not None and budget is None else None
+        if r.cost.engine.draft_tokens > 1:  # (a prefill step then drafts for its new requests: the step path prices it)
+            admits = None
         # how many steps to score ahead: until the first (onward: the last) request must have finished, within the
         # step budget and about as many as fit before ``until`` at the last run's step duration; through arrivals,
         # a fixed horizon, scored again as the run reaches its end
@@ -290,6 +294,7 @@ class FastForward:
         limit = run.limit
         if limit is not None:
             ran = min(ran, int(np.searchsorted(end_at[:-1], limit, side="right")) + 1)
+        run.last_start = float(end_at[ran - 2]) if ran > 1 else t
         run.ends.append(end_at[:ran])
         run.drafts.append(draft[:ran])
         run.verifies.append(verify[:ran])
@@ -348,6 +353,7 @@ class FastForward:
         r.kv.used = used  # the run's blocks as they stand (its requests' own counts are written at its end)
         pids = np.arange(first, last, dtype=np.int64)
         end_at, fin = self._prefill(adm, pids, need, t)
+        run.last_start = t
         r.num_steps += 1
         r.num_scheduled += int(pids.size)
         if fin.size:
@@ -458,6 +464,7 @@ class FastForward:
         r.num_steps += steps
         r.num_scheduled += int(took.sum())
         end = run.t
+        self.last_start = run.last_start
         self.last_step_s = (end - now) / (steps + run.prefills)
         r.sync_view()
         if r.observers:

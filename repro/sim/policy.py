@@ -115,6 +115,9 @@ class Policy:
     """
 
     uses_draft_model: bool = False
+    #: the engine runs with a speculative method configured (vLLM V1's start-up profile then adds the rejection
+    #: sampler's dummy pass: :mod:`repro.cost.serving`); False for a system that never speculates
+    speculates: bool = True
     observes_accept_prob: bool = False  # ask for StepResult.accept_prob (the verifier's Σ min(1, p/q) per request)
     #: the draft tokens a round may verify across the remote draft servers (GoodSpeed's C), for systems that split
     #: one; a run with per-client requests then reports the optimum of the clients' utility at that budget

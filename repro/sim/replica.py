@@ -90,6 +90,11 @@ class Replica:
         self._lean = backend is None and arms is None and not self.observers and not policy.observes_accept_prob
         self._sums = np.zeros(3, dtype=np.int64)
         self.busy = False
+        # vLLM V1's batch queue under async scheduling (EngineProfile.async_scheduling): step n + 1 is scheduled while
+        # step n runs, so a request that arrives during step n is first seen by step n + 2 (_visible)
+        self.pipelined = bool(cost.engine.async_scheduling)
+        self.pending: list[tuple[float, int]] = []  # (arrival, id): arrived, not yet seen by the scheduler
+        self.last_start = self.last_end = -math.inf  # the last step's start and end
         self.stop_at_finish = False  # a finish may send a waiting request (closed loop): runs stop after one
         self.finished: list[np.ndarray] | None = None  # closed loop: the requests finished since the engine looked
         self.num_steps = 0
@@ -119,13 +124,33 @@ class Replica:
         v.draft_resident = self.draft_resident
         v.draft_loading = self.draft_ready_at is not None
 
-    def admit(self, rid: int) -> None:
+    def admit(self, rid: int, at: float = -math.inf) -> None:
+        """Request ``rid`` arrives at ``at``: it waits for the scheduler (pipelined: once a step scheduled after
+        ``at`` sees it)."""
+        if self.pipelined:
+            self.pending.append((at, rid))
+            return
+        self._wait(rid)
+
+    def _wait(self, rid: int) -> None:
         self.s.status[rid] = _WAITING
         self.s.waiting.append(rid)
         self.s.queues_changed("waiting")
 
+    def _visible(self, now: float, everyone: bool = False) -> None:
+        """Show the scheduler of the step starting at ``now`` the requests it can see. Under async scheduling a step
+        that follows another at once was scheduled when that one started (vLLM V1's ``step_with_batch_queue``, two
+        batches in flight): it sees the arrivals up to that start. After an idle gap, or ``everyone`` (the earlier
+        schedule had nothing to run), the engine schedules as the requests come: it sees them all."""
+        cutoff = self.last_start if (self.last_end == now and not everyone) else now
+        seen = [rid for at, rid in self.pending if at <= cutoff]
+        if seen:
+            self.pending = [(at, rid) for at, rid in self.pending if at > cutoff]
+            for rid in seen:
+                self._wait(rid)
+
     def has_work(self) -> bool:
-        return bool(self.s.waiting or self.s.running or self.s.swapped)
+        return bool(self.s.waiting or self.s.running or self.s.swapped or self.pending)
 
     def step(self, now: float, until: float = math.inf, limit: float | None = None,
              max_steps: int | None = None, arrivals: ArrivalFeed | None = None) -> float | None:
@@ -136,26 +161,30 @@ class Replica:
         if not jit.step_kernels():
             jit.stepped()  # (the step kernels engage once Numba is loaded, or after enough steps: repro.core.jit)
         self._draft_arrived(now)
+        if self.pending:
+            self._visible(now)
         v = self.view
         v.now = now
         v.step_index = self.num_steps
         observers = self.observers
-        wall_s = 0.0
-        if observers:  # the policy's own CPU time (AdaServe Fig. 9's "scheduling"), measured not modelled
-            t0 = time.perf_counter()
-            plan = self.policy.schedule(v)
-            wall_s = time.perf_counter() - t0
-        else:
-            plan = self.policy.schedule(v)
+        plan, wall_s = self._schedule(v)
         mem = plan.memory
         if plan.is_idle and mem is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
-            return None
-        if self.fast_forward and self.policy.plan_repeats(plan):
+            if not self.pending:
+                return None
+            self._visible(now, everyone=True)  # nothing was scheduled ahead: the engine takes the new requests now
+            plan, wall_s = self._schedule(v)
+            if plan.is_idle and plan.memory is None and plan.preempt_ids.size == 0 and plan.swap_in_ids.size == 0:
+                return None
+        # (not while arrivals wait to be seen: the next step's scheduler sees them, and plans anew)
+        if self.fast_forward and not self.pending and self.policy.plan_repeats(plan):
             end = self.fast_path.run_ahead(plan, now, until, limit,
                                            None if max_steps is None else max_steps - self.num_steps, wall_s, arrivals)
             if end is not None:
+                self.last_start, self.last_end = self.fast_path.last_start, end
                 return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
+        self.last_start, self.last_end = now, result.end_at
         self.num_steps += 1
         self.num_scheduled += int(pre.ids.size + dec.ids.size)
         self.sync_view()
@@ -166,6 +195,15 @@ class Replica:
                 obs.on_step(event)
         self.policy.observe(result)
         return result.end_at
+
+    def _schedule(self, v: View) -> tuple[StepPlan, float]:
+        """The policy's plan for this step, and its own CPU seconds where observers measure them (AdaServe Fig. 9's
+        "scheduling", measured not modelled)."""
+        if not self.observers:
+            return self.policy.schedule(v), 0.0
+        t0 = time.perf_counter()
+        plan = self.policy.schedule(v)
+        return plan, time.perf_counter() - t0
 
     def _execute(self, plan: StepPlan, now: float) -> tuple[StepResult, PrefillBatch, DecodeBatch, np.ndarray,
                                                             ForwardCost | None, float, np.ndarray | None]:
@@ -215,6 +253,10 @@ class Replica:
             else:  # the same seconds
                 fwd = None
                 verify_s = self.cost.pass_s(*args) + host_s if args[1] else 0.0
+        if real is None and pre.ids.size and self.cost.engine.draft_tokens > 1:
+            first = self._first_drafts_s(prop, pre, dec)
+            if first:
+                draft_s += first
         if plan.host_s < 0.0:
             raise PlanError("host_s must be >= 0")
         draft_s += plan.host_s  # the policy's own host work before drafting, reported with the drafting
@@ -246,6 +288,31 @@ class Replica:
             num_emitted=emitted, prefill_ids=pre.ids, finished_ids=fin, draft_s=draft_s, verify_s=verify_s,
             memory_s=memory_s, num_batched_tokens=num_tokens, send_s=send_s, accept_prob=accept_prob)
         return result, pre, dec, matched, fwd, host_s, arm_rewards
+
+    def _first_drafts_s(self, prop: Proposer, pre: PrefillBatch, dec: DecodeBatch) -> float:
+        """Seconds of the drafter's draft steps 2..k for the requests whose prompt this step completes, where the
+        engine releases a first token only with its first k drafts (``EngineProfile.first_token_drafts``; the prompt
+        pass, step 1, is the step's drafter pass over the prompt): each step of one token per request, in the same
+        passes as the decoding requests' own steps 2..k where those draft k too (their marginal cost), else on its
+        own."""
+        if prop.which is None or prop.remote:
+            return 0.0
+        new = pre.completes
+        n_new = int(np.count_nonzero(new))
+        if not n_new:
+            return 0.0
+        k = self.cost.engine.draft_tokens
+        ctx = float((self.s.num_computed[pre.ids[new]] + pre.tokens[new]).sum())  # (before _apply_prefill)
+        n_dec = int(np.count_nonzero(dec.k == k)) if dec.ids.size else 0
+        c_dec = float(dec.ctx[dec.k == k].sum()) if n_dec else 0.0
+        cost, which = prop.cost, prop.which
+        total = 0.0
+        for j in range(1, k):
+            both = cost.forward_s(n_dec + n_new, n_dec + n_new, c_dec + ctx + j * (n_dec + n_new), 0.0,
+                                  n_dec + n_new, True, which=which)
+            total += both - (cost.forward_s(n_dec, n_dec, c_dec + j * n_dec, 0.0, n_dec, True, which=which)
+                             if n_dec else 0.0)
+        return total
 
     def _prompts_s(self, plan: StepPlan, prop: Proposer, pre: PrefillBatch,
                    dec: DecodeBatch) -> tuple[float, float] | None:

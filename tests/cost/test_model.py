@@ -253,8 +253,9 @@ def test_vllm_v0_kv_split_at_tp4() -> None:
 
     target, draft = load_model("llama3-70b"), load_model("llama3.2-1b")
     assert target.kv_bytes_per_token // 4 == 81_920 and draft.kv_bytes_per_token == 32_768
-    cost = CostModel(load_hardware("h100-80g"), target, tp=4, draft=draft)
-    free_driver = 80 * GiB * 0.9 - target.weight_bytes / 4 - draft.weight_bytes - 2 * GiB
+    hw = load_hardware("h100-80g")
+    cost = CostModel(hw, target, tp=4, draft=draft)
+    free_driver = hw.memory_bytes * 0.9 - target.weight_bytes / 4 - draft.weight_bytes - 2 * GiB
     assert cost.kv_capacity_blocks(layout="vllm_v0") == int(free_driver // (16 * (81_920 + 32_768)))
     alone = cost.kv_capacity_blocks(draft_resident=False)
     assert cost.kv_capacity_blocks(layout="vllm_v0") / alone == pytest.approx(0.670, abs=0.002)  # the figure
