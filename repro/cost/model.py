@@ -498,6 +498,14 @@ class CostModel:
         hidden = self.engine.async_scheduling or not self.engine.spec_round  # overlapped, or inside measured passes
         return 0.0 if hidden else self.hardware.spec_round_overhead_s
 
+    def draft_broadcast_s(self) -> float:
+        """Host seconds a step spends broadcasting a TP-1 draft model's proposals from the driver to the target's
+        other ranks (``EngineProfile.draft_broadcast_s``; 0 at tp 1, with a draft at the target's tp, or off the
+        target's GPUs)."""
+        if self.tp > 1 and self.draft_tp == 1 and self._draft_colocated:
+            return self.engine.draft_broadcast_s
+        return 0.0
+
     @property
     def budget_tokens(self) -> int:
         """AdaServe's per-step token budget B for this GPU (AdaServe Table 1)."""

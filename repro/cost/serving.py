@@ -55,6 +55,9 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
 - **frontend** (``frontend_in_s``, ``frontend_out_s``): the API server's latency before a request reaches the engine
   (HTTP, tokenization, the hand-off to the engine core) and after each output leaves it (detokenization, streaming);
   TTFT and latency count from the client's send to its receipt (``vllm bench serve``), :class:`repro.sim.engine.Engine`.
+- **draft_broadcast_s**: a draft model at TP 1 beside a target at TP > 1 runs on the driver rank, which broadcasts
+  its proposals to the other ranks every speculating step (vLLM v0's ``smaller_tp_proposer_worker.py``): host
+  seconds per step (:meth:`repro.cost.model.CostModel.draft_broadcast_s`).
 - **spec_round** (default true): the engine spends the hardware's host round per speculating step
   (``HardwareSpec.spec_round_overhead_s``: vLLM's proposer set-up, sampling and proposal assembly) outside the passes.
   False for an engine whose measured passes already hold its host work (``hf_eager``: ``backend=hf`` times its
@@ -117,6 +120,7 @@ class EngineProfile:
     draft_tokens: int = 0
     frontend_in_s: float = 0.0
     frontend_out_s: float = 0.0
+    draft_broadcast_s: float = 0.0
     spec_round: bool = True
     reports_kv_tokens: bool = False
     kv_expand_s: float = 0.1439
@@ -147,7 +151,7 @@ class EngineProfile:
         for key in ("profile_tokens", "profile_seqs", "sampler_bytes", "rejection_sampler_bytes", "cuda_graph_gib",
                     "non_torch_gib",
                     "graph_max_tokens", "expand_seq_s", "expand_reread", "spec_seq_s", "spec_token_s", "kv_expand_s",
-                    "reload_dispatch_s", "draft_tokens", "frontend_in_s", "frontend_out_s"):
+                    "reload_dispatch_s", "draft_tokens", "frontend_in_s", "frontend_out_s", "draft_broadcast_s"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"engine {self.name!r}: {key} must be a non-negative number, got {v!r}")

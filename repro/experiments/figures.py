@@ -416,6 +416,28 @@ def model_vs_measured(
     return fig
 
 
+def streaming_efficiency(df: pd.DataFrame) -> Figure:
+    """Weight-streaming efficiency against GEMM size (log x), one colour per GPU: the model's per-GEMM share (small
+    points joined by GPU), each stack's modelled share (hollow) and measured share (filled)."""
+    use_style()
+    fig, ax = plt.subplots(figsize=(PANEL_W * 1.2, PANEL_H))
+    for (gpu, rows), color in zip(df.groupby("gpu", sort=True), ("tab:blue", "tab:orange", "tab:green", "tab:red"),
+                                  strict=False):
+        mats = rows[rows["matrix"] != "stack"].sort_values("matrix_mb")
+        ax.plot(mats["matrix_mb"], mats["modelled_eff"], ".", color=color, alpha=0.6, label=f"{gpu}: GEMMs (model)")
+        stack = rows[rows["matrix"] == "stack"]
+        ax.scatter(stack["matrix_mb"], stack["modelled_eff"], s=40, facecolors="none", edgecolors=color,
+                   label=f"{gpu}: stack (model)")
+        ax.scatter(stack["matrix_mb"], stack["measured_eff"], s=30, color=color, marker="x",
+                   label=f"{gpu}: stack (measured)")
+    ax.set_xscale("log")
+    ax.set_xlabel("MB per GEMM per GPU")
+    ax.set_ylabel("share of peak bandwidth")
+    ax.set_title("weight streaming by matrix size")
+    shared_legend(fig, [ax])
+    return fig
+
+
 def measured_vs_modelled(
     df: pd.DataFrame, measured: str = "measured_ms", modelled: str = "modelled_ms", gpu: str = "modelled_gpu_ms",
     kind: str = "pass", title: str | None = None,

@@ -215,10 +215,32 @@ def render_calibration(out_dir: Path, manifest: Mapping[str, Any], points: pd.Da
         "passes is judged on its excess over 1, error_of 'ratio - 1'; an unchecked row, which no consistent model "
         "reproduces, states the error band it is held to).\n\n"
         + markdown_table(shown[cols], index=False)
+        + _efficiency_summary(out_dir, paths)
         + _profile_summary(profiles)
     )
     (out_dir / "summary.md").write_text(text)
     return [*paths, out_dir / "summary.md"]
+
+
+def _efficiency_summary(out_dir: Path, paths: list[Path]) -> str:
+    """Weight streaming by matrix size (:func:`repro.cost.calibration.efficiency_table`): a figure and a table, each
+    linear-layer table's GEMMs and layer stack beside the stack's measured efficiency."""
+    from repro.cost.calibration import efficiency_table
+
+    eff = efficiency_table()
+    paths += panels.save(figures.streaming_efficiency(eff), out_dir, "calibration_mem_efficiency")
+    shown = eff.assign(matrix_mb=eff["matrix_mb"].round(1), modelled_eff=eff["modelled_eff"].round(3),
+                       measured_eff=eff["measured_eff"].round(3))
+    return (
+        "\n\n## Weight streaming by matrix size\n\n"
+        "The share of peak bandwidth each GEMM's weights stream at grows with the matrix on the H100-class GPUs "
+        "(`mem_efficiency` for a small one, `mem_efficiency_large` for a large one, halfway at `mem_ramp_us` of "
+        "streaming: conf/hardware/h100-80g.yaml); the A100 and A40 tables show no growth (Vidur's A100 Llama-2-70B "
+        "TP 4 stack streams at a lower share than its Llama-2-7B), so those GPUs keep one share. Per linear-layer "
+        "table: each GEMM's MB per GPU and the model's share, and the stack's (`stack`: its mean GEMM) beside the "
+        "measured stack's at the table's fewest tokens (linear and norm kernels).\n\n"
+        + markdown_table(shown, index=False)
+    )
 
 
 def _profile_summary(rows: pd.DataFrame) -> str:

@@ -87,6 +87,14 @@ class DraftModel(Proposer):
     resident: ClassVar[bool] = True
     keeps_kv: ClassVar[bool] = True
 
+    def host_s(self, num_seqs: int) -> float:
+        """The per-round bookkeeping, and the broadcast of a TP-1 draft's proposals to the target's other ranks
+        (:meth:`CostModel.draft_broadcast_s`)."""
+        if not num_seqs:
+            return 0.0
+        cast = self.cost.draft_broadcast_s()
+        return self.cost.spec_round_s() + cast if cast else self.cost.spec_round_s()
+
 
 @dataclass(frozen=True, eq=False)
 class EagleHead(Proposer):
