@@ -8,7 +8,9 @@ output token counts (``workloads.stats.write_table``) and the normal-score corre
 family for
 text sets, ``native`` for files that ship counts (ArXiv in Llama-2 tokens, traces). Sonnet tables hold
 per-line
-token counts (the vLLM sampler's unit). Records are never written.
+token counts (the vLLM sampler's unit). ShareGPT's other token-id variants get tables of their own,
+``sharegpt_<variant>.<tokenizer>.csv`` (read by ``sampler: vllm_benchmark`` without the files). Records are never
+written.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ TEXT_SETS = (
     "chatbot_arena",
     "awesome_prompts",
 )
+#: Tables of a dataset's non-default variant: table name -> (dataset, variant).
+VARIANT_SETS = {
+    "sharegpt_tokens_long": ("sharegpt", "tokens_long"),
+    "sharegpt_tokens_all": ("sharegpt", "tokens_all"),
+}
 NATIVE_SETS = (
     "arxiv",
     "azure2023_conv",
@@ -66,6 +73,9 @@ def main() -> None:
     for name in TEXT_SETS:
         for tok in TOKENIZER_FAMILIES:
             _write(args.out, name, tok, root)
+    for table, (name, variant) in VARIANT_SETS.items():
+        for tok in TOKENIZER_FAMILIES:
+            _write(args.out, name, tok, root, variant, table)
     for name in NATIVE_SETS:
         _write(args.out, name, None, root)
         _write_gaps(args.out, name, root)
@@ -87,22 +97,22 @@ def main() -> None:
         print(f"sonnet.{tok}: {len(lines.line_tokens)} lines")
 
 
-def _write(out: Path, name: str, tok: str | None, root: Path) -> None:
+def _write(
+    out: Path, name: str, tok: str | None, root: Path, variant: str = "default", table: str | None = None
+) -> None:
+    """Write ``<table or name>.<tok or native>.csv`` of dataset ``name`` (its ``variant``)."""
     try:
-        rec = load_records(name, str(root), tok)
+        rec = load_records(name, str(root), tok, variant)
     except DataMissingError as e:
         print(f"skip {name}: {e}")
         return
     label = tok or "native"
     counted = "llama2" if name == "arxiv" else ("trace's own" if tok is None else tok)
-    meta = {
-        "dataset": name,
-        "tokenizer": label,
-        "counts": counted,
-        "source": rec.source.replace(str(root), "$REPRO_DATA"),
-    }
-    write_table(out / f"{name}.{label}.csv", meta, np.asarray(rec.prompt_len), np.asarray(rec.output_len))
-    print(f"{name}.{label}: {len(rec.prompt_len)} records, median prompt {np.median(rec.prompt_len):.0f}")
+    stem = table or name
+    meta = {"dataset": stem, **({"variant": variant} if table else {}), "tokenizer": label, "counts": counted,
+            "source": rec.source.replace(str(root), "$REPRO_DATA")}
+    write_table(out / f"{stem}.{label}.csv", meta, np.asarray(rec.prompt_len), np.asarray(rec.output_len))
+    print(f"{stem}.{label}: {len(rec.prompt_len)} records, median prompt {np.median(rec.prompt_len):.0f}")
 
 
 def _write_gaps(out: Path, name: str, root: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from repro.core.errors import ConfigError
 from repro.experiments.simulate import build, compose, run_point
 from repro.oracle import TokenOracle
-from repro.oracle.spans import measured_pmf
+from repro.oracle.spans import NgramV0, lookup_matches, measured_pmf, ngram_v0_spans, read_span_file, span_rule
+from tests.conftest import data_root
 
 # Qwen3-32B with the Qwen3-1.7B draft on InstructCoder, vLLM V1 (../shared/data/vllm_v1_bench/acceptance.csv)
 QWEN_L = [1.724, 2.232, 2.584, 2.847, 3.032, 3.154]
@@ -173,3 +175,243 @@ def test_missing_span_file_without_fallback_is_one_line(tmp_path: Path) -> None:
                    f"workload.datasets=[{{name: spans, path: '{tmp_path}/none.jsonl', label: sdb_x}}]"])
     with pytest.raises((ConfigError, FileNotFoundError), match=r"none\.jsonl"):
         build(cfg)
+
+
+# --- vLLM 0.6's n-gram proposal, computed from token ids (spans.ngram_v0_spans) --------------------------------------
+
+# A hand-worked record. T = prompt + generated, indexed 0..19:
+#   0:4 1:1 2:2 3:3 4:8 5:2 6:3 7:4 8:5 9:9 10:3 | 11:4 12:5 13:9 14:3 15:7 16:7 17:7 18:7 19:1
+V0_PROMPT = [4, 1, 2, 3, 8, 2, 3, 4, 5, 9, 3]
+V0_OUT = [4, 5, 9, 3, 7, 7, 7, 7, 1]
+# min 1, max 4, k = 4; position i sees T[:11 + i]:
+# i=0 (ends 4 5 9 3): no 4-, 3- or 2-gram match; [3] occurs at 3 and 6: the EARLIEST, 3, proposes T[4:8] = 8 2 3 4
+#     against 4 5 ...: 0 accepted, span 1 (the most recent, 6, would propose 4 5 9 3: span 5)
+# i=1 (ends 5 9 3 4): [3 4] at 6 (n = 2 is tried before n = 1, whose [4] at 0 would propose 1 2 3 8): 5 9 3 4
+#     against 5 9 3 7: 3 accepted, span 4 (k = 2: span 3)
+# i=2 (ends 9 3 4 5): [3 4 5] at 6: 9 3 4 5 against 9 3 7: span 3
+# i=3 (ends 3 4 5 9): [3 4 5 9] at 6: 3 4 5 9 against 3 7: span 2
+# i=4 (ends 4 5 9 3): [4 5 9 3] at 7: T[11:15] = 4 5 9 3 against 7: span 1
+# i=5 (ends 9 3 7): 7 occurs only as the suffix: no proposal
+# i=6 (ends 3 7 7): [7 7] only as the suffix; [7] at 15 proposes from 16 = the last token, clamped: 7 7 7 7 against
+#     7 7 1: 2 accepted, span 3 (a proposal cut at the context's end, 7 alone, would give 2)
+# i=7 (ends 7 7 7): [7 7 7] only as the suffix; [7 7] at 15 OVERLAPS the suffix (16, 17) and counts: 7 7 7 7 against
+#     7 1: 1 accepted, span 2 (= the tokens left)
+# i=8 (ends 7 7 7 7): [7 7 7] at 15: 7 7 7 7 against 1: span 1
+V0_SPANS = [1, 4, 3, 2, 1, 1, 3, 2, 1]
+V0_PROPOSES = [True, True, True, True, True, False, True, True, True]
+
+
+def _vllm_063_proposal(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int] | None:
+    """vLLM 0.6.3's NGramWorker.sampler_output for one sequence, statement by statement (lists for tensors)."""
+    length = len(tokens)
+    for n in range(min(max_n, length - 1), min_n - 1, -1):
+        suffix = tokens[-n:]
+        windows = [tokens[j:j + n] for j in range(length - n + 1)][:-1]  # unfold(0, n, 1)[:-1]: not itself
+        matches = [w == suffix for w in windows]
+        if any(matches):  # first_match = matches.max(dim=-1): the first True
+            start = matches.index(True) + n
+            return [tokens[min(start + t, length - 1)] for t in range(k)]  # spec_indices.clamp_(max=len - 1)
+    return None
+
+
+def _reference_spans(prompt: list[int], out: list[int], min_n: int, max_n: int,
+                     k: int | None) -> tuple[list[int], list[bool]]:
+    spans, proposes = [], []
+    for i in range(len(out)):
+        left = len(out) - i
+        drafts = _vllm_063_proposal(prompt + out[:i], min_n, max_n, left if k is None else k)
+        a = 0
+        while drafts is not None and a < min(len(drafts), left) and drafts[a] == out[i + a]:
+            a += 1
+        spans.append(min(a + 1, left))
+        proposes.append(drafts is not None)
+    return spans, proposes
+
+
+def test_ngram_v0_hand_worked() -> None:
+    spans, proposes = ngram_v0_spans(V0_PROMPT, V0_OUT, 1, 4, 4)
+    assert spans.tolist() == V0_SPANS and proposes.tolist() == V0_PROPOSES
+    assert ngram_v0_spans(V0_PROMPT, V0_OUT, 1, 4)[0].tolist() == V0_SPANS  # k_max None: no cap reached here
+    assert ngram_v0_spans(V0_PROMPT, V0_OUT, 1, 4, 2)[0].tolist() == [1, 3, 3, 2, 1, 1, 3, 2, 1]  # min(s, k + 1)
+    # min 2: i=0 and i=6 matched only with n = 1; i=7 still matches [7 7] where it overlaps the suffix
+    spans, proposes = ngram_v0_spans(V0_PROMPT, V0_OUT, 2, 4, 4)
+    assert proposes.tolist() == [False, True, True, True, True, False, False, True, True]
+    assert spans.tolist() == [1, 4, 3, 2, 1, 1, 1, 2, 1]
+    # max 1: i=1's proposal is now [4]'s earliest occurrence (0): 1 2 3 8 against 5: span 1
+    assert ngram_v0_spans(V0_PROMPT, V0_OUT, 1, 1, 4)[0].tolist()[1] == 1
+    for args in ((1, 4, 4), (2, 4, 4), (1, 4, 2), (1, 1, 4), (1, 4, None)):
+        assert [x.tolist() for x in ngram_v0_spans(V0_PROMPT, V0_OUT, *args)] == list(
+            _reference_spans(V0_PROMPT, V0_OUT, *args)), args
+    with pytest.raises(ValueError, match="min_n <= max_n"):
+        ngram_v0_spans(V0_PROMPT, V0_OUT, 3, 2)
+
+
+def test_ngram_v0_equals_vllms_loop_on_random_sequences() -> None:
+    rng = np.random.default_rng(7)
+    for case in range(400):
+        vocab = int(rng.integers(2, 5))  # few symbols: many matches, overlaps and runs past the context's end
+        prompt = rng.integers(0, vocab, int(rng.integers(0, 14))).tolist()
+        out = rng.integers(0, vocab, int(rng.integers(0, 16))).tolist()
+        lo = int(rng.integers(1, 4))
+        hi = lo + int(rng.integers(0, 3))
+        k = [None, 1, 3, 6][case % 4]
+        got = [x.tolist() for x in ngram_v0_spans(prompt, out, lo, hi, k)]
+        assert got == list(_reference_spans(prompt, out, lo, hi, k)), (prompt, out, lo, hi, k)
+
+
+def _v0_file(tmp_path: Path) -> str:
+    path = tmp_path / "v0.jsonl"
+    rec = {"prompt_token_ids": V0_PROMPT, "generated_token_ids": V0_OUT, "model": "llama3.1-8b",
+           "acc_ngram": {"acc_len": [2, 3, 1, 5, 1, 1, 2, 1, 1]}, "acc_eagle": {"acc_len": [1] * 9}}
+    path.write_text(json.dumps(rec) + "\n")
+    return str(path)
+
+
+def _pld(path: str, node: dict[str, object]) -> TokenOracle:
+    o = _oracle(1)
+    o.use_spans({"pld": {"model": "llama3.1-8b", **node}}, target="llama3.1-8b", output_len=np.array([9]),
+                record=np.array([0]), record_file={"d": path})
+    return o
+
+
+def _score_every_position(o: TokenOracle, k: int) -> tuple[list[int], list[int]]:
+    got = [o.score_chain(np.array([0]), np.array([i]), np.array([k]), "pld") for i in range(9)]
+    return [int(g[0][0]) for g in got], [int(g[1][0]) for g in got]
+
+
+def test_config_selects_the_v0_rule_and_the_recorded_default_is_unchanged(tmp_path: Path) -> None:
+    path = _v0_file(tmp_path)
+    o = _pld(path, {"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4, "field": "acc_ngram"})  # field: not read
+    proposed, accepted = _score_every_position(o, 4)
+    assert proposed == [4 if p else 0 for p in V0_PROPOSES]
+    assert accepted == [s - 1 for s in V0_SPANS]
+    assert not o.notes  # computed from a real file's token ids: no fallback to report
+    # the recorded default (no proposal key, or proposal: recorded) replays acc_ngram where 3 tokens match
+    flags = lookup_matches(V0_PROMPT, V0_OUT, 3).tolist()
+    for node in ({"field": "acc_ngram", "prompt_lookup_min": 3},
+                 {"field": "acc_ngram", "prompt_lookup_min": 3, "proposal": "recorded"}):
+        proposed, accepted = _score_every_position(_pld(path, node), 4)
+        assert proposed == [4 if f else 0 for f in flags]
+        assert accepted == [min(s - 1, p) for s, p in zip([2, 3, 1, 5, 1, 1, 2, 1, 1], proposed, strict=True)]
+    assert read_span_file(path, "acc_ngram").spans[0].tolist() == [2, 3, 1, 5, 1, 1, 2, 1, 1]
+    # num_speculative_tokens: spans computed for that many drafts, longer chains refused
+    o = _pld(path, {"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 2})
+    assert _score_every_position(o, 2)[1] == [min(s - 1, 2) * p for s, p in zip(V0_SPANS, V0_PROPOSES, strict=True)]
+    with pytest.raises(ValueError, match=r"computed for at most 2 drafts \(oracle\.spans\.pld\.num_speculative"):
+        o.score_chain(np.array([0]), np.array([1]), np.array([3]), "pld")
+
+
+@pytest.mark.parametrize(("node", "error"), [
+    ({"proposal": "vllm_v1"}, r"oracle\.spans\.pld\.proposal: 'vllm_v1' is not a proposal rule"),
+    ({"proposal": "vllm_v0_ngram"}, r"oracle\.spans\.pld\.prompt_lookup_max: required"),
+    ({"proposal": "vllm_v0_ngram", "prompt_lookup_max": 0}, r"prompt_lookup_max: 0 must be an integer >= 1"),
+    ({"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 5},
+     r"prompt_lookup_min: 5 is larger than prompt_lookup_max 4"),
+    ({"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 2.5},
+     r"num_speculative_tokens: 2\.5 must be an integer >= 1"),
+    ({"field": "acc_ngram", "prompt_lookup_max": 4}, r"prompt_lookup_max: read only with .*proposal: vllm_v0_ngram"),
+])
+def test_v0_rule_config_errors_name_the_key(node: dict[str, object], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        span_rule(node, "oracle.spans.pld")
+    assert span_rule({"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4}, "x") == NgramV0(1, 4, None)
+    assert span_rule({"field": "acc_ngram", "prompt_lookup_min": 3}, "x") is None
+
+
+def test_v0_rule_is_prompt_lookups_only(tmp_path: Path) -> None:
+    o = _oracle(1)
+    with pytest.raises(ValueError, match=r"oracle\.spans\.eagle\.proposal: vllm_v0_ngram is prompt lookup's rule"):
+        o.use_spans({"eagle": {"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4}}, target="llama3.1-8b",
+                    output_len=np.array([9]), record=np.array([0]), record_file={"d": _v0_file(tmp_path)})
+
+
+def test_vllm_blog_cnn_case_selects_the_v0_oracle(tmp_path: Path) -> None:
+    path = _v0_file(tmp_path)
+
+    def accepted(oracle: str) -> int:  # validate_vllm_blog's CNN case, its `oracle` swapped
+        cfg = compose(["+exp=validate_vllm_blog", f"oracle={oracle}", "oracle.spans.eagle=null",
+                       "oracle.spans.pld.stands_in_for=[llama3-70b]", "num_requests=1", "system=static_sd",
+                       "system.k=4", "system.proposer=pld",
+                       f"workload.datasets=[{{name: spans, path: '{path}', label: sdb_t}}]"])
+        return int(run_point(cfg).requests.num_accepted.sum())
+
+    # the prefill emits token 0; from position 1 with k = 4: span 4 (3 accepted), position 5 proposes nothing,
+    # position 6: span 3 (2 accepted), then the output ends: 5
+    assert accepted("specdecode_ngram_v0") == 5
+    # specdecode_spans replays acc_ngram (2 3 1 5 1 1 2 1 1) where the last 3 tokens occurred before (positions 2,
+    # 3, 4 and 8): position 1 proposes nothing, 2: span 1, 3: span 5 → 4 accepted, 8: span 1; 4 in all
+    assert accepted("specdecode_spans") == 4
+
+
+def _v0_stats() -> dict[str, object]:
+    cfg = compose(["oracle=specdecode_ngram_v0"])
+    return dict(cfg.oracle.spans.pld)
+
+
+def test_v0_statistics_without_data_cover_every_dataset_and_are_drawn(no_data: None) -> None:
+    node = _v0_stats()
+    assert (node["proposal"], node["prompt_lookup_min"], node["prompt_lookup_max"]) == ("vllm_v0_ngram", 1, 4)
+    labels = {f"sdb_{d}" for d in ("gsm8k", "cnn", "sharegpt", "instructcoder")}
+    measured, match = dict(node["measured"]), dict(node["match"])  # type: ignore[call-overload]
+    assert set(measured) == labels and set(match) == labels
+    for ds in labels:
+        assert len(measured[ds]) == len(match[ds]) == 7
+        measured_pmf(measured[ds], ds)  # a valid curve
+    n, steps, k = 400, 60, 4
+    o = TokenOracle(0, np.array(["sdb_cnn"] * n, dtype=object), {})
+    o.use_spans({"pld": node}, target="llama3.1-8b", output_len=np.full(n, 1000))
+    assert any("drawn from measured" in note for note in o.notes)
+    pos = np.zeros(n, dtype=np.int64)
+    props, emits = [], []
+    for _ in range(steps):
+        proposed, acc, _ = o.score_chain(np.arange(n), pos, np.full(n, k), "pld")
+        props.append(proposed > 0)
+        emits.append(acc + 1)
+        pos += acc + 1
+    drafted, emitted = np.concatenate(props), np.concatenate(emits)
+    p = match["sdb_cnn"][k - 1]
+    assert abs(drafted.mean() - p) < 4 * np.sqrt(p * (1 - p) / drafted.size)
+    e = emitted[drafted]
+    assert abs(e.mean() - measured["sdb_cnn"][k - 1]) < 4 * e.std() / np.sqrt(e.size)
+    assert (emitted[~drafted] == 1).all()
+
+
+def _cnn_records() -> list[dict[str, object]]:
+    root = data_root()
+    if root is None or not (root / "specdecode_bench" / "llama31_8b_cnn.jsonl").is_file():
+        pytest.skip("needs the data folder's specdecode_bench files (docs/data.md)")
+    with (root / "specdecode_bench" / "llama31_8b_cnn.jsonl").open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def test_v0_rule_at_010s_settings_reproduces_the_recorded_spans() -> None:
+    # vLLM 0.10.1's proposer, min 3 / max 7, also takes the longest n and its earliest occurrence: at its settings
+    # (SpecDecode-Bench records spans of up to 21 tokens: k = 20) the v0 rule gives the recorded spans at every
+    # position, except where the record's span runs past the recorded output (its end of sequence): there, the tokens
+    # left. This checks the positions' convention (a span at i: the context is prompt + generated[:i]).
+    for rec in _cnn_records()[:100]:
+        prompt, out = rec["prompt_token_ids"], rec["generated_token_ids"]
+        spans, proposes = ngram_v0_spans(prompt, out, 3, 7, 20)  # type: ignore[arg-type]
+        recorded = np.asarray(rec["acc_ngram"]["acc_len"])  # type: ignore[index]
+        left = len(out) - np.arange(recorded.size)  # type: ignore[arg-type]
+        assert (spans[:recorded.size] == np.minimum(recorded, left)).all()
+        assert (proposes == lookup_matches(prompt, out, 3)).all()  # type: ignore[arg-type]
+
+
+def test_committed_v0_statistics_are_the_datas() -> None:
+    root = data_root()
+    if root is None or not (root / "specdecode_bench").is_dir():
+        pytest.skip("needs the data folder's specdecode_bench files (docs/data.md)")
+    spec = importlib.util.spec_from_file_location("make_specdecode_spans",
+                                                  Path(__file__).resolve().parents[1] / "scripts" /
+                                                  "make_specdecode_spans.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    node = _v0_stats()
+    for ds in script.DATASETS:
+        path = str(root / "specdecode_bench" / f"llama31_8b_{ds}.jsonl")
+        f = read_span_file(path, None, None, None, script.NGRAM_V0)
+        lengths, fractions, _ = script.curve(f.spans, f.proposes, read_span_file(path, None).output_len, 7)
+        assert lengths == list(node["measured"][f"sdb_{ds}"]), ds  # type: ignore[index]
+        assert fractions == list(node["match"][f"sdb_{ds}"]), ds  # type: ignore[index]

@@ -13,7 +13,8 @@ Prompt/output construction per dataset (``name``: prompt → output):
   ``variant="tokens_long"``: file 300a, a long-output subset; ``"tokens_all"``: both);
   ``variant="v3_first_turn"``: first human turn of the 1,000 V3 conversations (no output);
   ``variant="v3_full"`` (hub only): ``ShareGPT_V3_unfiltered_cleaned_split.json``, first turn → second turn.
-  vLLM's ``sample_sharegpt_requests`` rules are applied by the builder (see ``vllm_sharegpt_keep``).
+  vLLM's ``sample_sharegpt_requests`` rules are applied by the builder (see ``vllm_sharegpt_keep``);
+  ``sampler: vllm_benchmark`` also takes its order (``vllm_benchmark_order``) and models EOS (``workloads.lengths``).
 - ``alpaca``: instruction + "\\n" + input (when non-empty) → output. ``variant="full"`` (hub):
   ``alpaca_data.json``.
 - ``arxiv``: Vidur's ArXiv-summarization length table (Llama-2 counts, no text). ``variant="text"`` (hub).
@@ -37,6 +38,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -203,6 +205,33 @@ def vllm_sharegpt_keep(
     short = (prompt_len < 4) | ((output_len < 4) if fixed_output_len is None else False)
     long = (prompt_len > 1024) | (prompt_len + output_len > 2048)
     return ~(short | long)
+
+
+#: ``args.seed``'s default in vLLM's ``benchmarks/benchmark_serving.py`` (``random.seed(args.seed)`` in ``main``).
+VLLM_BENCHMARK_SEED = 0
+
+
+def vllm_benchmark_order(num_records: int, seed: int = VLLM_BENCHMARK_SEED) -> np.ndarray:
+    """The order in which vLLM's 0.6-era ``benchmark_serving.py`` visits ``num_records`` records (file order, after
+    dropping conversations with fewer than two turns): ``random.seed(seed); random.shuffle(dataset)``. A shuffle's
+    permutation depends on the list's length only, so shuffling the indices gives the records' order; a private
+    ``random.Random(seed)`` leaves the module-level generator alone."""
+    order = list(range(num_records))
+    random.Random(seed).shuffle(order)
+    return np.asarray(order, dtype=np.int64)
+
+
+def vllm_benchmark_pool(
+    prompt_len: np.ndarray, output_len: np.ndarray, fixed_output_len: int | None, seed: int = VLLM_BENCHMARK_SEED
+) -> np.ndarray:
+    """The records ``sample_sharegpt_requests`` keeps, in the order it collects them: :func:`vllm_benchmark_order`,
+    then :func:`vllm_sharegpt_keep` on each (``output_len``: the reference replies' token counts, or
+    ``fixed_output_len``, vLLM's ``--sharegpt-output-len``, for every record). Its first ``num_requests`` are the
+    benchmark's requests."""
+    p = np.asarray(prompt_len, dtype=np.int64)
+    o = np.asarray(output_len, dtype=np.int64) if fixed_output_len is None else np.full(p.size, fixed_output_len)
+    order = vllm_benchmark_order(p.size, seed)
+    return order[vllm_sharegpt_keep(p, o, fixed_output_len)[order]]
 
 
 def _sharegpt(root: Path, tokenizer: str | None, variant: str) -> LengthRecords:

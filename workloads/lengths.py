@@ -3,7 +3,8 @@
 Real records are shuffled and cycled when more are needed (like vLLM's sampling without replacement); without the
 file, the embedded quantile table (:mod:`workloads.stats`), else published or assumed mean ± std. Missing reference
 outputs are drawn from the ShareGPT output-length table (or fixed by ``output_len``); ``max_model_len`` filters
-(redraws) or truncates.
+(redraws) or truncates. ShareGPT with ``sampler: vllm_benchmark`` follows vLLM's ``benchmark_serving.py`` instead
+(its order and pruning, and an EOS model: :meth:`LengthDrawer._vllm_benchmark`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from workloads.datasets import (
     check_dataset,
     find_user_path,
     load_records,
+    vllm_benchmark_pool,
     vllm_sharegpt_keep,
 )
 from workloads.provenance import DataSource, show_path
@@ -64,6 +66,7 @@ class LengthDrawer:
         self.notes: list[str] = []
         self.provenance: list[DataSource] = []
         self.sources: dict[str, LengthRecords] = {}  # dataset key -> the records its requests' prompts come from
+        self._benchmark: dict[DatasetSpec, Any] = {}  # sampler vllm_benchmark: one drawer (one sequence) per entry
 
     def record(self, dataset: str, kind: str, fallback: bool, detail: str, role: str = "lengths") -> None:
         """Record a data source and its note (each once)."""
@@ -209,6 +212,10 @@ class LengthDrawer:
 
             return self._real(ds, load_hf_records(ds, self.root, self.tokenizer))
         source = self._source(ds)
+        if ds.sampler == "vllm_benchmark":
+            if ds not in self._benchmark:
+                self._benchmark[ds] = self._vllm_benchmark(ds, source)
+            return self._benchmark[ds]
         if source == "published":
             return self._published(ds, fallback=False)
         if ds.name == "sonnet":
@@ -250,6 +257,99 @@ class LengthDrawer:
                 state["perm"] = np.concatenate([state["perm"], self.rng.permutation(pool)])
             take, state["perm"] = state["perm"][:k], state["perm"][k:]
             return p[take].copy(), fill[0](o[take].copy()), take.astype(np.int64)
+
+        return draw
+
+    def _vllm_benchmark(self, ds: DatasetSpec, source: str) -> Any:
+        """Drawer of ShareGPT requests as vLLM's 0.6-era ``benchmark_serving.py`` sends them (``sampler:
+        vllm_benchmark``; the model in :class:`~workloads.spec.DatasetSpec`'s docstring): the variant's file when
+        there is one (``source`` auto | real), else its embedded table."""
+        if source == "published":
+            raise ValueError("dataset sharegpt: sampler vllm_benchmark reads the file or its embedded table, not "
+                             "published means (source: auto | real | embedded)")
+        if source in ("auto", "real"):
+            try:
+                if self.root is None:
+                    raise DataMissingError("no data folder: set $REPRO_DATA")
+                rec = load_records(ds.name, str(self.root), self.tokenizer, ds.variant)
+            except DataMissingError:
+                if source == "real":
+                    raise
+            else:
+                return self._vllm_benchmark_file(ds, rec)
+        return self._vllm_benchmark_embedded(ds, fallback=source != "embedded")
+
+    def _vllm_benchmark_file(self, ds: DatasetSpec, rec: LengthRecords) -> Any:
+        """vLLM's requests from the file's records: :func:`~workloads.datasets.vllm_benchmark_pool`'s order, taken in
+        turn (cycled), output = min(max_tokens, L) with L drawn once per record."""
+        p, ref = rec.prompt_len, rec.output_len
+        if (ref < 0).any():
+            raise ValueError(f"dataset {ds.key}: sampler vllm_benchmark needs reference replies; {rec.source} has "
+                             f"{int((ref < 0).sum())} records without one")
+        max_tokens = ref if ds.output_len is None else np.full(p.size, ds.output_len, dtype=np.int64)
+        pool = vllm_benchmark_pool(p, ref, ds.output_len)
+        kept = pool.size
+        replies = ref[vllm_sharegpt_keep(p, ref, None)]  # the pruned reference-reply lengths: L's distribution
+        if self.max_model_len is not None and self.spec.overlength == "filter":  # vLLM's server would refuse these
+            pool = pool[p[pool] + max_tokens[pool] <= self.max_model_len]
+        if not pool.size or not replies.size:
+            raise ValueError(f"dataset {ds.key}: no record of {rec.source} survives vLLM's pruning / max_model_len")
+        eos = replies[self.rng.integers(0, replies.size, size=pool.size)]
+        out = np.minimum(max_tokens[pool], eos)
+        fit = f", {pool.size} within max_model_len" if pool.size < kept else ""
+        cap = "the reference reply" if ds.output_len is None else f"output_len {ds.output_len}"
+        self.record(ds.key, "file", rec.fallback,
+                    f"{ds.key}: {rec.source}, vLLM benchmark_serving.py sampler (random.seed(0) shuffle, "
+                    f"{kept} kept after pruning{fit}, taken in that order); EOS model: output = min(max_tokens = "
+                    f"{cap}, L), L drawn from the {replies.size} pruned reference reply lengths, one per record")
+        self.sources[ds.key] = rec
+        state = {"next": 0, "said": False}
+
+        def draw(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            at = (state["next"] + np.arange(k)) % pool.size
+            state["next"] += k
+            if state["next"] > pool.size and not state["said"]:
+                state["said"] = True
+                self.notes.append(f"{ds.key}: more requests than the {pool.size} records vLLM's sampler keeps: "
+                                  "cycled in the same order (records repeat)")
+            return p[pool[at]].copy(), out[at].copy(), pool[at].astype(np.int64)
+
+        return draw
+
+    def _vllm_benchmark_embedded(self, ds: DatasetSpec, fallback: bool) -> Any:
+        """vLLM's requests without the file: i.i.d. pairs of the variant's embedded table, pruned by rejection; L is
+        the reference length of a second, independent pruned pair."""
+        stem = {"tokens_long": "sharegpt_tokens_long", "tokens_all": "sharegpt_tokens_all"}.get(ds.variant,
+                                                                                              "sharegpt")
+        table = find_table(stem, self.tokenizer)
+        if table is None:
+            raise DataMissingError(f"dataset {ds.key}: no file under {self.root or '$REPRO_DATA'} and no embedded "
+                                   f"table workloads/stats/{stem}.<tokenizer>.csv (docs/data.md)")
+        stands = f" standing in for variant {ds.variant}" if ds.variant == "v3_full" else ""
+        cap = "the reference reply" if ds.output_len is None else f"output_len {ds.output_len}"
+        self.record(ds.key, "embedded", fallback,
+                    f"{ds.key}: embedded quantile table {Path(table.path).name}{stands} ({table.num_records} "
+                    f"records, {table.tokenizer} tokens, Gaussian copula rho={table.rho:.2f}), vLLM "
+                    f"benchmark_serving.py sampler without its file (i.i.d. pairs, vLLM's pruning by rejection); "
+                    f"EOS model: output = min(max_tokens = {cap}, L), L the reference length of an independent "
+                    "pruned pair")
+
+        def pairs(k: int, fixed: int | None) -> tuple[np.ndarray, np.ndarray]:
+            p, o = sample_table(table, k, self.rng)
+            if fixed is not None:
+                o = np.full(k, fixed, dtype=np.int64)
+            for _ in range(_MAX_REDRAWS):
+                bad = np.flatnonzero(~vllm_sharegpt_keep(p, o, fixed))
+                if not bad.size:
+                    return p, o
+                p[bad], o2 = sample_table(table, bad.size, self.rng)
+                o[bad] = o2 if fixed is None else fixed
+            raise ValueError(f"dataset {ds.key}: {Path(table.path).name} yields no pair vLLM's pruning keeps")
+
+        def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
+            p, max_tokens = pairs(k, ds.output_len)
+            _, eos = pairs(k, None)
+            return p, np.minimum(max_tokens, eos)
 
         return draw
 

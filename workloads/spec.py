@@ -19,6 +19,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 SOURCES = ("auto", "real", "embedded", "published")
+#: ``DatasetSpec.sampler`` values: how a dataset's requests are chosen when not the default shuffle-and-cycle.
+SAMPLERS = ("vllm_benchmark",)
 ARRIVAL_KINDS = ("poisson", "gamma", "piecewise", "trace")
 #: ``arrival.trace`` value that replays the user's file ``workload.path`` (``workload=trace_file``).
 TRACE_FILE = "trace_file"
@@ -46,6 +48,23 @@ class DatasetSpec:
     filter (prompt or output < 4, prompt > 1024, total > 2048); default on for ``sharegpt`` only.
     ``published_target``: which TurboSpec Table 2 output column (7b | 13b | 33b | 70b) for ``source:
     published``.
+
+    ``sampler: vllm_benchmark`` (``sharegpt`` only; refused on any other dataset, on ``variant: v3_first_turn``,
+    which has no replies, with ``prune: false`` and with ``source: published``): the requests vLLM's 0.6-era
+    ``benchmarks/benchmark_serving.py`` sends (``sample_sharegpt_requests``, ``ignore_eos`` false, temperature 0),
+    drawn from the variant's file. The records in file order are shuffled as ``random.seed(0);
+    random.shuffle(dataset)`` does (``args.seed`` 0, whatever the workload's seed), pruned as above and the
+    ``num_requests`` first kept are the requests, in that order (several entries with the same settings, e.g. in two
+    SLO classes, continue one sequence); asked for more than the file keeps, the sequence starts over (cycles:
+    records repeat, said in the run's notes). ``max_tokens`` is the reference reply's token count (or
+    ``output_len``; with ``max_model_len`` and ``overlength: filter``, records whose prompt + max_tokens exceed it
+    are left out, as vLLM's server would refuse them). EOS model: the target's own greedy reply is an independent
+    draw L from the pruned reference reply lengths of the same file, one per record (the same prompt gets the same
+    reply when cycled), from the workload's length generator (same seed, same lengths); the request's output is
+    min(max_tokens, L), so it never exceeds its reference. Without the file (``source: auto`` | ``embedded``):
+    i.i.d. (prompt, reference) pairs from the variant's embedded table
+    (``workloads/stats/sharegpt[_<variant>].<tokenizer>.csv``, the default file's for ``v3_full``), pruned by
+    rejection, and L the reference length of a second, independent pruned pair; the notes say which ran.
 
     ``name: hf`` reads any Hugging Face dataset through the ``datasets`` package (``workloads.hf``): ``path`` is a
     local data file (.json/.jsonl/.csv/.parquet), a local folder (data files, or a ``save_to_disk`` copy), or a hub
@@ -79,10 +98,13 @@ class DatasetSpec:
     output_field: str | None = None
     label: str | None = None
     prompt_mean: float | None = None
+    sampler: str | None = None
 
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise ValueError(f"dataset {self.name}: weight must be >= 0")
+        if self.sampler is not None:
+            self._check_sampler()
         if self.prompt_mean is not None:
             if self.name != "spans":
                 raise ValueError(f"dataset {self.name}: prompt_mean is read by dataset spans only")
@@ -106,6 +128,23 @@ class DatasetSpec:
         elif any(getattr(self, k) is not None for k in _HF_KEYS):
             given = [k for k in _HF_KEYS if getattr(self, k) is not None]
             raise ValueError(f"dataset {self.name}: {given} are read by dataset hf only")
+
+    def _check_sampler(self) -> None:
+        """``sampler``: a known one, on a dataset and with settings it applies to (one-line ValueError)."""
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"dataset {self.name}: sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.name != "sharegpt":
+            raise ValueError(f"dataset {self.name}: sampler {self.sampler} applies to dataset sharegpt only "
+                             "(vLLM benchmark_serving.py's sample_sharegpt_requests)")
+        if self.variant == "v3_first_turn":
+            raise ValueError(f"dataset sharegpt: sampler {self.sampler} needs reference replies (their length is "
+                             "max_tokens); variant v3_first_turn has none")
+        if self.prune is False:
+            raise ValueError(f"dataset sharegpt: sampler {self.sampler} always applies vLLM's pruning: drop prune: "
+                             "false")
+        if self.source == "published":
+            raise ValueError(f"dataset sharegpt: sampler {self.sampler} reads the file or its embedded table, not "
+                             "published means (source: auto | real | embedded)")
 
     @property
     def key(self) -> str:

@@ -19,7 +19,10 @@ Two sources of spans:
 - **recorded** (:func:`read_span_file`): a JSONL file, one record per request, ``prompt_token_ids``,
   ``generated_token_ids`` and per proposer a field ``{"acc_len": [...]}`` (docs/data.md, "Acceptance-span files").
   Request r replays the record its prompt came from (the workload says which: ``RequestTable.record``), so copies of
-  one prompt (greedy twins) accept the same.
+  one prompt (greedy twins) accept the same. Or, for prompt lookup, spans **computed** from the same record's token
+  ids under another version's proposal rule (``proposal: vllm_v0_ngram``: vLLM 0.6's n-gram proposer,
+  :func:`ngram_v0_spans`): under greedy decoding the target's output is the recorded one, so a proposal's acceptance
+  is exact.
 - **measured mean acceptance lengths** L(1..K) (vLLM's 1 + accepted / drafting steps at k = 1..K): per position
   s − 1 = A is drawn i.i.d. with P(A >= j) = L(j) − L(j − 1), L(0) = 1, A <= K, seeded by (seed, stream key, span
   key, chunk) like every stream's common random numbers, the span key being the request's prompt (copies share it).
@@ -42,6 +45,11 @@ from repro.core.seeding import Seeder
 from repro.oracle.store import _CHUNK_KEY, CHUNK, _ChunkStore
 
 _SPAN_MAX = 2**15 - 1
+_RUN = 16  # the proposed tokens compared at once (ngram_v0_spans)
+
+#: Where a span stream's spans come from (``oracle.spans.<stream>.proposal``): the file's recorded ``field`` spans,
+#: or those of vLLM 0.6's n-gram proposal computed from the file's token ids (:func:`ngram_v0_spans`).
+PROPOSALS = ("recorded", "vllm_v0_ngram")
 
 
 def measured_pmf(curve: Sequence[float], what: str) -> np.ndarray:
@@ -76,11 +84,129 @@ def lookup_matches(prompt: Sequence[int], generated: Sequence[int], min_n: int) 
     return out
 
 
+def ngram_v0_spans(prompt: Sequence[int], generated: Sequence[int], min_n: int, max_n: int,
+                   k_max: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per output position i, the span of vLLM 0.6's n-gram proposal and whether it proposes: ``(spans, proposes)``.
+
+    The rule is vLLM 0.6.3's ``NGramWorker.sampler_output`` (``vllm/spec_decode/ngram_worker.py``, with
+    ``ngram_prompt_lookup_min`` = ``min_n``, default 1 in ``config.py``, and ``ngram_prompt_lookup_max`` = ``max_n``).
+    A step at output position i sees the token list ``prompt + generated[:i]`` (length c; vLLM's
+    ``seq_data.get_token_ids()``, the prompt and the output so far) and:
+
+    - tries n = min(``max_n``, c − 1) down to ``min_n`` and stops at the first n whose last-n-token suffix occurs
+      earlier: an occurrence starting at j <= c − n − 1 (``windows[:-1]`` drops only the suffix itself, so an
+      occurrence may overlap it); the longest matching n thus wins, a shorter one is never tried after it;
+    - takes the EARLIEST such occurrence j (``matches.max(dim=-1)``: the first index of the maximum) and proposes the
+      k tokens from j + n on, the indices clamped to c − 1 (``spec_indices.clamp_(max=len - 1)``): where fewer than k
+      tokens follow the match, the proposal repeats the context's last token. It therefore always proposes exactly k
+      tokens (Top1Proposer supports proposal lengths 0 or k only), and the first k of a longer proposal are the
+      k-token one: one span serves every k;
+    - proposes nothing where no n in ``min_n``..``max_n`` matches (the step verifies only its own token).
+
+    Greedy decoding makes the target's output the recorded ``generated``: accepted = the leading proposed tokens equal
+    to ``generated[i], generated[i + 1], ...``, and span = accepted + 1 (so a step of k <= ``k_max`` drafts emits
+    min(span, k + 1)), cut at the tokens left (``len(generated) − i``); 1 where it proposes nothing. ``k_max`` (None:
+    no limit) caps the proposal, so spans are exact for chains of at most ``k_max`` drafts.
+
+    One pass per n: each n-gram's earliest start over the whole token list (an occurrence earlier than a position's
+    suffix is earlier than the suffix in any later context too), so no position rescans its context."""
+    if isinstance(min_n, bool) or isinstance(max_n, bool) or not 1 <= int(min_n) <= int(max_n):
+        raise ValueError(f"n-gram sizes must satisfy 1 <= min_n <= max_n (got min_n={min_n}, max_n={max_n})")
+    if k_max is not None and int(k_max) < 1:
+        raise ValueError(f"k_max must be >= 1 or None (got {k_max})")
+    p, g = len(prompt), len(generated)
+    tokens = np.asarray([*prompt, *generated], dtype=np.int64).reshape(-1)
+    spans = np.ones(g, dtype=np.int64)
+    start = np.full(g, -1, dtype=np.int64)  # where position i's proposal starts (j + n), -1: no proposal
+    ctx = p + np.arange(g, dtype=np.int64)  # the context's length c at each output position
+    # gram[w]: an id of the n-gram tokens[w:w + n] (equal ids: equal n-grams), built n after n from the (n - 1)-gram's
+    # id and the next token's
+    _, unigram = np.unique(tokens, return_inverse=True)
+    unigram = unigram.reshape(-1).astype(np.int64)
+    gram = unigram
+    for n in range(1, int(max_n) + 1):  # ascending: a longer match overrides (vLLM tries the longest first)
+        if tokens.size < n:
+            break
+        if n > 1:
+            _, gram = np.unique(gram[:-1] * (int(unigram.max()) + 1) + unigram[n - 1:], return_inverse=True)
+            gram = gram.reshape(-1).astype(np.int64)
+        if n < min_n:
+            continue
+        _, first, inverse = np.unique(gram, return_index=True, return_inverse=True)
+        earliest = first[inverse.reshape(-1)]  # per window, the start of its n-gram's earliest occurrence
+        suffix = ctx - n  # the window holding each context's last n tokens
+        valid = suffix >= 0
+        j = np.where(valid, earliest[np.maximum(suffix, 0)], -1)
+        hit = valid & (j < suffix)  # an occurrence before the suffix itself
+        start[hit] = j[hit] + n
+    # accepted: the leading proposed tokens equal to the output's, compared _RUN at a time for every proposing
+    # position still matching
+    at = np.flatnonzero(start >= 0)
+    q, last, left = start[at], p + at - 1, g - at
+    lim = left if k_max is None else np.minimum(left, int(k_max))
+    accepted = np.zeros(at.size, dtype=np.int64)
+    live = np.arange(at.size)
+    while live.size:
+        t = accepted[live, None] + np.arange(_RUN)
+        proposed = tokens[np.minimum(q[live, None] + t, last[live, None])]  # clamped: the last token repeats
+        ok = (t < lim[live, None]) & (proposed == tokens[np.minimum(p + at[live, None] + t, tokens.size - 1)])
+        run = np.where(ok.all(axis=1), _RUN, ok.argmin(axis=1))
+        accepted[live] += run
+        live = live[run == _RUN]
+    spans[at] = np.minimum(accepted + 1, left)
+    return spans, start >= 0
+
+
+@dataclass(frozen=True)
+class NgramV0:
+    """vLLM 0.6's n-gram proposal rule (:func:`ngram_v0_spans`): its smallest and largest n-gram and the drafts its
+    spans are computed for (None: any number)."""
+
+    min_n: int
+    max_n: int
+    k_max: int | None = None
+
+
+def span_rule(node: Mapping[str, Any], where: str) -> NgramV0 | None:
+    """The proposal rule of a span stream's config ``node`` (``where``: how to name it, ``oracle.spans.pld``): None
+    for the recorded spans (``proposal: recorded``, the default), else :class:`NgramV0` from ``prompt_lookup_min``
+    (default 1, vLLM 0.6.3's), ``prompt_lookup_max`` (required, as in vLLM) and ``num_speculative_tokens`` (optional:
+    chains of more drafts are then refused). Errors are one line naming the key."""
+    proposal = node.get("proposal")
+    proposal = "recorded" if proposal is None else proposal
+    if not isinstance(proposal, str) or proposal not in PROPOSALS:
+        raise ValueError(f"{where}.proposal: {proposal!r} is not a proposal rule (known: {', '.join(PROPOSALS)})")
+    if proposal == "recorded":
+        for key in ("prompt_lookup_max", "num_speculative_tokens"):
+            if node.get(key) is not None:
+                raise ValueError(f"{where}.{key}: read only with {where}.proposal: vllm_v0_ngram (recorded spans "
+                                 "propose where prompt_lookup_min tokens match)")
+        return None
+
+    def whole(key: str, default: int | None, lo: int) -> int | None:
+        v = node.get(key)
+        if v is None:
+            if default is None and key == "prompt_lookup_max":
+                raise ValueError(f"{where}.{key}: required with proposal: vllm_v0_ngram (the largest n-gram, e.g. 4)")
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
+            raise ValueError(f"{where}.{key}: {v!r} must be an integer >= {lo}")
+        return int(v)
+
+    lo = whole("prompt_lookup_min", 1, 1)
+    hi = whole("prompt_lookup_max", None, 1)
+    assert lo is not None and hi is not None
+    if lo > hi:
+        raise ValueError(f"{where}.prompt_lookup_min: {lo} is larger than prompt_lookup_max {hi}")
+    return NgramV0(lo, hi, whole("num_speculative_tokens", None, 1))
+
+
 @dataclass(frozen=True)
 class SpanFile:
-    """A span file's records: each one's ``field`` spans (empty without a field), prompt length, output length (the
-    shortest of ``generated_token_ids`` and every ``acc_*`` span list it holds), the file's ``model`` (None where
-    the records carry none) and, when asked for, where prompt lookup finds a match (:func:`lookup_matches`)."""
+    """A span file's records: each one's ``field`` spans (empty without a field; computed ones under a proposal
+    rule), prompt length, output length (the shortest of ``generated_token_ids`` and every ``acc_*`` span list it
+    holds), the file's ``model`` (None where the records carry none) and, when asked for, where prompt lookup finds a
+    match (:func:`lookup_matches`) or the rule proposes."""
 
     spans: list[np.ndarray]
     prompt_len: np.ndarray
@@ -91,10 +217,15 @@ class SpanFile:
 
 @functools.lru_cache(maxsize=16)
 def read_span_file(path: str, field: str | None, shown: str | None = None,
-                   lookup_min: int | None = None) -> SpanFile:
+                   lookup_min: int | None = None, rule: NgramV0 | None = None) -> SpanFile:
     """Read the JSONL span file ``path`` (docs/data.md, "Acceptance-span files"); ``field``: the proposer's span
     list to keep (``acc_eagle``; None: lengths only); ``lookup_min``: also find prompt lookup's matches with that
-    smallest n-gram. Errors are one line naming the file (``shown``: how to name it)."""
+    smallest n-gram; ``rule`` (with neither of them): the spans and proposing positions of vLLM 0.6's n-gram
+    proposal computed from each record's token ids (:func:`ngram_v0_spans`). Errors are one line naming the file
+    (``shown``: how to name it)."""
+    if rule is not None and (field is not None or lookup_min is not None):
+        raise ValueError("read_span_file: a proposal rule computes its own spans and matches (no field, no "
+                         "lookup_min)")
     name = shown or str(path)
     p = Path(path)
     if not p.is_file():
@@ -122,6 +253,11 @@ def read_span_file(path: str, field: str | None, shown: str | None = None,
                     spans.append(np.minimum(s, _SPAN_MAX).astype(np.int16))
                 if lookup_min is not None:
                     proposes.append(lookup_matches(rec["prompt_token_ids"], rec["generated_token_ids"], lookup_min))
+                if rule is not None:
+                    s, fl = ngram_v0_spans(rec["prompt_token_ids"], rec["generated_token_ids"], rule.min_n,
+                                           rule.max_n, rule.k_max)
+                    spans.append(np.minimum(s, _SPAN_MAX).astype(np.int16))
+                    proposes.append(fl)
             except (KeyError, TypeError, ValueError) as exc:
                 want = f"{{{field}: {{acc_len: [...]}}}}" if field else "prompt_token_ids and generated_token_ids"
                 raise ValueError(f"acceptance-span file {name}, line {line_no}: {type(exc).__name__}: {exc} "
@@ -134,7 +270,8 @@ def read_span_file(path: str, field: str | None, shown: str | None = None,
     if len(models) > 1:
         raise ValueError(f"acceptance-span file {name} mixes models {sorted(models)}")
     return SpanFile(spans, np.asarray(prompt, dtype=np.int64), np.asarray(out_len, dtype=np.int64),
-                    models.pop() if models else None, proposes if lookup_min is not None else None)
+                    models.pop() if models else None,
+                    proposes if lookup_min is not None or rule is not None else None)
 
 
 class _SpanStream:
@@ -145,7 +282,9 @@ class _SpanStream:
                  recorded: Sequence[np.ndarray | None] | None = None,
                  pmf: Sequence[np.ndarray | None] | None = None,
                  proposes: Sequence[np.ndarray | None] | None = None,
-                 match: Sequence[np.ndarray | None] | None = None) -> None:
+                 match: Sequence[np.ndarray | None] | None = None, limit: int | None = None) -> None:
+        """``limit``: the most drafts the recorded spans were computed for (a proposal rule's
+        ``num_speculative_tokens``; None: any number)."""
         n = span_key.shape[0]
         self.name = name
         # where a request's proposer offers drafts at all (prompt lookup's matches): recorded flags, or for drawn
@@ -172,8 +311,10 @@ class _SpanStream:
             if p is not None:
                 self._match_tab[r, :p.size] = p
         self._cdf = [None if q is None else np.cumsum(q) for q in self._pmf]
-        #: the largest chain each request's source scores (K of its measured curve; recorded: no limit)
-        self.max_k = np.array([np.iinfo(np.int64).max if q is None else q.size - 1 for q in self._pmf], dtype=np.int64)
+        #: the largest chain each request's source scores (K of its measured curve; recorded: ``limit``, else none)
+        self._limit = limit
+        no_limit = np.iinfo(np.int64).max if limit is None else int(limit)
+        self.max_k = np.array([no_limit if q is None else q.size - 1 for q in self._pmf], dtype=np.int64)
         self._seeds = Seeder(base, (key, _CHUNK_KEY), int(self._span_key.max(initial=0)) + 1)
         self.store = _ChunkStore(n, {"span": ((), np.int16), "proposes": ((), np.bool_), "u": ((), np.float64)},
                                  self._fill)
@@ -204,6 +345,10 @@ class _SpanStream:
         over = k > self.max_k[rids]
         if over.any():
             i = int(np.flatnonzero(over)[0])
+            if self._pmf[int(rids[i])] is None:
+                raise ValueError(f"oracle stream {self.name!r}: a chain of {int(k[i])} drafts for request "
+                                 f"{int(rids[i])}, but its spans were computed for at most {self._limit} drafts "
+                                 f"(oracle.spans.{self.name}.num_speculative_tokens)")
             raise ValueError(f"oracle stream {self.name!r}: a chain of {int(k[i])} drafts for request {int(rids[i])}, "
                              f"but its measured mean acceptance lengths go to k = {int(self.max_k[rids[i]])} only")
 

@@ -18,7 +18,7 @@ from repro.core import jit
 from repro.core.errors import MissingTableError
 from repro.core.speculation import DRAFT, EAGLE, PLD, CandidateTree, TreeSpec
 from repro.oracle.distributions import _check_mean, _check_mean_of, _drift_arrays, _per_request
-from repro.oracle.spans import _SpanStream, measured_pmf, read_span_file, recorded_for, stand_in_check
+from repro.oracle.spans import _SpanStream, measured_pmf, read_span_file, recorded_for, span_rule, stand_in_check
 from repro.oracle.store import _AR, DRAFT_KEY, EAGLE_KEY, MAX_WIDTH, PLD_KEY, _as_seed_seq
 from repro.oracle.streams import _PldStream, _TokenStream, _TraceStream
 
@@ -248,7 +248,14 @@ class TokenOracle:
         draws from ``measured[its dataset]`` (mean acceptance lengths L(1..K)): the fallback, said in
         :attr:`notes`; neither is an error naming the request. ``prompt_lookup_min`` (prompt lookup's smallest
         n-gram): a recorded request proposes only where its tokens match (:func:`repro.oracle.spans.lookup_matches`),
-        a drawn one at the fraction ``match[its dataset][k - 1]`` of a chain-k step's positions."""
+        a drawn one at the fraction ``match[its dataset][k - 1]`` of a chain-k step's positions.
+
+        ``proposal`` (``pld`` only): ``recorded`` (the default: the file's ``field`` spans, as above) or
+        ``vllm_v0_ngram``: spans and proposing positions computed from each record's token ids under vLLM 0.6's
+        n-gram proposal (:func:`repro.oracle.spans.ngram_v0_spans`) with ``prompt_lookup_min`` (default 1),
+        ``prompt_lookup_max`` (required) and ``num_speculative_tokens`` (optional: longer chains are refused);
+        ``field`` is then not read, and ``measured`` / ``match`` are the rule's statistics for requests without a
+        record (:func:`repro.oracle.spans.span_rule`)."""
         n = self._dataset.size
         rec = np.full(n, -1, dtype=np.int64) if record is None else np.asarray(record, dtype=np.int64)
         files = dict(record_file or {})
@@ -258,7 +265,11 @@ class TokenOracle:
             if stream not in _STREAM_KEYS:
                 raise ValueError(f"oracle.spans.{stream}: unknown stream (known: {sorted(_STREAM_KEYS)})")
             field = node.get("field")
-            lookup_min = node.get("prompt_lookup_min")
+            rule = span_rule(node, f"oracle.spans.{stream}")
+            if rule is not None and stream != PLD:
+                raise ValueError(f"oracle.spans.{stream}.proposal: vllm_v0_ngram is prompt lookup's rule (set it on "
+                                 f"oracle.spans.{PLD})")
+            lookup_min = node.get("prompt_lookup_min") if rule is None else None
             lookup_min = None if lookup_min is None else int(lookup_min)
             recorded: list[np.ndarray | None] = [None] * n
             flags: list[np.ndarray | None] = [None] * n
@@ -266,12 +277,16 @@ class TokenOracle:
                 rows = np.flatnonzero((self._dataset == ds) & (rec >= 0))
                 if not rows.size:
                     continue
-                if not field:
+                if not field and rule is None:
                     raise ValueError(f"oracle.spans.{stream}.field: name the span field of {path} (e.g. acc_eagle)")
                 name = (shown or {}).get(ds, path)
-                got_file = read_span_file(str(path), str(field), name, lookup_min)
+                if rule is None:
+                    got_file = read_span_file(str(path), str(field), name, lookup_min)
+                else:
+                    got_file = read_span_file(str(path), None, name, None, rule)  # (computed from its token ids)
                 stand_in_check(got_file.model, node, target, name)
-                got = recorded_for(got_file.spans, rec[rows], np.asarray(output_len)[rows], name, str(field))
+                got = recorded_for(got_file.spans, rec[rows], np.asarray(output_len)[rows], name,
+                                   str(field) if rule is None else "vllm_v0_ngram")
                 for r, g in zip(rows.tolist(), got, strict=True):
                     recorded[r] = g
                 if got_file.proposes is not None:
@@ -291,7 +306,7 @@ class TokenOracle:
                     raise ValueError(f"oracle.spans.{stream}: request {r} ({ds}) has no recorded spans (its prompt "
                                      f"came from no span file) and oracle.spans.{stream}.measured has no {ds!r} entry")
                 pmf[r] = measured_pmf(curve, f"oracle.spans.{stream}.measured.{ds}")
-                if lookup_min is not None:
+                if lookup_min is not None or rule is not None:
                     if ds not in match_of:
                         raise ValueError(f"oracle.spans.{stream}.match: no {ds!r} entry (per k, the fraction of a "
                                          "run's steps where prompt lookup finds a match, for spans drawn without a "
@@ -299,7 +314,8 @@ class TokenOracle:
                     match[r] = np.asarray([float(x) for x in match_of[ds]], dtype=np.float64)
                 fell_back.add(ds)
             self._streams[stream] = _SpanStream(stream, _STREAM_KEYS[stream], self._base, span_key=self._span_key,
-                                                recorded=recorded, pmf=pmf, proposes=flags, match=match)
+                                                recorded=recorded, pmf=pmf, proposes=flags, match=match,
+                                                limit=None if rule is None else rule.k_max)
             self._missing.pop(stream, None)
             if fell_back:
                 self.notes.append(f"oracle: {stream} spans drawn from measured mean acceptance lengths "
