@@ -32,7 +32,9 @@ its config and swappable with ``engine=NAME``) says, for one engine implementati
   for top-k/top-p: ``sampler_bytes`` per sequence and vocabulary entry at its peak (logits, their fp32 copy, the
   sort's values, indices and temporaries), and a run with a speculative method (``profile_speculative``, set from
   the system: :attr:`repro.sim.policy.Policy.speculates`) adds the rejection sampler's dummy pass,
-  ``rejection_sampler_bytes`` more.
+  ``rejection_sampler_bytes`` more. A system without scheduler budgets of its own is profiled at the profile's
+  ``profile_tokens`` and ``profile_seqs``, or (``profile_serve_defaults``) at ``vllm serve``'s defaults on the run's
+  GPU (:func:`vllm_serve_budgets`).
 - **CUDA-graph capture sizes** (``graph_sizes``): a pass that replays a graph runs at the smallest captured size that
   holds its tokens (the padding tokens go through every linear layer); empty: no padding.
 - **async scheduling** (``async_scheduling``): the host prepares step n + 1 while the GPU runs step n, so the host
@@ -107,6 +109,7 @@ class EngineProfile:
     kv_accounting: KvAccounting = "reserve"
     profile_tokens: int = 8192
     profile_seqs: int = 256
+    profile_serve_defaults: bool = False
     sampler_bytes: float = 12.0
     rejection_sampler_bytes: float = 0.0
     profile_speculative: bool = False
@@ -145,7 +148,7 @@ class EngineProfile:
         object.__setattr__(self, "graph_sizes", sizes)
         object.__setattr__(self, "async_proposers", tuple(str(p) for p in self.async_proposers))
         for key in ("async_scheduling", "spec_round", "reports_kv_tokens", "profile_speculative",
-                    "graph_sizes_spec_multiple", "first_token_drafts"):
+                    "profile_serve_defaults", "graph_sizes_spec_multiple", "first_token_drafts"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"engine {self.name!r}: {key} must be true or false")
         for key in ("profile_tokens", "profile_seqs", "sampler_bytes", "rejection_sampler_bytes", "cuda_graph_gib",

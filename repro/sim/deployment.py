@@ -27,7 +27,7 @@ from typing import Any
 
 from repro.core.errors import ConfigError
 from repro.cost.model import CostModel, TargetProfile
-from repro.cost.serving import EngineProfile
+from repro.cost.serving import EngineProfile, vllm_serve_budgets
 from repro.cost.spec import HardwareSpec, ModelSpec, hardware_for
 from repro.sim.policy import Policy, ReplicaSpec
 from repro.sim.proposers import DRAFT, RemoteDraftServer
@@ -96,7 +96,8 @@ class Deployment:
         return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
                       gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization),
-                      engine=scheduled_with(profiled_with(engine_profile(cfg), policy), policy),
+                      engine=scheduled_with(profiled_with(engine_profile(cfg), policy,
+                                                          HardwareSpec.from_cfg(cfg.hardware)), policy),
                       draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg),
                       draft_profile=target_profile(cfg, "draft_table"))
 
@@ -205,19 +206,23 @@ def check_profile_fits(cfg: Any, key: str, path: Path) -> None:
                           f"{cfg.hardware.name} (run it with hardware={hw})")
 
 
-def profiled_with(engine: EngineProfile, policy: Policy) -> EngineProfile:
+def profiled_with(engine: EngineProfile, policy: Policy, hardware: HardwareSpec | None = None) -> EngineProfile:
     """``engine`` whose start-up profiling run (``kv_accounting: profile_run``) uses the policy's scheduler budgets,
     as vLLM's does: a pass over ``max_num_batched_tokens`` tokens and the sampler over ``max_num_seqs`` sequences
-    (the profile's own values for a policy without them), with the rejection sampler's pass where the policy
-    speculates (:attr:`~repro.sim.policy.Policy.speculates`)."""
+    (for a policy without them, the profile's own values, or with ``profile_serve_defaults`` ``vllm serve``'s on
+    ``hardware``), with the rejection sampler's pass where the policy speculates
+    (:attr:`~repro.sim.policy.Policy.speculates`)."""
     if engine.kv_accounting != "profile_run":
         return engine
     def budget(name: str, default: int) -> int:
         v = getattr(policy, name, None)
         return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
-    tokens = budget("max_num_batched_tokens", engine.profile_tokens)
-    seqs = budget("max_num_seqs", engine.profile_seqs)
+    seqs0, tokens0 = engine.profile_seqs, engine.profile_tokens
+    if engine.profile_serve_defaults and hardware is not None:
+        seqs0, tokens0 = vllm_serve_budgets(hardware.name, hardware.memory_gb)
+    tokens = budget("max_num_batched_tokens", tokens0)
+    seqs = budget("max_num_seqs", seqs0)
     spec = bool(policy.speculates)
     if (tokens, seqs, spec) == (engine.profile_tokens, engine.profile_seqs, engine.profile_speculative):
         return engine

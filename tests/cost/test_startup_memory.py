@@ -213,3 +213,19 @@ def test_async_scheduling_hides_host_work() -> None:
     host = sync.spec_seq_s * 8 + sync.spec_token_s * 8 * 3
     assert decode_pass_s(c_sync, 8, 500.0, 3) - decode_pass_s(c_async, 8, 500.0, 3) == pytest.approx(host)
     assert c_async.spec_round_s() == 0.0 and c_sync.spec_round_s() == hw.spec_round_overhead_s
+
+
+@pytest.mark.parametrize(("hardware", "budgets"), [("rtx4090", (256, 2048)), ("h100-80g", (1024, 8192))])
+def test_a_system_without_budgets_profiles_at_vllm_serves_defaults(hardware: str, budgets: tuple[int, int]) -> None:
+    """On vLLM V1 (profile_serve_defaults) a system with no scheduler budgets of its own (LAPS-SD's, in the league)
+    is profiled at vllm serve's defaults on the run's GPU, so a 7B with a 152K vocabulary still fits a 24 GB card."""
+    from repro.experiments.simulate import compose, instantiate_system
+    from repro.sim.deployment import Deployment
+
+    cfg = compose(["system=laps_sd", "engine=vllm_v1", f"hardware={hardware}", "model=qwen2.5-7b",
+                   "model@draft=qwen2.5-0.5b"])
+    policy = instantiate_system(cfg.system)
+    assert getattr(policy, "max_num_seqs", None) is None
+    cost = Deployment.from_cfg(cfg, policy).cost_model()
+    assert (cost.engine.profile_seqs, cost.engine.profile_tokens) == budgets
+    assert cost.kv_capacity_blocks(draft_resident=True) > 0
