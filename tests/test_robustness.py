@@ -169,3 +169,16 @@ def test_the_closing_line_counts_the_classes_of_the_study(tmp_path: Any) -> None
                            {"holds": 1, "differs": 1})
     assert ("paper claims: 1 hold, 1 differ (robustness: 1 robust, 1 depend on the setting, 0 differ everywhere "
             "plausible)") in res.summary_line()
+
+
+def test_a_study_puts_an_experiments_escaped_interpolations_back_escaped() -> None:
+    """A study resolves the exp block (an escaped ``\\${capacity}`` becomes the text ``${capacity}``) and puts it back
+    into a point's config: there each must be escaped again, or it would resolve once, with the experiment's own
+    values (the runner refuses that: goodspeed_fig2's study failed on it)."""
+    from repro.experiments.robustness import escaped
+
+    exp = {"systems": [{"system": "goodspeed", "overrides": {"system.capacity": "${capacity}"}}], "seeds": [0],
+           "title": "no interpolation"}
+    got = escaped(exp)
+    assert got["systems"][0]["overrides"]["system.capacity"] == "\\${capacity}"
+    assert got["seeds"] == [0] and got["title"] == "no interpolation"

@@ -89,6 +89,18 @@ def design(choices: Sequence[OpenChoice], samples: int, seed: int, levels: int =
     return settings
 
 
+def escaped(value: Any) -> Any:
+    """``value`` (a resolved exp block) with each ``${`` escaped again: the experiment's escaped interpolations, which
+    resolving turned into plain text, resolve in each point's config once the block is put back into one."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, Mapping):
+        return {k: escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escaped(v) for v in value]
+    return value
+
+
 def apply_setting(exp: Mapping[str, Any], choices: Sequence[OpenChoice],
                   values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``(exp, overrides)`` running the experiment at ``values``: a knob of every point becomes a command-line
@@ -283,7 +295,7 @@ def run(name: str, *, quick: bool, samples: int, seed: int, out_dir: Path | None
         else:
             with hydra_context():
                 scfg = compose_config([*base, *overrides])
-            scfg.exp = exp
+            scfg.exp = escaped(exp)
             res = runner.run_experiment(scfg, [*base, *overrides], out_dir=folder, overwrite=True, render=False,
                                         log=lambda line: None, progress=lambda: None, memo=memo)
             points = res.points
