@@ -433,3 +433,21 @@ def test_remembered_baseline_equals_its_definition() -> None:
         want = float(np.mean([decode_pass_s(cm(model=model), 8, 32 + i) for i in range(1, 128)]))
         assert baseline_tpot_s(cm(model=model)) == want
         assert baseline_tpot_s(cm(model=model)) == want  # (remembered)
+
+
+def test_weight_streaming_grows_with_the_matrix() -> None:
+    """H100 80GB (mem_efficiency 0.5, mem_efficiency_large 0.91, mem_ramp_us 30): a GEMM of 30 µs at peak
+    (100.5 MB) streams at the midpoint 0.705 of peak, a tiny one near 0.5, a huge one near 0.91; the stack sums its
+    matrices one by one. The A100 keeps one share for every matrix (no ramp)."""
+    from repro.cost.roofline import linear_stream_s, stream_s
+
+    hw = load_hardware("h100-80g")
+    half = 30e-6 * hw.bytes_per_s
+    assert half / (hw.bytes_per_s * stream_s(hw, half)) == pytest.approx(0.705)
+    assert 1e3 / (hw.bytes_per_s * stream_s(hw, 1e3)) == pytest.approx(0.5, abs=1e-4)
+    assert 1e12 / (hw.bytes_per_s * stream_s(hw, 1e12)) == pytest.approx(0.91, abs=1e-3)
+    m = load_model("qwen3-32b")
+    by_hand = m.num_layers * sum(stream_s(hw, p * 2) for p in m.layer_matrices)
+    assert linear_stream_s(hw, m, 1) == pytest.approx(by_hand, rel=1e-12)
+    a100 = load_hardware("a100-80g")
+    assert linear_stream_s(a100, m, 1) == m.linear_params * 2 / (a100.bytes_per_s * a100.mem_efficiency)
