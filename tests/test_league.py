@@ -169,10 +169,10 @@ def test_bring_your_own_policy_to_the_league(tmp_path: Path) -> None:
     assert "my_policy" in (out / "summary.md").read_text()
 
 
-def test_the_readme_ranking_is_the_references() -> None:
-    """README's league table (rank, policy, mean rank, wins, the three ratios) reads results/league/ranking.csv: a
-    regenerated reference that moves the ranking must move the README too."""
-    text = (ROOT / "README.md").read_text()
+def test_the_manuals_ranking_is_the_references() -> None:
+    """docs/league.md's ranking table (rank, policy, mean rank, wins, the three ratios) reads
+    results/league/ranking.csv: a regenerated reference that moves the ranking must move the manual too."""
+    text = (ROOT / "docs" / "league.md").read_text()
     block = text.split("<!-- league ranking: results/league/ranking.csv")[1].split("\n\n")[0]
     rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in block.splitlines()[3:]]
     rank = pd.read_csv(ROOT / "results" / "league" / "ranking.csv")

@@ -103,3 +103,24 @@ def test_own_construction_leaves_others_to_hydra() -> None:
     assert _own_policy({"_target_": "collections.OrderedDict"}) is None  # not the suite's: Hydra's target policy
     assert _own_policy({"_target_": "systems.vllm.VLLM", "_partial_": True}) is None
     assert _own_policy({"_target_": "systems.vllm.VLLM", "x": {"y": 1}}) is None
+
+
+def _frame(system: str, fast: bool, *extra: str) -> tuple[object, float]:
+    cfg = compose([f"system={system}", "num_requests=50", "rps=8", "seed=1", "workload.source=embedded",
+                   *DEPLOYMENT.get(system, []), *extra, f"+engine.fast_forward={'true' if fast else 'false'}"])
+    built = build(cfg)
+    out = built.engine.run()
+    return requests_frame(out, built.table), out.sim_time_s
+
+
+@pytest.mark.parametrize("engine", [[], ["engine=vllm_v1", "engine.async_scheduling=true"]],
+                         ids=["own engine", "vLLM V1, async"])
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_fast_path_equals_step_path(system: str, engine: list[str]) -> None:
+    """Every system, on its own engine and on vLLM V1 with async scheduling (arrivals seen a step later, first
+    drafts, the API server): the run with the fast path (repro.sim.fastforward, the lean steps) equals the run without
+    it, request by request."""
+    fast, fast_end = _frame(system, True, *engine)
+    slow, slow_end = _frame(system, False, *engine)
+    assert fast.equals(slow), system  # type: ignore[attr-defined]
+    assert fast_end == slow_end

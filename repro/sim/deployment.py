@@ -93,11 +93,11 @@ class Deployment:
     @classmethod
     def from_cfg(cls, cfg: Any, policy: Policy) -> Deployment:
         """The deployment of ``policy`` under a composed config (module docstring for the keys read)."""
-        return cls.of(policy, hardware=HardwareSpec.from_cfg(cfg.hardware), model=ModelSpec.from_cfg(cfg.model),
+        hardware = HardwareSpec.from_cfg(cfg.hardware)
+        return cls.of(policy, hardware=hardware, model=ModelSpec.from_cfg(cfg.model),
                       draft=ModelSpec.from_cfg(cfg.draft), tp=int(cfg.tp), draft_tp=int(cfg.draft_tp),
                       gpu_memory_utilization=float(cfg.engine.gpu_memory_utilization),
-                      engine=scheduled_with(profiled_with(engine_profile(cfg), policy,
-                                                          HardwareSpec.from_cfg(cfg.hardware)), policy),
+                      engine=scheduled_with(profiled_with(engine_profile(cfg), policy, hardware), policy),
                       draft_servers=draft_server_specs(cfg), target_profile=target_profile(cfg),
                       draft_profile=target_profile(cfg, "draft_table"))
 
