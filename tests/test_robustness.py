@@ -130,11 +130,14 @@ def test_summary_shows_each_claims_robustness_and_the_papers_own_numbers(tmp_pat
     (run / "manifest.json").write_text(json.dumps(manifest))
     first = str(claims[0]["text"])
     (run / "robustness.json").write_text(json.dumps(_study({
-        first: {"class": "depends on the setting", "share": 0.25, "knob": "link", "where": "high"}})))
+        first: {"class": "depends on the setting", "share": 0.25, "knob": "link", "where": "high",
+                "chosen": "holds"}})))
     redraw(run)
     text = (run / "summary.md").read_text()
-    assert "| robustness | the paper's own numbers |" in text
-    assert "depends on the setting (25%; link: high) | the paper's 14.21 % and its Fig. 2 disagree |" in text
+    assert "| robustness | why it differs; the paper's own numbers |" in text
+    assert ("| quick grid: holds; depends on the setting (25%; link: high) | Paper: the paper's 14.21 % and its "
+            "Fig. 2 disagree |") in text
+    assert "| not in the study |" in text  # the second claim: the study has no row of it
     assert "Robustness: this folder's study (19 settings" in text
 
 

@@ -27,10 +27,18 @@ Kinds (each returns one number):
     diff                     system − baseline at each x, reduced (default max)
     diff_to_best_baseline    system − best other system at each x, reduced (default max)
 
-Verdict: ``check`` compares the reproduced value with ``target`` (default: ``paper`` when numeric, else the first
-number in it): ``approx`` (default; |reproduced − target| ≤ max(rel_tol·|target|, abs_tol), rel_tol 0.25, abs_tol 0),
-or ``>=``, ``>``, ``<=``, ``<``. The verdict is ``holds``, ``differs``, or ``n/a`` when the value could not be
-computed (e.g. a quick run without the system).
+Verdict (:func:`judge`): ``check`` compares the reproduced value with ``target`` (default: ``paper`` when numeric,
+else the first number in it). ``approx`` (the default) holds when |reproduced − target| ≤ the claim's tolerance: what
+it sets (``abs_tol`` alone: ± that; ``rel_tol`` alone: that share of |target|; both: the wider), else
+:data:`DEFAULT_REL_TOL` of |target| or half a unit in the last digit the paper prints, the wider (:data:`READINGS`).
+``>=``, ``>``, ``<=``, ``<`` compare with the target as they say. The verdict is ``holds``, ``differs``, ``n/a``
+when the value could not be computed (e.g. a quick run without the system), or ``calibrated`` for a claim whose
+value is an input of the model or was fitted to the paper (``calibrated``: the reason): it is shown, never counted.
+
+Each row also carries the test as it ran (:attr:`Judgement.test`: "0.9926 ≥ 0.99: the paper's 1 with 1 % slack"),
+the direction ("as the paper", "stronger"/"weaker" where the claim has a sense: ``stronger: higher | lower``, else
+from its check or, for a ratio or difference, from its metric; "above"/"below the paper" where it has none) and,
+for a "differs", the claim's ``why``: one sentence naming the mechanism and the number.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,8 +57,21 @@ from repro.core.errors import ConfigError
 
 CLAIM_KEYS = {
     "text", "paper", "kind", "metric", "system", "where", "x", "reduce", "lower_is_better", "baselines",
-    "baseline", "check", "target", "rel_tol", "abs_tol", "note",
+    "baseline", "check", "target", "rel_tol", "abs_tol", "note", "why", "stronger", "calibrated",
 }  # fmt: skip
+#: The default tolerance of an ``approx`` claim that sets none: this share of the paper's value (or half a unit in
+#: the last digit it prints, where that is wider). The papers give their numbers to two significant digits, read
+#: off figures whose gridlines resolve about a tenth of the axis; the suite's cost model is held to 5-15 % of the
+#: published latency tables (results/calibration). A tenth is the finest reading both support.
+DEFAULT_REL_TOL = 0.10
+#: How a paper's wording becomes a test (README, docs/claims.md and every summary's claims header say it once).
+READINGS = (
+    "\"about x\", \"≈ x\" or a bare number: within ±10 % of x (or half a unit in x's last printed digit, if wider), "
+    "unless the claim states its own tolerance",
+    "\"up to x\": the largest value over the sweep, read as \"about x\"",
+    "\"x-y\": the midpoint ± half the range",
+    "\"at least x\", \"≥ x\": at least x itself; a slack below x is the claim's own and is printed",
+)
 _NAN = float("nan")
 _FAMILY = "_family"  # set by evaluate(): the claim's system and its readings (exp.claims_also_for), never baselines
 
@@ -162,18 +184,114 @@ def target_of(spec: Mapping[str, Any]) -> float:
     return _NAN
 
 
-def verdict(value: float, spec: Mapping[str, Any]) -> str:
-    """``holds`` / ``differs`` / ``n/a`` for a reproduced value (see the module docstring)."""
+def _printed_half_unit(spec: Mapping[str, Any]) -> float:
+    """Half a unit in the last digit the paper prints (``paper: 4.3`` → 0.05, ``"about 7"`` → 0.5); 0 when the paper
+    gives no number or the claim sets its own ``target``."""
+    if spec.get("target") is not None:
+        return 0.0
+    value = spec.get("paper")
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    m = re.search(r"[-+]?\d*\.?\d+", text) if not isinstance(value, bool) else None
+    if not m or re.search(r"\d[eE][-+]?\d", text):
+        return 0.0
+    digits = m.group().split(".")
+    return 0.5 * 10.0 ** -(len(digits[1]) if len(digits) > 1 else 0)
+
+
+def tolerance(spec: Mapping[str, Any]) -> tuple[float, str]:
+    """An ``approx`` claim's half-width and how it was set (for the printed test)."""
     target = target_of(spec)
-    if math.isnan(value) or math.isnan(target):
-        return "n/a"
+    rel, ab = spec.get("rel_tol"), spec.get("abs_tol")
+    if rel is None and ab is None:
+        half = _printed_half_unit(spec)
+        rel_w = DEFAULT_REL_TOL * abs(target)
+        if half > rel_w:
+            return half, "half a unit in the paper's last digit"
+        return rel_w, f"the default ±{DEFAULT_REL_TOL:.0%}"
+    widths = []
+    if rel is not None:
+        widths.append((float(rel) * abs(target), f"the claim's ±{float(rel):.0%}"))
+    if ab is not None:
+        widths.append((float(ab), f"the claim's ±{_num(float(ab))}"))
+    return max(widths, key=lambda w: w[0])
+
+
+_SYMBOL = {">=": "≥", ">": ">", "<=": "≤", "<": "<"}
+_NEGATED = {">=": "<", ">": "≤", "<=": ">", "<": "≥"}
+#: metric-name fragments of a quantity where less is better (a ratio or difference of one is stronger when lower)
+_LOWER_BETTER = ("latency", "tpot", "ttft", "time", "_s", "_ms", "regret", "error", "cost", "wait", "delay")
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def sense(spec: Mapping[str, Any]) -> str | None:
+    """Which way a claim gets stronger: ``higher`` or ``lower`` (``stronger``; else an inequality's own way; else,
+    for a ratio or difference, lower for a metric where less is better and higher otherwise); None when the claim
+    names a value with no better side (a proposal length, an argmax)."""
+    if spec.get("stronger") is not None:
+        way = str(spec["stronger"])
+        if way not in ("higher", "lower"):
+            raise ConfigError(f"exp.claims[{spec.get('text', '?')!r}].stronger: 'higher' or 'lower', got {way!r}")
+        return way
     check = str(spec.get("check", "approx"))
-    if check == "approx":
-        tol = max(float(spec.get("rel_tol", 0.25)) * abs(target), float(spec.get("abs_tol", 0.0)))
-        return "holds" if abs(value - target) <= tol else "differs"
-    if check not in _CHECKS:
+    if check in (">=", ">"):
+        return "higher"
+    if check in ("<=", "<"):
+        return "lower"
+    if str(spec.get("kind", "")).startswith(("ratio", "diff")):
+        metric = str(spec.get("metric", "")).lower()
+        return "lower" if spec.get("lower_is_better") or any(f in metric for f in _LOWER_BETTER) else "higher"
+    return None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A claim's verdict with the test that gave it and which way the value lies from the paper's."""
+
+    verdict: str
+    test: str
+    direction: str
+
+
+def judge(value: float, spec: Mapping[str, Any]) -> Judgement:
+    """The verdict of a reproduced value, its test as text and its direction (see the module docstring)."""
+    target = target_of(spec)
+    check = str(spec.get("check", "approx"))
+    if check != "approx" and check not in _CHECKS:
         raise ConfigError(f"exp.claims: check must be approx or one of {sorted(_CHECKS)}, got '{check}'")
-    return "holds" if _CHECKS[check](value, target) else "differs"
+    if spec.get("calibrated"):
+        return Judgement("calibrated", f"calibrated, not a test: {spec['calibrated']}", "")
+    if math.isnan(value) or math.isnan(target):
+        return Judgement("n/a", "not computable on this grid" if math.isnan(value) else "no number to test", "")
+    paper = target_of({"paper": spec.get("paper")})
+    if check == "approx":
+        width, how = tolerance(spec)
+        ok = abs(value - target) <= width + 1e-12 * max(1.0, abs(target))
+        test = (f"{_num(value)} {'within' if ok else 'outside'} {_num(target)} ± {_num(width)} "
+                f"[{_num(target - width)}, {_num(target + width)}]: {how}")
+    else:
+        ok = bool(_CHECKS[check](value, target))
+        test = f"{_num(value)} {_SYMBOL[check] if ok else _NEGATED[check]} {_num(target)}"
+        if not math.isnan(paper) and paper != target:
+            slack = abs(target - paper) / abs(paper) if paper else float("nan")
+            test += (f": the paper's {_num(paper)} with {slack:.0%} slack" if math.isfinite(slack)
+                     else f": the paper's {_num(paper)}, the claim's target")
+    verdict = "holds" if ok else "differs"
+    way = sense(spec)
+    if ok:
+        direction = "as the paper"
+    elif way is None:
+        direction = "above the paper" if value > target else "below the paper"
+    else:
+        direction = "stronger" if (value > target) == (way == "higher") else "weaker"
+    return Judgement(verdict, test, direction)
+
+
+def verdict(value: float, spec: Mapping[str, Any]) -> str:
+    """``holds`` / ``differs`` / ``n/a`` / ``calibrated`` for a reproduced value (:func:`judge`)."""
+    return judge(value, spec).verdict
 
 
 def evaluate_one(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str | None = None) -> float:
@@ -211,15 +329,21 @@ def expand(claims: Sequence[Mapping[str, Any]],
     return out
 
 
+#: The claims table's columns (:func:`evaluate`).
+COLUMNS = ["claim", "paper", "reproduced", "verdict", "test", "direction", "why"]
+
+
 def evaluate(
     claims: Sequence[Mapping[str, Any]], points: pd.DataFrame, default_x: str | None = None,
     also_for: Mapping[str, Sequence[str]] | None = None,
 ) -> pd.DataFrame:
-    """The claims table: columns ``claim, paper, reproduced, verdict`` (one row per claim, and per reading of its
-    system in ``also_for``: :func:`expand`)."""
+    """The claims table (:data:`COLUMNS`): one row per claim, and per reading of its system in ``also_for``
+    (:func:`expand`); ``why`` is the claim's sentence on a "differs" (empty otherwise)."""
     rows = []
     for spec in expand(claims, also_for):
         value = evaluate_one(points, spec, default_x)
+        j = judge(value, spec)
         rows.append({"claim": spec.get("text", ""), "paper": spec.get("paper", ""), "reproduced": value,
-                     "verdict": verdict(value, spec)})  # fmt: skip
-    return pd.DataFrame(rows, columns=["claim", "paper", "reproduced", "verdict"])
+                     "verdict": j.verdict, "test": j.test, "direction": j.direction,
+                     "why": str(spec.get("why") or "") if j.verdict == "differs" else ""})  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)

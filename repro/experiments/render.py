@@ -128,20 +128,7 @@ def write_summary(
         parts.append(f"## Figure `{spec.get('name')}`: {spec.get('title') or y}\n")
         parts.append(markdown_table(table) if table is not None else "(drawn from per-request/step tables)\n")
     if exp.claims:
-        grid = manifest.get("grid_keys") or []
-        table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
-        table.columns = ["claim", "paper value", "reproduced value", "verdict"]
-        study, where = studies.find_study(out_dir, exp.name)
-        if study:
-            table["robustness"] = [robustness_cell(study, c) for c in table["claim"]]
-        claim_notes = [str(c.get("note") or "") for c in claims.expand(exp.claims, exp.claims_also_for)]
-        if any(claim_notes):
-            table["the paper's own numbers"] = claim_notes
-        parts.append("## Paper claims\n")
-        if study:
-            parts.append(f"Robustness: {where} ({study['settings']} settings of the open choices, "
-                         f"{'quick' if study.get('quick') else 'full'} grid; see its robustness.md).\n")
-        parts.append(markdown_table(table, index=False))
+        parts += claims_section(out_dir, manifest, exp, points)
     if sources:
         parts.append("## Data\n")
         parts.append(datasources.markdown(sources))
@@ -161,13 +148,61 @@ def write_summary(
 REAL_BACKEND_NOTES = ("prompts:", "backend=")
 
 
+#: the paper pages of docs/papers/ by an experiment's name prefix (the long explanations a summary links)
+PAPER_PAGES = {"adaserve": "adaserve", "turbospec": "turbospec", "laps": "laps_sd", "nightjar": "nightjar",
+               "goodspeed": "goodspeed"}
+
+
+def claims_section(out_dir: Path, manifest: Mapping[str, Any], exp: ExpSpec, points: pd.DataFrame) -> list[str]:
+    """summary.md's "Paper claims": how a paper's wording is read, then per claim its verdict, the test that gave it,
+    which way the value lies, its robustness, why it differs and the paper's own inconsistencies."""
+    grid = manifest.get("grid_keys") or []
+    table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
+    table["verdict"] = table["verdict"].replace({"calibrated": "calibrated, not a test"})
+    out = table[["claim", "paper", "reproduced", "verdict", "test", "direction"]].copy()
+    out.columns = ["claim", "paper value", "reproduced value", "verdict", "test", "direction"]
+    study, where = studies.find_study(out_dir, exp.name)
+    if study:
+        out["robustness"] = [robustness_cell(study, c) for c in table["claim"]]
+    specs = claims.expand(exp.claims, exp.claims_also_for)
+    notes = [str(c.get("note") or "") for c in specs]
+    why = ["" if not w else f"Why: {w}" for w in table["why"]]
+    out["why it differs; the paper's own numbers"] = [
+        " ".join(t for t in (w, f"Paper: {n}" if n else "") if t) for w, n in zip(why, notes, strict=True)]
+    counted = table["verdict"].isin(["holds", "differs"])
+    held = int((table["verdict"] == "holds").sum())
+    parts = ["## Paper claims\n",
+             f"{held} of {int(counted.sum())} tested claims hold"
+             + (f"; {int((~counted).sum())} not counted (calibrated, or not computable on this grid)"
+                if (~counted).any() else "") + ". How a paper's wording is tested: "
+             + "; ".join(claims.READINGS) + ". A claim's own tolerance or threshold replaces the default, and the "
+             "test column prints the one used. Direction: \"stronger\" / \"weaker\" where the claim has a better "
+             "side (the system wins by more / by less than the paper says), else \"above\" / \"below the "
+             "paper\".\n"]
+    page = PAPER_PAGES.get(exp.name.split("_")[0]) if exp.name else None
+    if page:
+        parts.append(f"Longer explanations: the paper's page of the manual, `docs/papers/{page}.md`.\n")
+    if study:
+        parts.append(f"Robustness: {where} ({study['settings']} settings of the open choices, "
+                     f"{'quick' if study.get('quick') else 'full'} grid; see its robustness.md)"
+                     + (": each cell gives the quick grid's own verdict first, since the grid differs from this "
+                        "one's" if study.get("quick") and not manifest.get("quick") else "") + ".\n")
+    parts.append(markdown_table(out, index=False))
+    return parts
+
+
 def robustness_cell(study: Mapping[str, Any], claim: str) -> str:
-    """A claim's robustness as the claims table shows it: its class, share held and deciding knob."""
+    """A claim's robustness as the claims table shows it: on a quick-grid study the quick grid's own verdict first,
+    then its class, share held and deciding knob; "not on the quick grid" where it cannot be computed there."""
     r = (study.get("claims") or {}).get(claim)
-    if not r or r.get("class") in (None, "n/a"):
-        return "-"
+    quick = bool(study.get("quick"))
+    if not r:
+        return "not in the study"
+    if r.get("class") in (None, "n/a"):
+        return "not on the quick grid" if quick else "not computable"
     knob = f"; {r['knob']}: {r['where']}" if r.get("class") == studies.DEPENDS and r.get("knob") else ""
-    return f"{r['class']} ({r['share']:.0%}{knob})"
+    head = f"quick grid: {r.get('chosen')}; " if quick else ""
+    return f"{head}{r['class']} ({r['share']:.0%}{knob})"
 
 
 def _distinct(notes: Sequence[str]) -> list[str]:

@@ -347,9 +347,10 @@ def redraw(folder: Path, name: str | None = None,
     meta = json.loads((folder / "robustness.json").read_text())
     name = name or str(meta["experiment"])
     frame = pd.read_csv(folder / "robustness.csv", keep_default_na=False, na_values=[""])
-    frame["held"] = frame["verdict"] == "holds"
     with hydra_context():
         spec = ExpSpec.parse(to_dict(compose_config([f"+exp={name}"]).exp))
+    frame = rejudged(frame, spec)
+    frame.to_csv(folder / "robustness.csv", index=False)
     choices = spec.open
     first = frame.drop_duplicates("setting")
     settings = [Setting(str(r["setting"]), str(r["kind"]), {c.name: _value(r[c.name]) for c in choices})
@@ -359,6 +360,20 @@ def redraw(folder: Path, name: str | None = None,
     return write_study(folder, name, spec, choices, list(meta.get("varied") or [c.name for c in choices]), settings,
                        frame, bool(meta.get("quick")), int(meta.get("samples", 0)), int(meta.get("seed", 0)),
                        float(meta.get("wall_s", _md_wall_s(folder))), say)
+
+
+def rejudged(frame: pd.DataFrame, spec: ExpSpec) -> pd.DataFrame:
+    """A study's rows with each stored value judged again by its claim as the experiment declares it now (the
+    verdict rule or a tolerance changed; nothing re-run); rows of a claim no longer declared are dropped."""
+    from repro.experiments import claims as claims_mod
+
+    by_text = {str(c.get("text", "")): c for c in claims_mod.expand(spec.claims, spec.claims_also_for)}
+    frame = frame[frame["claim"].astype(str).isin(by_text)].copy()
+    values = pd.to_numeric(frame["value"], errors="coerce")
+    frame["verdict"] = [claims_mod.verdict(float(v), by_text[str(c)]) for c, v in zip(frame["claim"], values,
+                                                                                      strict=True)]
+    frame["held"] = frame["verdict"] == "holds"
+    return frame
 
 
 def _md_wall_s(folder: Path) -> float:

@@ -91,7 +91,7 @@ class ExperimentResult:
     manifest: dict[str, Any]
     num_run: int
     wall_s: float
-    verdicts: dict[str, int] = field(default_factory=dict)  # claims: holds / differs / n/a -> count
+    verdicts: dict[str, int] = field(default_factory=dict)  # claims: holds / differs / n/a / calibrated -> count
 
     def summary_line(self) -> str:
         """The closing line: points, wall time, paper claims held and differing, the data, where summary.md is."""
@@ -106,6 +106,8 @@ class ExperimentResult:
             claims = f"paper claims: {v.get('holds', 0)} hold, {v.get('differs', 0)} differ"
             if v.get("n/a"):
                 claims += f", {v['n/a']} not computable here"
+            if v.get("calibrated"):
+                claims += f", {v['calibrated']} calibrated (not tests)"
             robust = robustness_counts(self.out_dir, self.name)
             if robust:
                 claims += f" (robustness: {robust})"

@@ -1,0 +1,114 @@
+"""The verdict rule of a paper claim (repro.experiments.claims.judge): a claim's tolerance is what it sets, the default
+only where it sets none, and every verdict carries the test that gave it and which way the value lies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from repro.experiments import claims
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "verdict"),
+    [
+        # abs_tol alone is ± that, even where the default share of the target would be wider (TurboSpec Fig. 15)
+        (1.909, {"paper": 2.5, "abs_tol": 0.5}, "differs"),
+        (2.1, {"paper": 2.5, "abs_tol": 0.5}, "holds"),
+        # rel_tol alone is that share of the target
+        (1.3, {"paper": 1.0, "rel_tol": 0.5}, "holds"),
+        (1.6, {"paper": 1.0, "rel_tol": 0.5}, "differs"),
+        # both: the wider of the two
+        (1.35, {"paper": 1.0, "rel_tol": 0.1, "abs_tol": 0.4}, "holds"),
+        (1.45, {"paper": 1.0, "rel_tol": 0.1, "abs_tol": 0.4}, "differs"),
+        # neither: the default share of the target ...
+        (1.469, {"paper": 1.63}, "holds"),
+        (1.45, {"paper": 1.63}, "differs"),
+        (5.525, {"paper": "about 7"}, "differs"),  # Figs. 9 and 10: the old ±25 % let it hold
+        # ... or half a unit in the paper's last printed digit, where that is wider
+        (2.45, {"paper": 2}, "holds"),
+        (2.55, {"paper": 2}, "differs"),
+        (2.45, {"paper": 2, "target": 2.0}, "differs"),  # a claim's own target carries no printed precision
+        # inequalities compare with the target as they say
+        (0.9926, {"paper": 1, "check": ">=", "target": 0.99}, "holds"),
+        (0.98, {"paper": 1, "check": ">=", "target": 0.99}, "differs"),
+        (0.9, {"paper": "lower", "check": "<", "target": 1.0}, "holds"),
+        (float("nan"), {"paper": 1}, "n/a"),
+        (3.0, {"paper": 3, "calibrated": "the engine profile's input"}, "calibrated"),
+    ],
+)
+def test_a_claims_tolerance_is_the_one_it_sets(value: float, spec: dict[str, Any], verdict: str) -> None:
+    assert claims.judge(value, spec).verdict == verdict
+
+
+def test_the_test_is_printed_with_its_numbers_and_where_its_tolerance_came_from() -> None:
+    assert claims.judge(1.909, {"paper": 2.5, "abs_tol": 0.5}).test == (
+        "1.909 outside 2.5 ± 0.5 [2, 3]: the claim's ±0.5")
+    assert claims.judge(1.469, {"paper": 1.63}).test == "1.469 within 1.63 ± 0.163 [1.467, 1.793]: the default ±10%"
+    assert claims.judge(2.45, {"paper": 2}).test.endswith("half a unit in the paper's last digit")
+    assert claims.judge(0.9926, {"paper": 1, "check": ">=", "target": 0.99}).test == (
+        "0.9926 ≥ 0.99: the paper's 1 with 1% slack")
+    assert claims.judge(0.98, {"paper": 1, "check": ">=", "target": 0.99}).test.startswith("0.98 < 0.99")
+    assert claims.judge(3.0, {"paper": 3, "calibrated": "fitted"}).test == "calibrated, not a test: fitted"
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "direction"),
+    [
+        (1.0, {"paper": 1.0}, "as the paper"),
+        # a ratio of a higher-is-better metric: a bigger win is stronger (AdaServe Fig. 5's 13B row)
+        (2.0, {"paper": 1.5, "kind": "ratio_to_best_baseline", "metric": "goodput"}, "stronger"),
+        (1.0, {"paper": 1.5, "kind": "ratio_to_best_baseline", "metric": "goodput"}, "weaker"),
+        # a ratio of a latency: lower is the stronger win
+        (0.5, {"paper": 0.7, "kind": "ratio", "metric": "mean_latency_s"}, "stronger"),
+        (0.9, {"paper": 0.7, "kind": "ratio", "metric": "mean_latency_s"}, "weaker"),
+        # an inequality's own way
+        (0.9, {"paper": 1, "check": ">="}, "weaker"),
+        (1.1, {"paper": 1, "check": "<"}, "weaker"),
+        # a value with no better side
+        (1.8, {"paper": 2.5, "abs_tol": 0.5, "kind": "value_at", "metric": "mean_proposed_len"}, "below the paper"),
+        (3.5, {"paper": 2.5, "abs_tol": 0.5, "kind": "value_at", "metric": "mean_proposed_len"}, "above the paper"),
+        # the claim's own sense wins
+        (3.5, {"paper": 2.5, "abs_tol": 0.5, "kind": "value_at", "metric": "x", "stronger": "lower"}, "weaker"),
+    ],
+)
+def test_a_differs_says_which_way(value: float, spec: dict[str, Any], direction: str) -> None:
+    assert claims.judge(value, spec).direction == direction
+
+
+def test_a_calibrated_claim_is_not_counted_and_a_differs_carries_its_why() -> None:
+    points = pd.DataFrame({"system": ["a", "a", "b", "b"], "rps": [1, 2, 1, 2], "m": [1.0, 2.0, 1.0, 1.0]})
+    table = claims.evaluate([
+        {"text": "fit", "paper": 2, "kind": "max_over", "metric": "m", "system": "a", "calibrated": "fitted to it"},
+        {"text": "win", "paper": 4, "kind": "ratio", "metric": "m", "system": "a", "baseline": "b",
+         "why": "a wins 2x at 2 rps, not 4x"},
+        {"text": "ok", "paper": 2, "kind": "ratio", "metric": "m", "system": "a", "baseline": "b",
+         "why": "never shown"},
+    ], points, "rps")
+    assert list(table["verdict"]) == ["calibrated", "differs", "holds"]
+    assert list(table["why"]) == ["", "a wins 2x at 2 rps, not 4x", ""]
+    assert list(table["direction"]) == ["", "weaker", "as the paper"]
+
+
+def test_a_bad_sense_is_refused_naming_the_key() -> None:
+    from repro.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="stronger"):
+        claims.judge(1.0, {"text": "t", "paper": 2, "stronger": "up"})
+
+
+def test_a_study_is_judged_again_by_the_claims_as_they_stand() -> None:
+    """A robustness study's stored values, re-judged after a tolerance changed (nothing re-run)."""
+    from repro.experiments.expspec import ExpSpec
+    from repro.experiments.robustness import rejudged
+
+    spec = ExpSpec.parse({"name": "x", "claims": [
+        {"text": "c", "paper": 2.5, "kind": "value_at", "metric": "m", "system": "a", "abs_tol": 0.5}]})
+    frame = pd.DataFrame({"setting": ["s0", "s1", "s2", "s0"], "kind": ["chosen", "joint", "joint", "chosen"],
+                          "claim": ["c", "c", "c", "gone"], "value": [1.9, 2.2, None, 1.0],
+                          "verdict": ["holds", "holds", "n/a", "holds"], "held": [True, True, False, True]})
+    out = rejudged(frame, spec)
+    assert list(out["verdict"]) == ["differs", "holds", "n/a"]
+    assert list(out["held"]) == [False, True, False]
