@@ -116,8 +116,14 @@ def test_legends_use_the_papers_names_and_variants_stay_under_the_papers_line() 
         fig = figures.line(df, x="rps", y="y")
         lines = [ln for ln in fig.axes[0].get_lines() if len(ln.get_xdata()) == 2]
         assert [ln.get_linestyle() for ln in lines] == ["--", "-", "-"]  # the variant first, dashed
-        assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-            "AdaServe (recoverable first)", "AdaServe", "SD (γ = 3)"]
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == [  # the hidden line says so
+            "AdaServe (recoverable first) (= AdaServe)", "AdaServe", "SD (γ = 3)"]
+        shown.own = {"adaserve"}  # the paper's own system: last, thicker, in its strong colour
+        fig = figures.line(df, x="rps", y="y")
+        lines = [ln for ln in fig.axes[0].get_lines() if len(ln.get_xdata()) == 2]
+        assert [ln.get_linewidth() > 2 for ln in lines] == [False, False, True]
+        assert lines[-1].get_color() == panels.STRONG["AdaServe"]
+        shown.own = set()
         bars = figures.bar(df, x="system", y="y", hue=None)
         panels.relabel_ticks(bars)
         assert "SD (γ = 3)" in [t.get_text() for t in bars.axes[0].get_xticklabels()]

@@ -64,10 +64,10 @@ CLAIM_KEYS = {
 #: off figures whose gridlines resolve about a tenth of the axis; the suite's cost model is held to 5-15 % of the
 #: published latency tables (results/calibration). A tenth is the finest reading both support.
 DEFAULT_REL_TOL = 0.10
-#: How a paper's wording becomes a test (README, docs/claims.md and every summary's claims header say it once).
+#: How a paper's wording becomes a test (README, docs/using.md and every summary's claims header say it once).
 READINGS = (
-    "\"about x\", \"≈ x\" or a bare number: within ±10 % of x (or half a unit in x's last printed digit, if wider), "
-    "unless the claim states its own tolerance",
+    f"\"about x\", \"≈ x\" or a bare number: within ±{DEFAULT_REL_TOL:.0%} of x (or half a unit in x's last "
+    "printed digit, if wider), unless the claim states its own tolerance",
     "\"up to x\": the largest value over the sweep, read as \"about x\"",
     "\"x-y\": the midpoint ± half the range",
     "\"at least x\", \"≥ x\": at least x itself; a slack below x is the claim's own and is printed",

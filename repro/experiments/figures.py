@@ -21,6 +21,7 @@ name) and ``sharey`` (false: a y axis per panel).
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,12 +37,14 @@ from repro.experiments.panels import (
     decorate,
     facets,
     grid_order,
+    legend_state,
     plt,
     relabel_ticks,
     save,
     shared_legend,
     sns,
     stamp,
+    system_colour,
     use_style,
 )
 from repro.metrics.derived import with_derived
@@ -55,7 +58,7 @@ SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
     "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s", "data", "bins", "markers",
-    "palette", "sharey", "rate",
+    "palette", "sharey", "rate", "refs",
 }  # fmt: skip
 #: Tables a figure can read (``data``), and the kinds that may choose one.
 TABLES = ("points", "requests", "steps", "rounds")
@@ -95,21 +98,69 @@ def line(
     several = errorbars and _several_seeds(df, [x, hue or x, col or x, row or x, style or x])
     errorbar = "sd" if several else None
     order = list(hue_order) if hue_order else (grid_order(df, hue) or None)
-    colors = sns.color_palette(palette, n_colors=len(order)) if palette and order else None
+    colors: Any = sns.color_palette(palette, n_colors=len(order)) if palette and order else None
     dashes: bool | dict[Any, Any] = style is not None
-    variants = [v for v in order or () if v in current_shown().variants] if style is None else []
-    if variants and order:  # the suite's own variants dashed and drawn first: the paper's lines stay on top
+    shown = current_shown()
+    systems = hue == "system" and order is not None
+    sizes: dict[Any, float] | None = None
+    variants = [v for v in order or () if v in shown.variants] if style is None else []
+    if systems and order:  # the suite's variants first and dashed, the paper's own system last, thicker, in its colour
+        own = [v for v in order if v in shown.own]
+        order = [*variants, *(v for v in order if v not in variants and v not in own), *own]
+        colors = {v: system_colour(v) for v in order}
+        sizes = {v: 2.2 if v in own else 1.2 for v in order}
+        if style is None:
+            dashes = {v: (3, 2) if v in variants else "" for v in order}
+    elif variants and order:
         order = [*variants, *(v for v in order if v not in variants)]
         dashes = {v: (3, 2) if v in variants else "" for v in order}
         colors = colors or sns.color_palette(n_colors=len(order))
+    marks = coincident(df, [k for k in (row, col, x) if k is not None], hue, y, order) if order else {}
+    xs: list[Any] = list(pd.unique(df[x])) if x in df.columns else []
+    if opts.get("logx") and len(xs) <= 12 and all(isinstance(v, int | float | np.number) for v in xs):
+        opts.setdefault("xticks", sorted(float(v) for v in xs))
 
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.lineplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue, style_order=order if variants else None,
+            data=sub, x=x, y=y, hue=hue, hue_order=order, style=style or hue,
+            style_order=order if (variants or systems) and style is None else None,
+            size=hue if sizes else None, sizes=sizes, size_order=order if sizes else None,
             markers=markers, dashes=dashes, errorbar=errorbar, err_style="bars", palette=colors, ax=ax,
+            legend="full",
         )  # fmt: skip
 
-    return decorate(facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
+    with legend_state(marks, hue if hue is not None and not systems and hue in df.columns
+                      and pd.api.types.is_numeric_dtype(df[hue]) else ""):
+        fig = facets(df, col, row, draw, sharey=sharey)
+    return decorate(fig, title, xlabel, ylabel, **opts)
+
+
+#: how close two series must be, everywhere, to be drawn as one (the later hides the earlier)
+COINCIDE_RTOL = 0.01
+#: what :func:`coincident` found while the figures were drawn (draw_figures puts it in summary.md's notes)
+HIDDEN: list[str] = []
+
+
+def coincident(df: pd.DataFrame, keys: Sequence[str], hue: str | None, y: str,
+               order: Sequence[Any]) -> dict[str, str]:
+    """Series that another drawn after it hides (mean y within :data:`COINCIDE_RTOL` at every x of every panel): a
+    legend mark per hidden label, " (= IncrDec)", and a note in :data:`HIDDEN`."""
+    if hue is None or hue not in df.columns or not keys or len(order) < 2:
+        return {}
+    table = df.groupby([*keys, hue], sort=False)[y].mean().unstack(hue)
+    marks: dict[str, str] = {}
+    names = current_shown().names
+    for i, a in enumerate(order):
+        later = [b for b in order[i + 1:] if a in table.columns and b in table.columns]
+        for b in later:
+            both = table[[a, b]].dropna()
+            if len(both) and np.allclose(both[a], both[b], rtol=COINCIDE_RTOL, atol=1e-12):
+                shown_b = names.get(str(b), str(b))
+                marks[str(a)] = f" (= {shown_b})"
+                HIDDEN.append(f"{names.get(str(a), str(a))} coincides with {shown_b} (within "
+                              f"{COINCIDE_RTOL:.0%} at every point), drawn under it")
+                break
+    return marks
 
 
 def bar(
@@ -129,12 +180,16 @@ def bar(
     errorbar = "sd" if _several_seeds(df, [x, hue or x, col or x, row or x]) else None
     order = list(hue_order) if hue_order else (grid_order(df, hue) or None)
 
+    sharey = bool(opts.pop("sharey", True))
+    palette = {v: system_colour(v) for v in order} if hue == "system" and order else None
+
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.barplot(
-            data=sub, x=x, y=y, hue=hue, hue_order=order, order=grid_order(sub, x), errorbar=errorbar, ax=ax
+            data=sub, x=x, y=y, hue=hue, hue_order=order, order=grid_order(sub, x), errorbar=errorbar, ax=ax,
+            palette=palette,
         )
 
-    return decorate(facets(df, col, row, draw), title, xlabel, ylabel, **opts)
+    return decorate(facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
 
 
 def cdf(
@@ -152,8 +207,10 @@ def cdf(
     """Empirical CDF of a per-request ``value`` (e.g. TPOT) per ``hue``."""
     order = list(hue_order) if hue_order else (grid_order(df_requests, hue) or None)
 
+    palette = {v: system_colour(v) for v in order} if hue == "system" and order else None
+
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
-        sns.ecdfplot(data=sub, x=value, hue=hue, hue_order=order, ax=ax)
+        sns.ecdfplot(data=sub, x=value, hue=hue, hue_order=order, ax=ax, palette=palette)
 
     return decorate(facets(df_requests, col, row, draw), title, xlabel, ylabel, **opts)
 
@@ -364,6 +421,16 @@ def draw_figure(spec: Mapping[str, Any], tables: Mapping[str, pd.DataFrame | Non
     return fn(df, **args)
 
 
+def titled(spec: Mapping[str, Any], caption: str) -> dict[str, Any]:
+    """The spec with a title that names the paper and figure (``caption``: "AdaServe Fig. 4", the experiment title's
+    head) unless it already does."""
+    out = dict(spec)
+    title = str(out.get("title") or out.get("y") or "")
+    if caption and not title.startswith(caption.split(" ")[0]):
+        out["title"] = f"{caption}: {title}" if title else caption
+    return out
+
+
 def draw_figures(
     figures: Sequence[Mapping[str, Any]],
     points: pd.DataFrame,
@@ -372,9 +439,11 @@ def draw_figures(
     steps: pd.DataFrame | None = None,
     banner: str | None = None,
     rounds: pd.DataFrame | None = None,
+    caption: str = "",
 ) -> tuple[list[Path], list[str]]:
-    """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped
-    figures. ``banner`` (the run's overrides, a data fallback) is added under every figure's title."""
+    """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped figures and on
+    series another hides. ``banner`` (the run's overrides, a data fallback) is added under every figure's title;
+    ``caption`` ("AdaServe Fig. 4") heads every title."""
     if not figures:
         return [], []  # nothing to draw: matplotlib and seaborn are never imported
     use_style()
@@ -387,10 +456,14 @@ def draw_figures(
             check_spec(spec, list(points.columns))
         source = source_of(spec)
         skipped += drop_missing_facets(spec, list(points.columns))[1] if source == "points" else []
-        fig = draw_figure(spec, tables)
+        HIDDEN.clear()
+        fig = draw_figure(titled(spec, caption), tables)
         if fig is None:
             skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
+        for note in dict.fromkeys(HIDDEN):
+            skipped.append(f"figure {spec['name']}: {note}")
+            warnings.warn(f"figure {spec['name']}: {note}", stacklevel=2)
         relabel_ticks(fig)
         if banner:
             stamp(fig, banner)

@@ -189,8 +189,10 @@ def coverage(points: pd.DataFrame, systems: Sequence[str], scenarios: Sequence[s
     return pd.DataFrame(rows)
 
 
-def who_wins_figure(table: pd.DataFrame, spec: LeagueSpec, case_key: str, out_dir: Path) -> list[Path]:
-    """The scenario x load map, each cell coloured by its winner and labelled with it and its margin."""
+def who_wins_figure(table: pd.DataFrame, spec: LeagueSpec, case_key: str, out_dir: Path,
+                    banner: str | None = None) -> list[Path]:
+    """The scenario x load map: a cell one policy wins outright in that policy's colour (the suite's, as in every
+    figure) with its margin; a cell where others are within the tie in pale grey, hatched, labelled as a tie."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -199,27 +201,33 @@ def who_wins_figure(table: pd.DataFrame, spec: LeagueSpec, case_key: str, out_di
     scenarios = list(dict.fromkeys(table[case_key]))
     loads = sorted(dict.fromkeys(table[spec.x]))
     names = list(dict.fromkeys(table["best"]))
-    cmap = plt.get_cmap("tab20")
-    colors = {n: cmap(i % 20) for i, n in enumerate(names)}
+    colors = {n: panels.system_colour(str(n)) for n in names}
+    shown = panels.current_shown().names
     fig, ax = plt.subplots(figsize=(1.9 * len(loads) + 3.0, 0.62 * len(scenarios) + 1.6))
     for _, row in table.iterrows():
         i, j = scenarios.index(row[case_key]), loads.index(row[spec.x])
-        ax.add_patch(plt.Rectangle((j, i), 1, 1, color=colors[row["best"]], alpha=0.85))
         n_tied = len(str(row["tied"]).split()) if isinstance(row["tied"], str) and row["tied"] else 0
-        margin = "" if not math.isfinite(row["margin"]) else (
-            f"\ntied with {n_tied}" if n_tied else f"\n+{row['margin']:.1%}")
-        ax.text(j + 0.5, i + 0.5, f"{row['best']}{margin}", ha="center", va="center", fontsize=7,
-                alpha=0.6 if n_tied else 1.0)
+        best = shown.get(str(row["best"]), str(row["best"]))
+        if n_tied:  # a tie is no win: no winner's colour, the best named with how many share it
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor="#eeeeee", edgecolor=colors[row["best"]],
+                                       hatch="///", lw=0.0))
+            label = f"tie: {best}\n+ {n_tied} within {spec.tie:.0%}"
+        else:
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=colors[row["best"]], alpha=0.85))
+            label = best + ("" if not math.isfinite(row["margin"]) else f"\n+{row['margin']:.1%}")
+        ax.text(j + 0.5, i + 0.5, label, ha="center", va="center", fontsize=7)
     ax.set_xlim(0, len(loads))
     ax.set_ylim(len(scenarios), 0)
     ax.set_xticks([j + 0.5 for j in range(len(loads))], [f"{x:g}" for x in loads])
     ax.set_yticks([i + 0.5 for i in range(len(scenarios))], scenarios, fontsize=8)
     ax.set_xlabel(f"{spec.x} (fraction of the scenario's capacity)")
-    ax.set_title(f"Who wins where: best by {METRICS[spec.primary][0]}, margin over the runner-up\n"
-                 f"(\"tied with n\": n more within {spec.tie:.0%} of the best)", fontsize=9)
-    ax.legend(handles=[Patch(color=colors[n], label=n) for n in names], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_title(f"The league: best by {METRICS[spec.primary][0]}, margin over the runner-up\n"
+                 f"(grey, hatched: a tie, more policies within {spec.tie:.0%} of the best)", fontsize=9)
+    ax.legend(handles=[Patch(color=colors[n], label=shown.get(str(n), str(n))) for n in names], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
+    if banner:
+        panels.stamp(fig, banner)
     paths = panels.save(fig, out_dir, "who_wins")
     plt.close(fig)
     return paths
@@ -249,7 +257,8 @@ def findings(wins: pd.DataFrame, rank: pd.DataFrame, spec: LeagueSpec, case_key:
 
 
 def render(out_dir: Path, raw: Mapping[str, Any], case_key: str, systems: Sequence[str], scenarios: Sequence[str],
-           points: pd.DataFrame, markdown_table: Callable[..., str]) -> tuple[list[Path], list[str]]:
+           points: pd.DataFrame, markdown_table: Callable[..., str],
+           banner: str | None = None) -> tuple[list[Path], list[str]]:
     """Write who_wins.csv/.png, ranking.csv and coverage.csv; return the paths and summary.md's sections (tables
     drawn by ``markdown_table``, :func:`repro.experiments.render.markdown_table`)."""
     spec = LeagueSpec.parse(raw)
@@ -264,7 +273,7 @@ def render(out_dir: Path, raw: Mapping[str, Any], case_key: str, systems: Sequen
         path = out_dir / f"{name}.csv"
         frame.to_csv(path, index=False, float_format="%.6g")
         paths.append(path)
-    paths += who_wins_figure(wins, spec, case_key, out_dir)
+    paths += who_wins_figure(wins, spec, case_key, out_dir, banner)
     shown_wins = wins.assign(margin=[f"{m:+.1%}" if math.isfinite(m) else "-" for m in wins["margin"]])
     shown_rank = rank.rename(columns={f"{m}_vs_best": f"{m} / best" for m in spec.metrics})
     aggregation = (f"Ranking: in each (scenario, {spec.x}) cell every policy is ranked on each of "

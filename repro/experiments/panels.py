@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import textwrap
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,9 +85,24 @@ def facets(
                 sub = sub[sub[col] == cv]
             ax = axes[i][j]
             draw(ax, sub)
-            ax.set_title(", ".join(f"{k} = {v}" for k, v in ((row, rv), (col, cv)) if k is not None))
+            ax.set_title(facet_title(i * len(cols) + j, len(rows) * len(cols), row, rv, col, cv))
     shared_legend(fig, axes.ravel().tolist())
     return fig
+
+
+def facet_title(index: int, count: int, row: str | None, rv: Any, col: str | None, cv: Any) -> str:
+    """A panel's title as a paper's sub-caption: "(a) Llama-2-7b" (the facet values shown by their display names,
+    lettered when there are several panels; a number keeps its key: "(b) batch_size = 16")."""
+    parts = []
+    for key, value in ((row, rv), (col, cv)):
+        if key is None:
+            continue
+        text = _SHOWN.names.get(str(value), str(value))
+        parts.append(f"{key} = {text}" if isinstance(value, int | float) and not isinstance(value, bool) else text)
+    if not parts:
+        return ""
+    letter = f"({chr(ord('a') + index)}) " if count > 1 and index < 26 else ""
+    return letter + ", ".join(parts)
 
 
 def shared_legend(fig: Figure, axes: list[Axes]) -> None:
@@ -99,7 +115,9 @@ def shared_legend(fig: Figure, axes: list[Axes]) -> None:
             h = [a for a in legend.legend_handles if a is not None]
             labs = [t.get_text() for t in legend.get_texts()][: len(h)]
         for hh, ll in zip(h, labs, strict=True):
-            ll = _SHOWN.names.get(ll, ll)
+            ll = _SHOWN.names.get(ll, ll) + _SHOWN.marks.get(ll, "")
+            if _SHOWN.legend_key:  # a numeric hue: "k = 3", not a bare "3"
+                ll = f"{_SHOWN.legend_key} = {ll}"
             if ll not in labels:
                 handles.append(hh)
                 labels.append(ll)
@@ -119,9 +137,18 @@ def decorate(fig: Figure, title: str | None, xlabel: str | None, ylabel: str | N
             ax.set_ylabel(ylabel)
         if opts.get("logx"):
             ax.set_xscale("log")
-            from matplotlib.ticker import NullFormatter
+            from matplotlib.ticker import NullFormatter, NullLocator
 
-            ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ticks = opts.get("xticks")
+            if ticks:  # the grid's own values (batch sizes 2-64), not decades only
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xticks(list(ticks), [f"{v:g}" for v in ticks])
+        for ref in opts.get("refs") or ():  # reference lines: 1x, the paper's value
+            ax.axhline(float(ref["y"]), color=str(ref.get("color", "0.35")), lw=0.8, ls=":", zorder=1)
+            if ref.get("label"):
+                ax.annotate(str(ref["label"]), (1.0, float(ref["y"])), xycoords=("axes fraction", "data"),
+                            ha="right", va="bottom", fontsize=6, color="0.35")
         if opts.get("logy"):
             ax.set_yscale("log")
         if opts.get("ylim") is not None:
@@ -152,14 +179,55 @@ class Shown:
 
     names: dict[str, str] = field(default_factory=dict)
     variants: set[str] = field(default_factory=set)
+    own: set[str] = field(default_factory=set)  # the paper's own system: its strong colour, drawn last and thicker
+    marks: dict[str, str] = field(default_factory=dict)  # a label's legend suffix: " (= IncrDec)" where it coincides
+    legend_key: str = ""  # a numeric hue's column: legend entries read "k = 3"
 
 
 _SHOWN = Shown()
 
 
+#: The five papers' systems in one fixed strong colour each, the same in every figure of the suite, and no
+#: speculation in black; every other system's colour comes from its display name (:func:`system_colour`).
+STRONG = {"AdaServe": "#d62728", "TurboSpec": "#1f4e9c", "Nightjar": "#2ca02c", "LAPS-SD": "#8e44ad",
+          "GoodSpeed": "#e67e22", "vLLM": "#222222", "vLLM V1": "#222222"}
+#: the muted colours other systems are drawn from (none close to a strong one)
+MUTED = ("#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f", "#9edae5", "#c49c94", "#f7b6d2", "#dbdb8d",
+         "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#ff9896", "#6b6ecf", "#b5cf6b", "#e7969c", "#a55194")
+#: an experiment's name prefix → its paper's system, by display name
+PAPER_SYSTEM = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "nightjar": "Nightjar", "laps": "LAPS-SD",
+                "goodspeed": "GoodSpeed"}
+
+
+def system_colour(label: str) -> str:
+    """The one colour of a system in every figure: a paper's system and no speculation in their strong colours,
+    any other by a hash of its display name (the same name, the same colour, whatever the figure)."""
+    name = _SHOWN.names.get(str(label), str(label))
+    if name in STRONG:
+        return STRONG[name]
+    return MUTED[zlib.crc32(name.encode()) % len(MUTED)]
+
+
+def own_labels(experiment: str, labels: Iterable[Any], names: dict[str, str]) -> set[str]:
+    """The labels shown as the experiment's paper's own system (display name exactly the paper's)."""
+    paper = PAPER_SYSTEM.get(experiment.split("_")[0])
+    return {str(v) for v in labels if paper and names.get(str(v), str(v)) == paper}
+
+
 def current_shown() -> Shown:
     """The display names and variants figures are drawn with now (:func:`showing`)."""
     return _SHOWN
+
+
+@contextlib.contextmanager
+def legend_state(marks: dict[str, str], key: str) -> Iterator[None]:
+    """One figure's legend marks (" (= IncrDec)") and numeric hue key ("k = 3") while its legend is drawn."""
+    before = (_SHOWN.marks, _SHOWN.legend_key)
+    _SHOWN.marks, _SHOWN.legend_key = marks, key
+    try:
+        yield
+    finally:
+        _SHOWN.marks, _SHOWN.legend_key = before
 
 
 @contextlib.contextmanager

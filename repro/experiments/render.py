@@ -107,6 +107,8 @@ def write_summary(
         parts.append(f"> **{warning}**\n")
     if exp.description:
         parts.append(f"{exp.description}\n")
+    if is_validation(exp.name):
+        parts.append(f"> **{HELD_OUT}**\n")
     if manifest.get("command_line"):
         parts.append("Command line: `" + " ".join(manifest["command_line"]) + "`\n")
     for line in manifest.get("narrowed") or []:
@@ -146,6 +148,18 @@ def write_summary(
 
 #: The notes a real backend's points add (what it sent as prompts, its threads), kept beside the Data section
 REAL_BACKEND_NOTES = ("prompts:", "backend=")
+
+
+#: what a validation experiment's figures and summary say of the measurements they are compared with
+HELD_OUT_SHORT = "the suite's predictions; the servers' measurements are held by checks outside this repository"
+HELD_OUT = ("Every number here is the suite's prediction. The real servers' measurements it is compared with are held "
+            "by checks outside this repository (docs/validation.md says what each measured), so that the model cannot "
+            "be fitted to them.")
+
+
+def is_validation(name: str | None) -> bool:
+    """An experiment that predicts a real server's measurements (``validate_*``)."""
+    return bool(name and name.startswith("validate_"))
 
 
 #: the paper pages of docs/papers/ by an experiment's name prefix (the long explanations a summary links)
@@ -321,15 +335,23 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     entries = [e for c in exp.case_list() for e in c.systems]
     shown.names.update({e.label: e.display_name for e in entries if e.display_name})
     shown.variants.update(e.label for e in entries if e.variant)
+    labels = points["system"] if "system" in points.columns else ()
+    shown.own = panels.own_labels(exp.name or str(manifest.get("exp", "")), labels, shown.names)
+    caption = str(exp.title or "").split(":")[0] if ":" in str(exp.title or "") else ""
+    specs: Sequence[Mapping[str, Any]] = exp.figures
+    if is_validation(exp.name):  # a prediction drawn alone must say where the measurements it answers to are
+        specs = [{**f, "title": f"{f.get('title') or f.get('y')}\n({HELD_OUT_SHORT})"} for f in specs]
     with panels.showing(shown):
-        paths, skipped = figures.draw_figures(exp.figures, points, out_dir, requests, steps, banner, rounds)
+        paths, skipped = figures.draw_figures(specs, points, out_dir, requests, steps, banner, rounds,
+                                              caption=caption)
     extra: list[str] = []
     if exp.league:
         from repro.experiments import league
 
         scenarios = [str(c.label) for c in exp.case_list() if c.label is not None]
-        more, extra = league.render(out_dir, exp.league, exp.case_key, exp.system_labels(), scenarios, points,
-                                    markdown_table)
+        with panels.showing(shown):
+            more, extra = league.render(out_dir, exp.league, exp.case_key, exp.system_labels(), scenarios, points,
+                                        markdown_table, banner)
         paths = [*paths, *more]
     return [*paths, write_summary(out_dir, manifest, points, skipped, shown, extra)]
 
