@@ -186,7 +186,7 @@ def bar(
     def draw(ax: Axes, sub: pd.DataFrame) -> None:
         sns.barplot(
             data=sub, x=x, y=y, hue=hue, hue_order=order, order=grid_order(sub, x), errorbar=errorbar, ax=ax,
-            palette=palette,
+            palette=palette, saturation=1.0 if palette else 0.75,  # a system's own colour, not a greyed one
         )
 
     return decorate(facets(df, col, row, draw, sharey=sharey), title, xlabel, ylabel, **opts)
@@ -260,7 +260,8 @@ def timeline(
         data = binned(sub)
         if not multi:
             sns.lineplot(
-                data=data, x=x, y=ys[0], hue=hue, hue_order=order, estimator=None, drawstyle="steps-post", ax=ax
+                data=data, x=x, y=ys[0], hue=hue, hue_order=order, estimator=None, drawstyle="steps-post", ax=ax,
+                palette={v: system_colour(v) for v in order} if hue == "system" and order else None,
             )
             return
         colors = iter(sns.color_palette(n_colors=len(ys) + len(y2s)))
