@@ -24,7 +24,7 @@ Deviations:
   as v0 splits it (the draft on the driver GPU, blocks split evenly), no speculation in steps with prefill; the
   profiler times target passes as that engine runs them. The paper is ambiguous: §5.3 describes a multi-query
   verification pass with piecewise CUDA graphs, and Eq. 3 charges each context token's KV once, which fits batch
-  expansion only within 76 % (multi-query: 3-8 %; tests/systems/test_turbospec.py), so on vllm_v0 the controller's
+  expansion only within 79 % (multi-query: 3-8 %; tests/systems/test_turbospec.py), so on vllm_v0 the controller's
   latency model is off at long contexts. vllm_v0 is chosen because Fig. 2's 1.70x step and the switch-off of
   Figs. 9-10 and the tables need it (docs/calibration.md); ``engine=turbospec_mq`` runs the other reading.
 - Eq. 3 is fitted piecewise, one (α, γ, δ) per half-octave bucket of N_batched (BUCKET_EDGES): our linear layers

@@ -61,6 +61,8 @@ def test_the_test_is_printed_with_its_numbers_and_where_its_tolerance_came_from(
         # a ratio of a higher-is-better metric: a bigger win is stronger (AdaServe Fig. 5's 13B row)
         (2.0, {"paper": 1.5, "kind": "ratio_to_best_baseline", "metric": "goodput"}, "stronger"),
         (1.0, {"paper": 1.5, "kind": "ratio_to_best_baseline", "metric": "goodput"}, "weaker"),
+        # tokens per second is a rate, though its name ends like a time
+        (1.74, {"paper": 1.51, "kind": "ratio_to_best_baseline", "metric": "goodput_tok_s"}, "stronger"),
         # a ratio of a latency: lower is the stronger win
         (0.5, {"paper": 0.7, "kind": "ratio", "metric": "mean_latency_s"}, "stronger"),
         (0.9, {"paper": 0.7, "kind": "ratio", "metric": "mean_latency_s"}, "weaker"),
@@ -92,6 +94,48 @@ def test_a_calibrated_claim_is_not_counted_and_a_differs_carries_its_why() -> No
     assert list(table["direction"]) == ["", "weaker", "as the paper"]
 
 
+def test_a_why_quotes_numbers_the_run_computed() -> None:
+    """``why_values`` are evaluated on the points (inheriting the claim's keys, narrowing its where); a quick run
+    shows ``why_quick``; a field the sentence names but does not define is refused naming the claim and field."""
+    from repro.core.errors import ConfigError
+
+    points = pd.DataFrame({"system": ["a", "a", "b", "b"], "rps": [1, 2, 1, 2], "m": [1.0, 2.0, 1.0, 0.5],
+                           "q": [0.25, 0.5, 7.0, 9.0]})
+    spec = {"text": "win", "paper": 9, "kind": "ratio", "metric": "m", "system": "a", "baseline": "b",
+            "why": "b falls to {low} at 2 rps while a keeps {share:.0%} ({r})", "why_quick": "quick: {r}",
+            "why_values": {"low": {"kind": "value_at", "system": "b", "where": {"rps": 2}},
+                           "share": {"kind": "value_at", "metric": "q", "where": {"rps": 2}}, "r": {}}}
+    assert claims.evaluate([spec], points, "rps")["why"][0] == "b falls to 0.5 at 2 rps while a keeps 50% (4)"
+    assert claims.evaluate([spec], points, "rps", quick=True)["why"][0] == "quick: 4"
+    with pytest.raises(ConfigError, match=r"'win'\]\.why: \{nope\}"):
+        claims.evaluate([{**spec, "why": "{nope}"}], points, "rps")
+    with pytest.raises(ConfigError, match=r"why_values\.low"):  # checked on a claim that holds as well
+        claims.evaluate([{**spec, "paper": 4, "why_values": {"low": {"metric": "absent"}}}], points, "rps")
+
+
+def _claim_rows(summary: str) -> list[dict[str, str]]:
+    """The claims table of a summary.md as rows keyed by its header."""
+    if "## Paper claims" not in summary:
+        return []
+    lines = [ln for ln in summary.split("## Paper claims", 1)[1].split("\n## ", 1)[0].splitlines()
+             if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split(" | ")), strict=False)) for ln in lines[2:]]
+
+
+def test_every_committed_differs_says_why() -> None:
+    """Every "differs" in a committed reference (full, quick, quick without data) carries its sentence."""
+    from repro.experiments.results import RESULTS_DIR
+
+    bare = []
+    for path in sorted(RESULTS_DIR.rglob("summary.md")):
+        for row in _claim_rows(path.read_text()):
+            reason = row.get("why it differs; the paper's own numbers", "")
+            if row.get("verdict") == "differs" and "Why: " not in reason:
+                bare.append(f"{path.parent.relative_to(RESULTS_DIR)}: {row.get('claim')}")
+    assert not bare, f"{len(bare)} differs without a why, e.g. {bare[:3]}"
+
+
 def test_a_bad_sense_is_refused_naming_the_key() -> None:
     from repro.core.errors import ConfigError
 
@@ -112,3 +156,10 @@ def test_a_study_is_judged_again_by_the_claims_as_they_stand() -> None:
     out = rejudged(frame, spec)
     assert list(out["verdict"]) == ["differs", "holds", "n/a"]
     assert list(out["held"]) == [False, True, False]
+
+
+def test_a_trend_is_the_change_from_the_lowest_x_to_the_highest() -> None:
+    points = pd.DataFrame({"system": ["a"] * 3, "bs": [32, 1, 4], "share": [0.26, 0.43, 0.39]})
+    spec = {"text": "t", "paper": "> 0", "target": 0.0, "check": ">", "kind": "change_over", "metric": "share",
+            "system": "a", "x": "bs"}
+    assert claims.evaluate([spec], points, "bs")["reproduced"][0] == pytest.approx(0.26 - 0.43)

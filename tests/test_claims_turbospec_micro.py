@@ -192,3 +192,21 @@ def test_fig11_turbospec_competitive_with_the_best_static_k(fig11: pd.DataFrame)
     static = wide[[c for c in wide.columns if c.startswith("k=")]].max(axis=1)
     # Paper: "competitive or superior"; tolerance: at least 0.9 of the best static k at every GPU and acceptance
     assert (wide["turbospec"] >= 0.9 * static).all(), wide
+
+
+# --- Fig. 16a: the draft's memory (quick grid batch 1, 32) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fig16(quick_runs: QuickRuns) -> pd.DataFrame:
+    return quick_runs.get("turbospec_fig16", DATA).points
+
+
+def test_fig16_draft_memory_grows_with_the_batch_and_not_with_k(fig16: pd.DataFrame) -> None:
+    """The batch's footprint holds every request's KV at full length: the draft's own KV grows with the batch as the
+    target's does, so its share rises (from its weights alone at batch 1); the proposal length changes neither."""
+    share = fig16.pivot_table(index="batch_size", columns="system", values="draft_memory_share")
+    assert share.loc[1].iloc[0] < share.loc[32].iloc[0] < 0.05
+    assert (share.nunique(axis=1) == 1).all()
+    gib = fig16.groupby("batch_size")["batch_memory_gib"].mean()
+    assert gib[32] > gib[1] + 5  # 32 x 512 tokens of 7B KV (0.5 MiB a token) is 8 GiB

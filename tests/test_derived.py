@@ -98,3 +98,12 @@ def test_a_baseline_matched_on_fewer_columns() -> None:
         with_derived(pts, [Derived("s", "thr", baseline="none", match=("q",))], ["seed", "c", "k"])
     with pytest.raises(ConfigError):
         Derived.parse({"name": "s", "metric": "thr", "normalize": "k", "match": ["c"]})
+
+
+def test_a_column_per_the_rows_own_column() -> None:
+    """``per``: the row's metric over its own column (goodput per node: SepPipe's three nodes, AdaServe Fig. 7)."""
+    df = pd.DataFrame({"system": ["a", "sep"], "seed": [0, 0], "goodput": [60.0, 90.0], "nodes": [1.0, 3.0]})
+    out = with_derived(df, [Derived.parse({"name": "per_node", "metric": "goodput", "per": "nodes"})], ["seed"])
+    assert list(out["per_node"]) == [60.0, 30.0]
+    with pytest.raises(ConfigError, match="one of baseline"):
+        Derived.parse({"name": "x", "metric": "g", "per": "nodes", "normalize": "seed"})

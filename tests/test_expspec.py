@@ -46,8 +46,8 @@ def test_an_unknown_key_is_named_with_the_known_ones() -> None:
         ({"cases": [{"label": "a", "systems": "vllm"}]}, r"exp.cases\[a\].systems: expected a list"),
         ({"cases": [{"label": "a", "systems": [{"label": "x"}]}]}, r"exp.cases\[a\].systems: entry"),
         ({"figures": ["tpot"]}, "exp.figures: entry 'tpot' is not a map"),
-        ({"derived": [{"name": "x", "metric": "lat"}]}, "needs name, metric and either baseline"),
-        ({"derived": [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}]}, "either baseline"),
+        ({"derived": [{"name": "x", "metric": "lat"}]}, "needs name, metric and one of baseline"),
+        ({"derived": [{"name": "x", "metric": "g", "normalize": "k", "baseline": "sd"}]}, "one of baseline"),
         ({"grid": {"k": [1]}, "derived": [{"name": "x", "metric": "g", "normalize": "zz"}]},
          r"exp.derived\[x\].normalize: 'zz' is not a grid column \(\['seed', 'k'\]\)"),
         # empty lists run nothing

@@ -4,6 +4,7 @@ figures of committed quick references, redrawn from their tables."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import warnings
@@ -108,3 +109,72 @@ def test_one_name_one_colour_whatever_the_figure() -> None:
     with panels.showing(panels.Shown(names={"zz": "SpecInfer"})):
         assert panels.system_colour("zz") == first
         assert panels.system_colour("SpecInfer") == first
+
+
+def test_category_ticks_never_overprint() -> None:
+    """Long category labels (GoodSpeed Fig. 3's systems, Nightjar Fig. 3's deployments) are wrapped or turned so that
+    no two neighbouring tick labels overlap."""
+    import pandas as pd
+
+    from repro.experiments.figures import bar
+
+    names = ["7B, RTX 4090", "13B, A100-40G", "32B, 2x L20"]
+    df = pd.DataFrame({"deployment": names, "system": ["vllm"] * 3, "y": [1.0, 2.0, 3.0]})
+    fig = bar(df, x="deployment", y="y", hue="system")
+    panels.fit_ticks(fig)
+    fig.canvas.draw()
+    labels = fig.axes[0].get_xticklabels()
+    if all(t.get_rotation() for t in labels):  # turned: each label's slot runs along its own baseline
+        return
+    boxes = [t.get_window_extent() for t in labels]
+    assert not any(a.overlaps(b) for a, b in itertools.pairwise(boxes))
+    assert any("\n" in t.get_text() for t in labels)  # wrapped at their spaces
+
+
+def test_bars_are_not_drawn_on_a_log_axis() -> None:
+    from repro.core.errors import ConfigError
+    from repro.experiments.figures import check_spec
+
+    with pytest.raises(ConfigError, match=r"exp.figures\[kv\]\.logy"):
+        check_spec({"name": "kv", "kind": "bar", "x": "d", "y": "t", "hue": "system", "logy": True},
+                   ["d", "t", "system"])
+
+
+def test_a_claim_panel_draws_the_claims_own_ratio_with_the_papers_value() -> None:
+    """A ``claim`` figure draws what the claim reduces, at each x (AdaServe / the better greedy baseline), one
+    panel per claim, with the paper's value and 1x as lines; a text no claim has is refused naming the figure."""
+    import pandas as pd
+
+    from repro.core.errors import ConfigError
+    from repro.experiments.expspec import ExpSpec
+    from repro.experiments.figures import claim
+    from repro.experiments.render import claim_panels
+
+    points = pd.DataFrame({"system": ["ada", "ada", "eq", "eq", "gl", "gl"], "rps": [1, 2] * 3,
+                           "att": [0.9, 0.5, 0.9, 0.6, 0.8, 0.4]})
+    exp = ExpSpec.parse({"name": "x", "claims": [
+        {"text": "wins", "paper": ">= 1", "target": 1.0, "check": ">=", "kind": "ratio_to_best_baseline",
+         "metric": "att", "system": "ada", "reduce": "min"}]})
+    spec = {"name": "c", "kind": "claim", "claims": ["wins"], "labels": ["attainment"]}
+    table = claim_panels([spec], exp, points, "rps")
+    assert table is not None
+    assert list(table["value"]) == pytest.approx([1.0, 0.5 / 0.6])
+    fig = claim(table)
+    ax = fig.axes[0]
+    assert ax.get_title() == "attainment"
+    assert {round(float(line.get_ydata()[0]), 6) for line in ax.get_lines() if len(set(line.get_ydata())) == 1} >= {1.0}
+    with pytest.raises(ConfigError, match=r"exp.figures\[c\]\.claims: no claim reads 'lost'"):
+        claim_panels([{**spec, "claims": ["lost"]}], exp, points, "rps")
+
+
+def test_no_two_systems_of_one_experiment_share_a_colour() -> None:
+    """The suite's mapping gives every display name of an experiment its own colour (Nightjar Fig. 12's authors'
+    selector and no-context variant were both light blue under a plain hash)."""
+    colours = panels.suite_colours(CONF_DIR)
+    for path in sorted((CONF_DIR / "exp").glob("*.yaml")):
+        exp = (yaml.safe_load(path.read_text()) or {}).get("exp") or {}
+        entries = [e for e in exp.get("systems") or [] if isinstance(e, dict) and e.get("display_name")]
+        names = {str(e["display_name"]) for e in entries} - set(panels.STRONG)
+        drawn = [colours[n] for n in names]
+        assert len(drawn) == len(set(drawn)), f"{path.stem}: two systems share a colour"
+    assert colours["Nightjar (authors' selector)"] != colours["Nightjar (no context)"]

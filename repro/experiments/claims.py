@@ -22,6 +22,7 @@ Kinds (each returns one number):
     value_at                 the system's metric (reduced over x)
     max_over / min_over      max / min of the system's metric over x
     argmax / argmin          the x at which the system's metric is largest / smallest
+    change_over              the system's metric at the highest x less that at the lowest (a trend's sign and size)
     ratio                    system / baseline at each x, reduced (default max)
     ratio_to_best_baseline   system / best other system at each x, reduced (default max)
     diff                     system − baseline at each x, reduced (default max)
@@ -38,7 +39,16 @@ value is an input of the model or was fitted to the paper (``calibrated``: the r
 Each row also carries the test as it ran (:attr:`Judgement.test`: "0.9926 ≥ 0.99: the paper's 1 with 1 % slack"),
 the direction ("as the paper", "stronger"/"weaker" where the claim has a sense: ``stronger: higher | lower``, else
 from its check or, for a ratio or difference, from its metric; "above"/"below the paper" where it has none) and,
-for a "differs", the claim's ``why``: one sentence naming the mechanism and the number.
+for a "differs", the claim's ``why``: one sentence naming the mechanism and the number. The number comes from the
+run, not from the config: ``why_values`` names quantities the sentence quotes as ``{name}`` (or ``{name:.1%}``),
+each a claim-like map evaluated on the same points (it inherits the claim's kind, metric, system, where, x, reduce
+and baselines, and overrides what it sets; a ``where`` of its own narrows the claim's)::
+
+    why: "SpecInfer's fixed tree verifies {tokens} tokens per request at 6 req/s and falls behind"
+    why_values: {tokens: {kind: value_at, metric: mean_verified_tokens, where: {rps: 6}}}
+
+``why_quick`` replaces ``why`` on a quick run, where the quick grid's own mechanism differs (it stops short of
+saturation, runs fewer requests).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,10 +66,14 @@ import pandas as pd
 
 from repro.core.errors import ConfigError
 
+_FAMILY = "_family"  # set by evaluate(): the claim's system and its readings (exp.claims_also_for), never baselines
 CLAIM_KEYS = {
     "text", "paper", "kind", "metric", "system", "where", "x", "reduce", "lower_is_better", "baselines",
-    "baseline", "check", "target", "rel_tol", "abs_tol", "note", "why", "stronger", "calibrated",
+    "baseline", "check", "target", "rel_tol", "abs_tol", "note", "why", "why_quick", "why_values", "stronger",
+    "calibrated",
 }  # fmt: skip
+#: What a ``why_values`` entry inherits from its claim (the rest of the claim is about the verdict, not the run).
+_RUN_KEYS = ("kind", "metric", "system", "where", "x", "reduce", "lower_is_better", "baselines", "baseline", _FAMILY)
 #: The default tolerance of an ``approx`` claim that sets none: this share of the paper's value (or half a unit in
 #: the last digit it prints, where that is wider). The papers give their numbers to two significant digits, read
 #: off figures whose gridlines resolve about a tenth of the axis; the suite's cost model is held to 5-15 % of the
@@ -73,7 +88,6 @@ READINGS = (
     "\"at least x\", \"≥ x\": at least x itself; a slack below x is the claim's own and is printed",
 )
 _NAN = float("nan")
-_FAMILY = "_family"  # set by evaluate(): the claim's system and its readings (exp.claims_also_for), never baselines
 
 
 def _filtered(df: pd.DataFrame, where: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -132,15 +146,38 @@ def _best_other(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.Series:
     return table.min(axis=1) if spec.get("lower_is_better") else table.max(axis=1)
 
 
-def _relation(df: pd.DataFrame, spec: Mapping[str, Any], op: Callable[[Any, Any], Any], best: bool) -> float:
+def _relation_series(df: pd.DataFrame, spec: Mapping[str, Any], op: Callable[[Any, Any], Any],
+                     best: bool) -> pd.Series:
+    """The relation (system op baseline, or op the best other) at each x, before it is reduced."""
     mine = series(df, spec, spec["system"])
     other = _best_other(df, spec) if best else series(df, spec, _others(df, spec)[0])
     both = pd.concat([mine, other], axis=1, join="inner").dropna()
     if both.empty:
-        return _NAN
+        return pd.Series(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         values = op(both.iloc[:, 0], both.iloc[:, 1])
-    return _reduce(values.replace([np.inf, -np.inf], np.nan), str(spec.get("reduce", "max")))
+    return values.replace([np.inf, -np.inf], np.nan)
+
+
+def _relation(df: pd.DataFrame, spec: Mapping[str, Any], op: Callable[[Any, Any], Any], best: bool) -> float:
+    return _reduce(_relation_series(df, spec, op, best), str(spec.get("reduce", "max")))
+
+
+#: the relation kinds, by the operator and whether the baseline is the best other system
+_RELATIONS = {"ratio": (operator.truediv, False), "ratio_to_best_baseline": (operator.truediv, True),
+              "diff": (operator.sub, False), "diff_to_best_baseline": (operator.sub, True)}
+
+
+def per_x(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str | None = None) -> pd.Series:
+    """What a claim reduces, at each x: its relation for a ratio or difference, else the system's metric (a claim
+    panel draws it with the paper's value beside it)."""
+    full = {"x": default_x, **spec}
+    evaluate_one(points, full, default_x)  # the same checks, naming the claim
+    kind = str(full["kind"])
+    if kind in _RELATIONS:
+        op, best = _RELATIONS[kind]
+        return _relation_series(points, full, op, best)
+    return series(points, full, full["system"])
 
 
 def _arg(df: pd.DataFrame, spec: Mapping[str, Any], largest: bool) -> float:
@@ -155,6 +192,8 @@ KINDS: dict[str, Callable[[pd.DataFrame, Mapping[str, Any]], float]] = {
     "value_at": lambda df, s: _reduce(series(df, s, s["system"]), str(s.get("reduce", "mean"))),
     "max_over": lambda df, s: _reduce(series(df, s, s["system"]), "max"),
     "min_over": lambda df, s: _reduce(series(df, s, s["system"]), "min"),
+    "change_over": lambda df, s: _reduce(series(df, s, s["system"]), "last")
+    - _reduce(series(df, s, s["system"]), "first"),
     "argmax": lambda df, s: _arg(df, s, True),
     "argmin": lambda df, s: _arg(df, s, False),
     "ratio": lambda df, s: _relation(df, s, operator.truediv, best=False),
@@ -218,8 +257,10 @@ def tolerance(spec: Mapping[str, Any]) -> tuple[float, str]:
 
 _SYMBOL = {">=": "≥", ">": ">", "<=": "≤", "<": "<"}
 _NEGATED = {">=": "<", ">": "≤", "<=": ">", "<": "≥"}
-#: metric-name fragments of a quantity where less is better (a ratio or difference of one is stronger when lower)
+#: metric-name fragments of a quantity where less is better (a ratio or difference of one is stronger when lower),
+#: unless the name is also a rate where more is better (``goodput_tok_s`` is tokens per second)
 _LOWER_BETTER = ("latency", "tpot", "ttft", "time", "_s", "_ms", "regret", "error", "cost", "wait", "delay")
+_HIGHER_BETTER = ("goodput", "throughput", "tok_s", "attainment", "speedup", "utility")
 
 
 def _num(v: float) -> str:
@@ -242,7 +283,8 @@ def sense(spec: Mapping[str, Any]) -> str | None:
         return "lower"
     if str(spec.get("kind", "")).startswith(("ratio", "diff")):
         metric = str(spec.get("metric", "")).lower()
-        return "lower" if spec.get("lower_is_better") or any(f in metric for f in _LOWER_BETTER) else "higher"
+        lower = any(f in metric for f in _LOWER_BETTER) and not any(f in metric for f in _HIGHER_BETTER)
+        return "lower" if spec.get("lower_is_better") or lower else "higher"
     return None
 
 
@@ -266,6 +308,8 @@ def judge(value: float, spec: Mapping[str, Any]) -> Judgement:
     if math.isnan(value) or math.isnan(target):
         return Judgement("n/a", "not computable on this grid" if math.isnan(value) else "no number to test", "")
     paper = target_of({"paper": spec.get("paper")})
+    if "%" in str(spec.get("paper", "")) and abs(paper / 100 - target) < abs(paper - target):
+        paper /= 100  # "< 4 %" against a target of 0.04
     if check == "approx":
         width, how = tolerance(spec)
         ok = abs(value - target) <= width + 1e-12 * max(1.0, abs(target))
@@ -329,21 +373,57 @@ def expand(claims: Sequence[Mapping[str, Any]],
     return out
 
 
+class _Quoted(string.Formatter):
+    """``{name}`` of a ``why`` as a number to four significant digits unless the field gives a format."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, float) and math.isnan(value):
+            return "n/a"
+        return format(value, format_spec) if format_spec else _num(float(value))
+
+
+def why(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str | None = None, quick: bool = False) -> str:
+    """The claim's ``why`` (``why_quick`` on a quick run, where it has one) with its ``why_values`` evaluated on
+    ``points`` (module docstring); ConfigError naming the claim and the field for a quantity it does not define or
+    cannot evaluate."""
+    sentence = str((spec.get("why_quick") if quick else None) or spec.get("why") or "")
+    text = spec.get("text", "?")
+    values_spec = spec.get("why_values") or {}
+    if not isinstance(values_spec, Mapping):
+        raise ConfigError(f"exp.claims[{text!r}].why_values: expected {{name: {{kind: ..., metric: ...}}}}")
+    values: dict[str, float] = {}
+    for name, sub in values_spec.items():
+        if not isinstance(sub, Mapping):
+            raise ConfigError(f"exp.claims[{text!r}].why_values.{name}: expected a map of claim keys")
+        inherited = {k: spec[k] for k in _RUN_KEYS if k in spec}
+        where = {**(spec.get("where") or {}), **(sub.get("where") or {})}
+        full = {**inherited, **sub, "text": f"{text}: why_values.{name}", **({"where": where} if where else {})}
+        values[str(name)] = evaluate_one(points, full, default_x)
+    fields = {f for _, f, _, _ in string.Formatter().parse(sentence) if f is not None}
+    missing = sorted(fields - set(values))
+    if missing:
+        raise ConfigError(f"exp.claims[{text!r}].why: {{{missing[0]}}} is not in its why_values "
+                          f"({', '.join(sorted(values)) or 'none'})")
+    return _Quoted().vformat(sentence, (), values)
+
+
 #: The claims table's columns (:func:`evaluate`).
 COLUMNS = ["claim", "paper", "reproduced", "verdict", "test", "direction", "why"]
 
 
 def evaluate(
     claims: Sequence[Mapping[str, Any]], points: pd.DataFrame, default_x: str | None = None,
-    also_for: Mapping[str, Sequence[str]] | None = None,
+    also_for: Mapping[str, Sequence[str]] | None = None, quick: bool = False,
 ) -> pd.DataFrame:
     """The claims table (:data:`COLUMNS`): one row per claim, and per reading of its system in ``also_for``
-    (:func:`expand`); ``why`` is the claim's sentence on a "differs" (empty otherwise)."""
+    (:func:`expand`); ``why`` is the claim's sentence on a "differs" (empty otherwise; ``why_quick`` with
+    ``quick``)."""
     rows = []
     for spec in expand(claims, also_for):
         value = evaluate_one(points, spec, default_x)
         j = judge(value, spec)
+        sentence = why(points, spec, default_x, quick)  # evaluated on every row, so a broken why_values fails at once
         rows.append({"claim": spec.get("text", ""), "paper": spec.get("paper", ""), "reproduced": value,
                      "verdict": j.verdict, "test": j.test, "direction": j.direction,
-                     "why": str(spec.get("why") or "") if j.verdict == "differs" else ""})  # fmt: skip
+                     "why": sentence if j.verdict == "differs" else ""})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -7,15 +7,17 @@ only by seed are averaged, with the standard deviation over seeds as error bars 
 ``<name>.pdf``; the per-request and per-step tables first get the columns that follow from stored ones
 (``latency_s``, ``accept_rate``, ..., :mod:`repro.metrics.derived`).
 
-Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar) are required; ``x``, ``y`` (a
-column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
+Figure spec keys: ``name`` and ``kind`` (line | bar | cdf | timeline | stacked_bar | claim) are required; ``x``,
+``y`` (a column, or a list of columns for stacked_bar and timeline), ``hue`` (default ``system``), ``col``, ``row``,
 ``style``, ``title``, ``xlabel``, ``ylabel``, ``logx``, ``logy``, ``ylim``, ``hue_order``, ``labels``, ``where``
 (``{column: value}`` filters applied first) and, for timelines, ``y2``, ``y2label``, ``bin_s`` and ``rate`` are
 optional. A line or bar figure reads points.csv unless ``data`` names another table (``requests``, ``steps`` or
 ``rounds``: per request, per step, per request per step); ``bins`` (a list of edges) then groups the rows by the bin
 their ``x`` falls in, each bin drawn at its centre with the mean ``y`` of its rows (e.g. LAPS-SD Fig. 7's estimation
 error by output length). Line figures also take ``markers`` (false: plain lines), ``palette`` (a seaborn palette
-name) and ``sharey`` (false: a y axis per panel).
+name) and ``sharey`` (false: a y axis per panel). ``refs`` draws reference lines (``[{y: 1, label: "1x"}]``). A
+``claim`` figure takes ``claims`` (claim texts of ``exp.claims``) and ``labels``, and draws each claim's quantity at
+each x with the paper's value (:func:`claim`; the renderer computes its table). Bars never go on a log axis.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from repro.experiments.panels import (
     current_shown,
     decorate,
     facets,
+    fit_ticks,
     grid_order,
     legend_state,
     plt,
@@ -58,7 +61,7 @@ SEED_COL = "seed"
 SPEC_KEYS = {
     "name", "kind", "x", "y", "hue", "col", "row", "style", "title", "xlabel", "ylabel",
     "logx", "logy", "ylim", "hue_order", "where", "labels", "y2", "y2label", "bin_s", "data", "bins", "markers",
-    "palette", "sharey", "rate", "refs",
+    "palette", "sharey", "rate", "refs", "claims",
 }  # fmt: skip
 #: Tables a figure can read (``data``), and the kinds that may choose one.
 TABLES = ("points", "requests", "steps", "rounds")
@@ -314,6 +317,41 @@ def stacked_bar(
     return decorate(facets(df, col, row, draw), title, xlabel, ylabel, **opts)
 
 
+def claim(
+    df: pd.DataFrame,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    **opts: Any,
+) -> Figure:
+    """A claim's own quantity at each x (the claims table the renderer builds: ``claim``, ``x``, ``value``,
+    ``system``, ``target``, ``paper``, ``relation``): one panel per claim, each system's line (the claim's system and
+    its readings) with the paper's value dotted and 1× drawn for a ratio. A ratio near 1 that an absolute figure
+    cannot show (AdaServe beside GlobalGreedy, Nightjar beside LinTS) is read here."""
+    shown = current_shown()
+    order = grid_order(df, "system")
+    order = [*(v for v in order if v not in shown.own), *(v for v in order if v in shown.own)]
+    colors = {v: system_colour(v) for v in order}
+    sizes = {v: 2.2 if v in shown.own else 1.2 for v in order}
+
+    def draw(ax: Axes, sub: pd.DataFrame) -> None:
+        here = [v for v in order if v in set(sub["system"])]
+        sns.lineplot(data=sub, x="x", y="value", hue="system", hue_order=here, palette=colors, size="system",
+                     sizes=sizes, size_order=here, marker="o", ax=ax, legend="full")
+        if len(sub) and str(sub["relation"].iloc[0]) == "ratio":
+            ax.axhline(1.0, color="0.6", lw=0.7, zorder=1)
+        target = float(sub["target"].iloc[0]) if len(sub) else float("nan")
+        if np.isfinite(target):
+            ax.axhline(target, color="0.25", lw=0.9, ls=":", zorder=1)
+            ax.annotate(f"paper: {sub['paper'].iloc[0]}", (1.0, target), xycoords=("axes fraction", "data"),
+                        ha="right", va="bottom", fontsize=6, color="0.25")
+        if xlabel is None:
+            ax.set_xlabel(str(sub["x_name"].iloc[0]) if len(sub) else "")
+
+    fig = facets(df, "claim", None, draw, sharey=False)
+    return decorate(fig, title, xlabel, ylabel, **opts)
+
+
 #: figure kind → (function, which table it reads, the name its y/value argument has).
 KINDS: dict[str, tuple[Callable[..., Figure], str, str]] = {
     "line": (line, "points", "y"),
@@ -321,6 +359,7 @@ KINDS: dict[str, tuple[Callable[..., Figure], str, str]] = {
     "stacked_bar": (stacked_bar, "points", "y"),
     "cdf": (cdf, "requests", "value"),
     "timeline": (timeline, "steps", "y"),
+    "claim": (claim, "claims", "y"),
 }
 
 
@@ -355,6 +394,9 @@ def check_spec(spec: Mapping[str, Any], columns: Sequence[str]) -> None:
         for y in ys if isinstance(ys, list | tuple) else [ys] if ys is not None else []:
             if y not in columns:
                 raise ConfigError(f"exp.figures[{name}].{key}: no column '{y}'")
+    if spec.get("kind") in ("bar", "stacked_bar") and spec.get("logy"):
+        raise ConfigError(f"exp.figures[{name}].logy: bars start at zero, which a log axis cannot show (drop logy, "
+                          "or draw a line)")
     if spec.get("kind") == "bar" and spec.get("x") is not None and spec.get("hue", "system") == spec.get("x"):
         raise ConfigError(f"exp.figures[{name}]: x and hue are both '{spec.get('x')}' (a bar per x value needs no "
                           "hue: set hue to another column)")
@@ -441,6 +483,7 @@ def draw_figures(
     banner: str | None = None,
     rounds: pd.DataFrame | None = None,
     caption: str = "",
+    claims: pd.DataFrame | None = None,
 ) -> tuple[list[Path], list[str]]:
     """Draw every figure spec to ``out_dir/<name>.png/.pdf``; returns the files and notes on skipped figures and on
     series another hides. ``banner`` (the run's overrides, a data fallback) is added under every figure's title;
@@ -449,7 +492,7 @@ def draw_figures(
         return [], []  # nothing to draw: matplotlib and seaborn are never imported
     use_style()
     tables = {"points": points, "requests": with_derived(requests), "steps": with_derived(steps),
-              "rounds": with_derived(rounds)}
+              "rounds": with_derived(rounds), "claims": claims}
     paths: list[Path] = []
     skipped: list[str] = []
     for spec in figures:
@@ -460,12 +503,14 @@ def draw_figures(
         HIDDEN.clear()
         fig = draw_figure(titled(spec, caption), tables)
         if fig is None:
-            skipped.append(f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
+            skipped.append(f"figure {spec['name']}: its claims cannot be computed on this grid" if source == "claims"
+                           else f"figure {spec['name']}: needs {source}.parquet (run with save_requests=true)")
             continue
         for note in dict.fromkeys(HIDDEN):
             skipped.append(f"figure {spec['name']}: {note}")
             warnings.warn(f"figure {spec['name']}: {note}", stacklevel=2)
         relabel_ticks(fig)
+        fit_ticks(fig)
         if banner:
             stamp(fig, banner)
         paths += save(fig, out_dir, str(spec["name"]))

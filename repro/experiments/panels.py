@@ -191,9 +191,10 @@ _SHOWN = Shown()
 #: speculation in black; every other system's colour comes from its display name (:func:`system_colour`).
 STRONG = {"AdaServe": "#d62728", "TurboSpec": "#1f4e9c", "Nightjar": "#2ca02c", "LAPS-SD": "#8e44ad",
           "GoodSpeed": "#e67e22", "vLLM": "#222222", "vLLM V1": "#222222"}
-#: the muted colours other systems are drawn from (none close to a strong one)
-MUTED = ("#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f", "#9edae5", "#c49c94", "#f7b6d2", "#dbdb8d",
-         "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#ff9896", "#6b6ecf", "#b5cf6b", "#e7969c", "#a55194")
+#: the muted colours other systems are drawn from (none close to a strong one), in the order they are handed out
+MUTED = ("#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f", "#ff9896", "#6b6ecf", "#c49c94", "#98df8a",
+         "#a55194", "#ffbb78", "#aec7e8", "#dbdb8d", "#f7b6d2", "#c5b0d5", "#b5cf6b", "#9edae5", "#e7969c",
+         "#637939", "#843c39", "#3182bd", "#fd8d3c", "#756bb1", "#636363")
 #: an experiment's name prefix → its paper's system, by display name
 PAPER_SYSTEM = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "nightjar": "Nightjar", "laps": "LAPS-SD",
                 "goodspeed": "GoodSpeed"}
@@ -201,11 +202,53 @@ PAPER_SYSTEM = {"adaserve": "AdaServe", "turbospec": "TurboSpec", "nightjar": "N
 
 def system_colour(label: str) -> str:
     """The one colour of a system in every figure: a paper's system and no speculation in their strong colours,
-    any other by a hash of its display name (the same name, the same colour, whatever the figure)."""
+    any other the colour the suite hands its display name (:func:`suite_colours`: two systems of one experiment
+    never share one), and a name no experiment shows (a user's own system) one from a hash of it."""
     name = _SHOWN.names.get(str(label), str(label))
     if name in STRONG:
         return STRONG[name]
-    return MUTED[zlib.crc32(name.encode()) % len(MUTED)]
+    assigned = suite_colours()
+    return assigned.get(name) or MUTED[zlib.crc32(name.encode()) % len(MUTED)]
+
+
+_SUITE_COLOURS: dict[str, str] = {}
+
+
+def suite_colours(conf_dir: Path | None = None) -> dict[str, str]:
+    """Every display name the experiments show (``conf/exp``, their systems and labelled entries) → its muted
+    colour, one mapping for the whole suite: names that appear in one experiment are neighbours, and each name in
+    turn (most neighbours first, then by name) takes the first colour in :data:`MUTED` no neighbour holds (greedy
+    graph colouring); computed once."""
+    if _SUITE_COLOURS and conf_dir is None:
+        return _SUITE_COLOURS
+    conf = conf_dir or Path(__file__).resolve().parents[2] / "conf"
+    together: dict[str, set[str]] = {}
+    for path in sorted((conf / "exp").glob("*.yaml")):
+        try:
+            exp = (yaml.safe_load(path.read_text()) or {}).get("exp") or {}
+        except yaml.YAMLError:
+            continue
+        entries = list(exp.get("systems") or [])
+        for case in exp.get("cases") or []:
+            entries += list((case or {}).get("systems") or []) if isinstance(case, dict) else []
+        names = set()
+        for e in entries:
+            if isinstance(e, dict):
+                name = e.get("display_name") or (_system_yaml(str(e.get("system")), conf) or {}).get("display_name")
+            else:
+                name = (_system_yaml(str(e), conf) or {}).get("display_name") or str(e)
+            if name and str(name) not in STRONG:
+                names.add(str(name))
+        for n in names:
+            together.setdefault(n, set()).update(names - {n})
+    out: dict[str, str] = {}
+    for n in sorted(together, key=lambda n: (-len(together[n]), n)):
+        taken = {out[m] for m in together[n] if m in out}
+        free = [c for c in MUTED if c not in taken]
+        out[n] = free[0] if free else MUTED[zlib.crc32(n.encode()) % len(MUTED)]
+    if conf_dir is None:
+        _SUITE_COLOURS.update(out)
+    return out
 
 
 def own_labels(experiment: str, labels: Iterable[Any], names: dict[str, str]) -> set[str]:
@@ -283,6 +326,37 @@ def relabel_ticks(fig: Figure) -> None:
             if any(t.get_text() in _SHOWN.names for t in texts):
                 axis.set_ticks(axis.get_ticklocs())
                 axis.set_ticklabels([_SHOWN.names.get(t.get_text(), t.get_text()) for t in texts])
+
+
+def fit_ticks(fig: Figure) -> None:
+    """Category tick labels of an x axis (systems, deployments) wrapped at spaces to the width each one has, so
+    neighbours never overprint: at the axis's font size, else at four fifths of it; where a word is still too wide
+    for its slot, the whole labels turn 30 degrees."""
+    fig.canvas.draw()  # tick labels and axes sizes as they will be saved
+    for ax in fig.axes:
+        texts = [t.get_text() for t in ax.get_xticklabels()]
+        if not texts or all(_is_number(t) for t in texts):
+            continue
+        size = float(ax.get_xticklabels()[0].get_fontsize())
+        slot = ax.get_window_extent().width * 72.0 / fig.dpi / len(texts)  # points per tick
+        for scale in (1.0, 0.8):
+            chars = max(4, int(slot / (0.62 * size * scale)) - 1)  # a character is about 0.6 em; one spare
+            wrapped = [textwrap.fill(t, width=chars, break_long_words=False) for t in texts]
+            if max(len(w) for t in wrapped for w in t.split("\n")) <= chars:
+                if wrapped != texts or scale != 1.0:
+                    ax.set_xticks(ax.get_xticks(), wrapped, fontsize=size * scale)
+                break
+        else:  # a word wider than its slot: the whole labels, turned
+            ax.set_xticks(ax.get_xticks(), texts, rotation=30, ha="right", rotation_mode="anchor")
+
+
+def _is_number(text: str) -> bool:
+    """A numeric tick label (or an empty one): not a category."""
+    try:
+        float(text.replace("\N{MINUS SIGN}", "-") or 0)
+    except ValueError:
+        return False
+    return True
 
 
 def stamp(fig: Figure, text: str, width: int = 100) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from repro.core.errors import ReproError
+from repro.core.errors import ConfigError, ReproError
 from repro.experiments import claims, datasources, figures, panels, studies
 from repro.experiments.expspec import ExpSpec
 from repro.experiments.results import CONF_DIR, engines_line
@@ -167,11 +167,44 @@ PAPER_PAGES = {"adaserve": "adaserve", "turbospec": "turbospec", "laps": "laps_s
                "goodspeed": "goodspeed"}
 
 
+def claim_panels(specs: Sequence[Mapping[str, Any]], exp: ExpSpec, points: pd.DataFrame,
+                 default_x: str | None) -> pd.DataFrame | None:
+    """The table the ``claim`` figures draw: for each figure and each claim it names (``claims``: claim texts; a
+    claim's readings, ``exp.claims_also_for``, come with it), the claim's quantity at each x (:func:`claims.per_x`),
+    with the paper's value; the panel is titled by the figure's ``labels`` or the claim's text. ConfigError naming
+    the figure for a text no claim has."""
+    rows = []
+    expanded = claims.expand(exp.claims, exp.claims_also_for)
+    for f in specs:
+        if f.get("kind") != "claim":
+            continue
+        texts = [str(t) for t in f.get("claims") or ()]
+        labels = [str(t) for t in f.get("labels") or texts]
+        if not texts or len(labels) != len(texts):
+            raise ConfigError(f"exp.figures[{f.get('name')}]: a claim figure needs claims (their texts) and as many "
+                              "labels, if any")
+        for text, label in zip(texts, labels, strict=True):
+            found = [c for c in expanded if str(c.get("text", "")) == text
+                     or str(c.get("text", "")).startswith(f"{text} [")]
+            if not found:
+                raise ConfigError(f"exp.figures[{f.get('name')}].claims: no claim reads {text!r}")
+            for spec in found:
+                values = claims.per_x(points, spec, default_x)
+                kind = str(spec.get("kind", ""))
+                for x, v in values.items():
+                    rows.append({"figure": f["name"], "claim": label, "x": x, "value": float(v),
+                                 "system": str(spec["system"]), "target": claims.target_of(spec),
+                                 "paper": str(spec.get("paper", "")), "x_name": str(spec.get("x") or default_x),
+                                 "relation": "ratio" if kind.startswith("ratio") else kind})
+    return pd.DataFrame(rows) if rows else None
+
+
 def claims_section(out_dir: Path, manifest: Mapping[str, Any], exp: ExpSpec, points: pd.DataFrame) -> list[str]:
     """summary.md's "Paper claims": how a paper's wording is read, then per claim its verdict, the test that gave it,
     which way the value lies, its robustness, why it differs and the paper's own inconsistencies."""
     grid = manifest.get("grid_keys") or []
-    table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for)
+    table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for,
+                            quick=bool(manifest.get("quick")))
     table["verdict"] = table["verdict"].replace({"calibrated": "calibrated, not a test"})
     out = table[["claim", "paper", "reproduced", "verdict", "test", "direction"]].copy()
     out.columns = ["claim", "paper value", "reproduced value", "verdict", "test", "direction"]
@@ -341,9 +374,12 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     specs: Sequence[Mapping[str, Any]] = exp.figures
     if is_validation(exp.name):  # a prediction drawn alone must say where the measurements it answers to are
         specs = [{**f, "title": f"{f.get('title') or f.get('y')}\n({HELD_OUT_SHORT})"} for f in specs]
+    grid = manifest.get("grid_keys") or []
+    claim_rows = claim_panels(specs, exp, points, grid[0] if grid else None)
+    specs = [{**f, "where": {"figure": f["name"]}} if f.get("kind") == "claim" else f for f in specs]
     with panels.showing(shown):
         paths, skipped = figures.draw_figures(specs, points, out_dir, requests, steps, banner, rounds,
-                                              caption=caption)
+                                              caption=caption, claims=claim_rows)
     extra: list[str] = []
     if exp.league:
         from repro.experiments import league

@@ -14,6 +14,7 @@ the simulator from Python::
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -301,6 +302,8 @@ def _run_sim(cfg: DictConfig, t0: float, latencies: bool = True) -> PointResult:
             and built.deployment.draft_servers and built.engine.policy.round_budget is not None:
         metrics.update(edge_optimum(built, out, steps))
     metrics.update(kv_report(built))
+    metrics.update(batch_memory(cfg, built, requests))
+    metrics["num_replicas"] = float(len(getattr(built.engine, "replicas", [])) or 1)  # nodes, for per-node rates
     window = cfg.get("peak_window_s")
     if window and steps is not None:  # Nightjar Fig. 11: the peak of the throughput trace
         metrics["peak_total_token_throughput"] = peak_token_rate(steps, float(window))
@@ -322,6 +325,27 @@ def kv_report(built: Built) -> dict[str, float]:
     if not reps or not all(r.cost.engine.reports_kv_tokens for r in reps):
         return {}
     return {"kv_cache_tokens": float(sum(r.kv.total * r.kv.block_size for r in reps))}
+
+
+def batch_memory(cfg: DictConfig, built: Built, requests: pd.DataFrame) -> dict[str, float]:
+    """For a point whose requests arrive together as one batch (``rps: .inf``, at most ``max_num_seqs`` of them, on
+    one replica): the memory the batch occupies per GPU at its end, every request resident at its full length
+    (prompt + output tokens), in GiB (``batch_memory_gib``: weights and KV), and the draft model's part of it
+    (``draft_memory_share``: its weights and its own KV, where the system keeps a draft resident; TurboSpec Fig.
+    16a). Nothing for other points, whose requests are not all resident at once."""
+    reps = getattr(built.engine, "replicas", [])
+    seqs = cfg.system.get("max_num_seqs") if "system" in cfg else None
+    if len(reps) != 1 or not math.isinf(float(cfg.get("rps") or 0)) or seqs is None or len(requests) > int(seqs):
+        return {}
+    from repro.cost.model import GiB
+
+    rep = reps[0]
+    cost, tp = rep.cost, rep.cost.tp
+    tokens = float((requests["prompt_len"] + requests["output_len"]).sum())
+    draft = cost.resident_draft(bool(rep.policy.uses_draft_model))
+    target = cost.model.weight_bytes / tp + tokens * cost.model.kv_bytes_per_token / tp
+    extra = (draft.weight_bytes + tokens * draft.kv_bytes_per_token) / tp if draft is not None else 0.0
+    return {"batch_memory_gib": (target + extra) / GiB, "draft_memory_share": extra / (target + extra)}
 
 
 def provenance_of(table: Any, oracle: Any) -> list[dict[str, Any]]:

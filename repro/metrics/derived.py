@@ -19,8 +19,9 @@ one's column)
     no speculation has no k; ``invert``: the baseline's divided by the row's, e.g. a speedup from latencies);
     ``{name, metric, normalize: COLUMN}``: the row's ``metric`` divided by the largest ``metric`` among the rows of
     the same system and key values that differ only in ``COLUMN`` (e.g. goodput as a fraction of the best proposed
-    length's, TurboSpec Fig. 5). A value that cannot be computed (no baseline row, a zero or non-numeric
-    denominator) is NaN.
+    length's, TurboSpec Fig. 5); ``{name, metric, per: COLUMN}``: the row's ``metric`` divided by its own ``COLUMN``
+    (goodput per node: ``per: num_replicas``, AdaServe Fig. 7's SepPipe on three nodes). A value that cannot be
+    computed (no baseline row, a zero or non-numeric denominator) is NaN.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ _NAN = float("nan")
 @dataclass(frozen=True, slots=True)
 class Derived:
     """An ``exp.derived`` entry: a column ``name`` computed from ``metric`` against a ``baseline`` system (``invert``:
-    baseline / row) or normalized by its best value over the grid column ``normalize``."""
+    baseline / row), normalized by its best value over the grid column ``normalize``, or divided by the row's own
+    column ``per``."""
 
     name: str
     metric: str
@@ -52,23 +54,25 @@ class Derived:
     invert: bool = False
     normalize: str | None = None
     match: tuple[str, ...] | None = None
+    per: str | None = None
 
     @classmethod
     def parse(cls, entry: Any) -> Derived:
         """An ``exp.derived`` entry from its map (ConfigError naming the entry when it is malformed)."""
         ok = isinstance(entry, Mapping) and {"name", "metric"} <= set(entry)
-        ok = ok and not set(entry) - {"name", "metric", "baseline", "invert", "normalize", "match"}
+        ok = ok and not set(entry) - {"name", "metric", "baseline", "invert", "normalize", "match", "per"}
         ok = ok and ("match" not in entry or ("baseline" in entry and isinstance(entry["match"], Sequence)
                                               and not isinstance(entry["match"], str)))
-        if not ok or ("baseline" in entry) == ("normalize" in entry):
+        if not ok or sum(k in entry for k in ("baseline", "normalize", "per")) != 1:
             shown = dict(entry) if isinstance(entry, Mapping) else entry
-            raise ConfigError(f"exp.derived: entry {shown} needs name, metric and either baseline (and optional "
-                              "invert and match: a list of columns) or normalize")
+            raise ConfigError(f"exp.derived: entry {shown} needs name, metric and one of baseline (and optional "
+                              "invert and match: a list of columns), normalize or per")
         norm = entry.get("normalize")
         on = entry.get("match")
         return cls(str(entry["name"]), str(entry["metric"]),
                    None if "baseline" not in entry else str(entry["baseline"]), bool(entry.get("invert")),
-                   None if norm is None else str(norm), None if on is None else tuple(str(c) for c in on))
+                   None if norm is None else str(norm), None if on is None else tuple(str(c) for c in on),
+                   None if entry.get("per") is None else str(entry["per"]))
 
 
 @overload
@@ -128,6 +132,8 @@ def _column(df: pd.DataFrame, spec: Derived, keys: Sequence[str]) -> list[float]
     """One ``exp.derived`` column's values, row by row (plain Python floats, so the numbers do not depend on how the
     table is stored)."""
     values = [_as_float(v) for v in _cells(df, spec.metric)]
+    if spec.per is not None:
+        return [v / d if d else _NAN for v, d in zip(values, (_as_float(c) for c in _cells(df, spec.per)), strict=True)]
     systems = _cells(df, "system")
     if spec.normalize is not None:
         group = [k for k in keys if k != spec.normalize]
