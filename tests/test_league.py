@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
+from user_policies import my_policy_source
 
 from repro.core.errors import ConfigError
 from repro.experiments import check, league
@@ -134,18 +135,7 @@ def test_plus_entries_add_to_the_experiments_own_systems() -> None:
         add_systems(OmegaConf.create({"exp": {"systems": ["+my_policy"]}}), [], CONF)
 
 
-MY_POLICY = '''"""My policy: speculate 2 tokens while at most 8 requests decode, else none (the recipe's example)."""
-
-from repro.sim.plan import StepPlan
-from repro.sim.state import View
-from systems.static_sd import StaticSD
-
-
-class MyPolicy(StaticSD):
-    def schedule(self, view: View) -> StepPlan:
-        self.k = 2 if view.running.size <= 8 else 0
-        return super().schedule(view)
-'''
+MY_POLICY = my_policy_source()  # the recipe's example, tests/user_policies.py
 
 
 def test_bring_your_own_policy_to_the_league(tmp_path: Path) -> None:

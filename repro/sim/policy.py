@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from repro.sim.state import View
 
 
+#: the fast-path promises a policy class may declare (:class:`Policy`'s docstring) ...
+PROMISES = ("repeats_plan", "keeps_plan_after_finish", "admits", "repeats_some_plans")
+#: ... and the methods whose code they are promises about
+BEHAVIOUR = ("schedule", "observe", "plan_repeats", "observe_run")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
     """Static facts about the run a policy may use (no ground truth): the cost model of its replica's GPUs (its
@@ -138,6 +144,23 @@ class Policy:
     keeps_plan_after_finish: bool = False  #: a fast-path promise (see the class docstring)
     admits: WholePromptAdmission | None = None  #: a fast-path promise and the admission rule (see the class docstring)
     repeats_some_plans: bool = False  #: a fast-path promise (see the class docstring)
+    #: whether this class's promises are its own (:meth:`__init_subclass__`): False for a subclass that changes how
+    #: the policy plans or observes without declaring a promise of its own; the engine then never takes the fast path
+    promises_hold: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Promises are not inherited across a change of behaviour: a subclass whose own body overrides
+        :meth:`schedule`, :meth:`observe`, :meth:`plan_repeats` or :meth:`observe_run` keeps its parents' fast-path
+        promises only when its own body declares one of them again (``repeats_plan = True``, ...: each value then
+        comes from the usual attribute lookup, as it did before). A subclass that changes neither inherits its
+        parent's standing. A promise is a statement about the code of ``schedule`` and ``observe``; a parent's cannot
+        cover a child's code (``tests/test_systems_contract.py`` runs a user's subclass both ways)."""
+        super().__init_subclass__(**kwargs)
+        body = vars(cls)
+        if any(name in body for name in PROMISES):
+            cls.promises_hold = True
+        elif any(name in body for name in BEHAVIOUR):
+            cls.promises_hold = False
 
     def bind(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

@@ -74,7 +74,8 @@ class Replica:
         self.observers = tuple(observers)
         # the fast path, only where every observer takes runs (the step trace does; the round trace and
         # counterfactual arms need single steps) and the models are simulated
-        self.fast_forward = bool(fast_forward and (policy.repeats_plan or policy.repeats_some_plans) and arms is None
+        self.fast_forward = bool(fast_forward and policy.promises_hold
+                                 and (policy.repeats_plan or policy.repeats_some_plans) and arms is None
                                  and backend is None
                                  and all(hasattr(o, "on_run") for o in self.observers))
         self.draft_resident = bool(policy.uses_draft_model and cost.draft is not None)
