@@ -45,6 +45,7 @@ def labels(exp: dict[str, Any]) -> list[str]:
         ([uv("model", "llama2-13b", True)], ["vllm", "k5", "static_sd_k3"],
          {"7b": [1.0, 2.0, 4.0], "70b": [0.5, 1.0]}, 1),  # no case sets it: it replaces every case's value
         ([uv("case", "7b"), uv("rps", 2.0)], ["vllm", "k5", "static_sd_k3"], {"7b": [2.0]}, 2),
+        ([uv("rps", [1, 8])], ["vllm", "k5", "static_sd_k3"], {"7b": [1, 8], "70b": [1, 8]}, 1),  # a list: sweeps it
     ],
 )
 def test_narrowing_table(user: list[UserValue], systems: list[str], cases: dict[str, list[Any]], lines: int) -> None:
@@ -119,3 +120,12 @@ def test_a_key_the_entries_set_is_freed_in_the_cases_systems_too() -> None:
     k5_top, k5_b = out.exp["systems"][1], out.exp["cases"][1]["systems"][0]
     assert k5_top["overrides"] == k5_b["overrides"] == {"system.k": 5}
     assert CASE_SYSTEMS["cases"][1]["systems"][0]["overrides"]["system.proposer"] == "y"  # the experiment is intact
+
+
+def test_a_list_for_one_value_sweeps_it() -> None:
+    """rps=[1,2] on an experiment that does not sweep rps (the default one): a sweep over both, said in one line;
+    an empty list is refused by name."""
+    out = narrow({"name": "default", "systems": ["vllm"]}, [uv("rps", [1, 2])])
+    assert out.exp["grid"] == {"rps": [1, 2]} and out.lines == ["rps=[1, 2]: sweeps rps over these values"]
+    with pytest.raises(ConfigError, match=r"rps=\[\]: an empty list sweeps nothing"):
+        narrow({"name": "default", "systems": ["vllm"]}, [uv("rps", [])])

@@ -311,9 +311,10 @@ def test_a_narrowed_run_writes_beside_the_experiment(
                         lambda name, quick, by=(): default_out_dir(name, quick, by, root=tmp_path))
     for extra, folder in [
         ((), "grid_test"),
-        (("num_requests=7",), "grid_test"),  # not a narrowing (but other points: refused)
+        (("num_requests=7",), "grid_test@num_requests=7"),  # not a narrowing, but other points: a folder of its own
         (("rps=2", "system=vllm"), "grid_test@rps=2,system=vllm"),
-        (("system=vllm", "rps=2.0", "quick=true"), "quick/grid_test@system=vllm"),  # quick runs rps=2 only
+        (("system=vllm", "rps=2.0", "quick=true"), "quick/grid_test@rps=2,system=vllm"),  # as the command line says
+        (("n_jobs=2", "save_requests=true"), "grid_test"),  # how to run, not what: the plain folder (same points)
     ]:
         overrides = ["+exp=grid_test", "n_jobs=1", *extra]
         with hydra_context(conf_dir):
@@ -321,10 +322,14 @@ def test_a_narrowed_run_writes_beside_the_experiment(
         try:
             res = runner.run_experiment(cfg, overrides, conf_dir=conf_dir, log=lambda _: None)
         except ConfigError as exc:
-            assert extra == ("num_requests=7",) and "holds another run" in str(exc)
-            continue
+            raise AssertionError(f"{extra}: {exc}") from None
         assert res.out_dir == tmp_path / "runs" / folder and (res.out_dir / "summary.md").is_file()
     assert len(pd.read_csv(tmp_path / "runs" / "grid_test" / "points.csv")) == 16
+    long = default_out_dir("default", False, ["exp.systems=[vllm,static_sd_k3]", "workload=trace_file",
+                                              "workload.path=my_trace.csv", "workload.arrival.rate_per_s=5"])
+    assert len(long.name) < 80 and long.name.startswith("default@exp.systems=_vllm_static_sd_k3_,") and "~" in long.name
+    assert long != default_out_dir("default", False, ["exp.systems=[vllm,static_sd_k3]", "workload=trace_file",
+                                                      "workload.path=my_trace.csv", "workload.arrival.rate_per_s=6"])
 
 
 # ----------------------------------------------------------------------------------------- claims

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from repro.core.errors import ConfigError
 from repro.experiments.expspec import ExpSpec, system_entries
+from repro.experiments.validate import KNOBS
 
 #: Command-line keys that say how to run, not what: never narrow anything.
 RUN_KEYS = frozenset({"exp", "quick", "n_jobs", "launcher", "resume", "overwrite", "out_dir", "save_requests",
@@ -142,18 +143,28 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
 
 def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: UserValue, lines: list[str]) -> None:
     grids = [g for g in [e.get("grid") or {}, *(c.get("grid") or {} for c in cases)] if key in g]
+    sweep = isinstance(uv.value, list | tuple)
+    if sweep and not uv.value:
+        raise ConfigError(f"{uv.text}: an empty list sweeps nothing (give {key}=[V1,V2,...] or one value)")
     if not grids:
+        if sweep and key in KNOBS and KNOBS[key].kind != "str":  # a list for one value: sweep it, grid's last axis
+            e["grid"] = {**(e.get("grid") or {}), key: list(uv.value)}
+            lines.append(f"{key}={_show(uv.value)}: sweeps {key} over these values")
         return
     before: list[Any] = []
     for g in grids:
         vals = g[key] if isinstance(g[key], list | tuple) else [g[key]]
         before += [v for v in vals if not any(same(v, b) for b in before)]
+    values = list(uv.value) if sweep else [uv.value]
     if e.get("grid") and key in e["grid"]:
-        e["grid"] = {**e["grid"], key: [uv.value]}
+        e["grid"] = {**e["grid"], key: values}
     for c in cases:
         if c.get("grid") and key in c["grid"]:
-            c["grid"] = {**c["grid"], key: [uv.value]}
-    if not (len(before) == 1 and same(before[0], uv.value)):
+            c["grid"] = {**c["grid"], key: values}
+    if sweep:
+        lines.append(f"{key}={_show(values)}: sweeps {key} over these values (the experiment sweeps it over "
+                     f"{_show(before)})")
+    elif not (len(before) == 1 and same(before[0], uv.value)):
         lines.append(f"{key}={uv.value}: runs that value only (the experiment sweeps {key} over {_show(before)})")
 
 

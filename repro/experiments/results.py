@@ -75,14 +75,34 @@ HASH_LEN = 16
 # ------------------------------------------------------------------------------------------- folders
 
 
-def default_out_dir(name: str, quick: bool, narrowed: Sequence[str] = (), root: Path = REPO_ROOT) -> Path:
+#: the longest ``@...`` part of a run's default folder name spelled out in full; a longer one keeps its start and
+#: ends in a hash of the whole (:func:`default_out_dir`)
+NAME_CHANGES_LEN = 64
+
+
+def default_out_dir(name: str, quick: bool, changes: Sequence[str] = (), root: Path = REPO_ROOT) -> Path:
     """Where a user's run writes when ``out_dir`` is not given: ``runs/NAME`` (``runs/quick/NAME``), an untracked
-    folder; a run the command line narrowed (``narrowed``: its ``key=value`` narrowings) writes beside it, to
-    ``runs/NAME@key=value,...`` (sorted; characters other than letters, digits and ``._+-=`` become ``_``). Only
-    the regeneration commands (``repro all``, ``repro check --update``) write ``results/``."""
-    if narrowed:
-        name += "@" + ",".join(sorted(re.sub(r"[^A-Za-z0-9._+=-]", "_", n) for n in narrowed))
+    folder; a run whose command line changes anything (``changes``: its ``key=value`` settings, the run-control keys
+    left out) writes beside it, to ``runs/NAME@key=value,...`` (sorted; characters other than letters, digits and
+    ``._+-=`` become ``_``), so two command lines that compute different things never meet in one folder. Where that
+    part would be longer than :data:`NAME_CHANGES_LEN`, its start is kept and a hash of the whole ends it
+    (``runs/default@exp.systems=_vllm_static_sd_k3_,workload.arrival.ra~3f9c0a1b``). Only the regeneration commands
+    (``repro all``, ``repro check --update``) write ``results/``."""
+    if changes:
+        part = ",".join(sorted(re.sub(r"[^A-Za-z0-9._+=-]", "_", c) for c in changes))
+        if len(part) > NAME_CHANGES_LEN:
+            part = part[:NAME_CHANGES_LEN - 9] + "~" + hashlib.sha256(part.encode()).hexdigest()[:8]
+        name += "@" + part
     return root / "runs" / ("quick" if quick else "") / name
+
+
+def setting_text(value: Any) -> str:
+    """A command-line value as it names a folder: numbers as :func:`fmt` writes them, lists and maps compactly."""
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(setting_text(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{setting_text(v)}" for k, v in value.items()) + "}"
+    return fmt(value)
 
 
 def reference_dir(name: str, quick: bool, results: Path = RESULTS_DIR) -> Path:

@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ from repro.experiments.results import (
     engines_line,
     fmt,
     save_tables,
+    setting_text,
     write_table,
 )
 from repro.experiments.stopping import Interrupted, signals_held, signum_of
@@ -484,6 +486,22 @@ def add_systems(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path) -> No
         cfg.exp.systems = [*(quick_list or own.get("systems") or []), *(s[1:] for s in added)]
 
 
+def check_out_dir(out: Path) -> None:
+    """The output folder can be written, or created, before any point runs (ConfigError naming it otherwise)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out_dir={display_path(out)}: exists and is not a folder")
+    base = out
+    while not base.exists():
+        base = base.parent
+    try:  # a folder made and removed at once: the only test of writing that holds for every user and file system
+        if not base.is_dir():
+            raise NotADirectoryError(base)
+        os.rmdir(tempfile.mkdtemp(prefix=".repro-probe-", dir=base))
+    except OSError as exc:
+        what = "cannot be written" if base == out else f"cannot be created in {display_path(base)}"
+        raise ConfigError(f"out_dir={display_path(out)}: {what} ({exc.strerror or type(exc).__name__})") from None
+
+
 def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_dir: Path | None,
                 say: Callable[[str], None]) -> RunContext:
     """Check the experiment and the command line (:class:`ConfigError` naming the key), apply quick mode and the
@@ -511,8 +529,9 @@ def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_d
     if spec.missing():
         raise ConfigError(f"experiment {spec.name} runs on real models and needs {', '.join(spec.missing())}: "
                           f"{REAL_INSTALL}")
-    by = [f"{key}={fmt(value)}" for key, value in narrowed.by]
-    out = Path(out_dir or cfg.get("out_dir") or default_out_dir(spec.name, quick, by))
+    changes = [f"{u.key}={setting_text(u.value)}" for u in user if u.key not in narrow.RUN_KEYS]
+    out = Path(out_dir or cfg.get("out_dir") or default_out_dir(spec.name, quick, changes))
+    check_out_dir(out)
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines

@@ -36,11 +36,12 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-# Three requests, written unsorted: arrivals 0, 0.5, 2.0 s after the first; lengths (prompt, output) in time order.
+# Three requests in arrival order (a trace out of order is refused: test_bad_traces_are_refused): arrivals 0, 0.5,
+# 2.0 s after the first; lengths (prompt, output) in time order.
 ARRIVALS_S = [0.0, 0.5, 2.0]
 PROMPTS = [100, 200, 300]
 OUTPUTS = [10, 20, 30]
-ORDER = [2, 0, 1]  # row i of the file holds request ORDER[i]
+ORDER = [0, 1, 2]  # row i of the file holds request ORDER[i]
 
 
 def _rows(time_of: Any, names: tuple[str, str, str]) -> list[dict[str, Any]]:
@@ -128,7 +129,30 @@ def test_rows_without_values_are_dropped(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n1,,5\n2,7,7\n")
     t = make(trace_cfg(path))
-    assert list(t.prompt_len) == [5, 7] and "1 rows without values dropped" in t.source
+    assert list(t.prompt_len) == [5, 7] and "1 rows with an empty cell dropped" in t.source
+
+
+HEADER = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", r"t\.csv: the file is empty"),
+    ("\n\n", r"t\.csv: the file is empty"),
+    (HEADER + "0,5,5\n1,five,5\n", r"t\.csv: row 2, column num_prefill_tokens: 'five' is not a token count"),
+    (HEADER + "0,5,5\n1,5,-3\n", r"t\.csv: row 2, column num_decode_tokens: -3 is a negative token count"),
+    (HEADER + "0,5,5\n1,5.5,3\n", r"t\.csv: row 2, column num_prefill_tokens: 5\.5 is not a whole token count"),
+    (HEADER + "-1,5,5\n1,5,3\n", r"t\.csv: row 1, column arrived_at: negative arrival time -1"),
+    (HEADER + "0,5,5\n2,5,3\n1,5,3\n", r"t\.csv: row 3, column arrived_at: arrival time 1 is before the row above"),
+    (HEADER + "0,5,5\nsoon,5,3\n", r"t\.csv: row 2, column arrived_at: 'soon' is not an arrival time"),
+], ids=["empty", "blank lines", "text count", "negative count", "fractional count", "negative time", "out of order",
+        "text time"])
+def test_bad_traces_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    """The trace is checked as a whole before anything runs: one line naming the file, the row and the column."""
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        make(trace_cfg(path))
+    assert "\n" not in str(err.value)
 
 
 def test_missing_file_and_unset_path(tmp_path: Path) -> None:
