@@ -147,9 +147,33 @@ def case_key_args(args: Sequence[str], conf_dir: Path = CONF_DIR) -> list[str]:
     return [f"case={a.split('=', 1)[1]}" if a.startswith(f"{key}=") else a for a in args]
 
 
+USAGE = """\
+usage: python -m repro +exp=NAME [KEY=VALUE ...]     run an experiment into runs/NAME[@what you changed]/
+       python -m repro [KEY=VALUE ...]               one point of the default system and workload (runs/default)
+       python -m repro list                          every experiment, system, workload, hardware, model, ...
+       python -m repro check [NAME ...] [--quick]    re-run experiments and compare with results/ (exit 1 on a change)
+       python -m repro robustness NAME [--quick]     the experiment over its paper's open choices
+       python -m repro sim_vs_real [...]             the simulator against real models on this device (.[real])
+       python -m repro all [--quick]                 regenerate every reference in results/ and results/INDEX.md
+       python -m repro.render DIR                    redraw DIR's figures and summary.md from its points.csv
+
+  +exp=NAME picks the experiment (with the +); quick=true runs its small grid. KEY=VALUE changes one knob: a value
+  for a key the experiment sweeps runs that value only (rps=2), a list sweeps it (rps=[1,2]), system=NAME runs that
+  system only. Run-control keys: n_jobs=N, out_dir=DIR, resume=true, overwrite=true, save_requests=true.
+  Examples: python -m repro +exp=smoke quick=true
+            python -m repro +exp=adaserve_fig4 model=llama2-70b rps=2
+  The manual: docs/using.md. Every key and its default (Hydra's help) follows.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: ``list``, ``check`` and ``all`` are handled here; an experiment run goes through Hydra."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--help"], ["-h"], ["help"]):
+        print(USAGE, flush=True)
+        sys.argv = [sys.argv[0], "--help"]
+        _run()
+        return
     if args[:1] == ["list"]:
         print(list_configs())
         return

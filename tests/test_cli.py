@@ -208,3 +208,61 @@ def test_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixt
     assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
     assert re.search(named, err), err
     assert not (tmp_path / "points.csv").exists()
+
+
+TRACE_HEADER = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+BAD_TRACES = {
+    "negative.csv": (TRACE_HEADER + "-2,50,20\n0,60,20\n", "row 1, column arrived_at: negative arrival time -2"),
+    "text.csv": (TRACE_HEADER + "0,50,20\n1,lots,20\n",
+                 "row 2, column num_prefill_tokens: 'lots' is not a token count"),
+    "empty.csv": ("", "trace file empty.csv: the file is empty"),
+    "unsorted.csv": (TRACE_HEADER + "0,50,20\n3,60,20\n1,70,20\n",
+                     "row 3, column arrived_at: arrival time 1 is before"),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        *[(["workload=trace_file", f"workload.path={name}"], said) for name, (_, said) in BAD_TRACES.items()],
+        (["+exp=smoke", "out_dir=/proc/forbidden"], "out_dir=/proc/forbidden: cannot be created in /proc"),
+        (["exp=smoke"], "exp=smoke: an experiment is named with a plus: +exp=smoke"),
+        (["backend.base_url=http://x"], "backend.base_url: not a config key (did you mean 'backend.url'?)"),
+        (["+exp=adaserve_fig44"], "+exp=adaserve_fig44: no such experiment (did you mean 'adaserve_fig4'"),
+        (["system=static_sd_k33"], "system=static_sd_k33: no such system (did you mean 'static_sd_k3'"),
+        (["model=llama2-7"], "model=llama2-7: no such model (did you mean 'llama2-7b'"),
+        (["hardware=h100-80"], "hardware=h100-80: no such hardware config (did you mean 'h100-80g'"),
+    ],
+    ids=[*BAD_TRACES, "out_dir", "exp without +", "nested key", "experiment", "system", "model", "hardware"],
+)
+def test_front_door_refusals_are_one_line_exit_2_and_write_nothing(tmp_path: Path, args: list[str],
+                                                                    named: str) -> None:
+    """Issue 58's bad inputs: each refused before anything runs, in one line naming the key, file, row or column,
+    with status 2, and no folder written (out_dir is given where the input is not itself the folder)."""
+    for name, (text, _) in BAD_TRACES.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "out"
+    extra = [] if any(a.startswith("out_dir=") for a in args) else [f"out_dir={out}"]
+    res = subprocess.run([sys.executable, "-m", "repro", *args, *extra, "num_requests=20"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], res.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == sorted(BAD_TRACES)
+
+
+def test_help_starts_with_the_commands() -> None:
+    res = cli("-m", "repro", "--help")
+    assert res.returncode == 0, res.stderr
+    head = "\n".join(res.stdout.splitlines()[:16])
+    for word in ("+exp=NAME", "list", "check", "robustness", "sim_vs_real", " all ", "repro.render", "rps=[1,2]"):
+        assert word in head, word
+    assert "== Configuration groups ==" in res.stdout  # Hydra's help follows
+
+
+def test_a_list_on_the_command_line_sweeps(tmp_path: Path) -> None:
+    res = cli("-m", "repro", "+exp=smoke", "quick=true", "rps=[1,3]", "system=vllm", "num_requests=20", "n_jobs=1",
+              f"out_dir={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    assert "narrowed: rps=[1, 3]: sweeps rps over these values" in res.stderr
+    assert sorted(pd.read_csv(tmp_path / "points.csv")["rps"]) == [1, 3]

@@ -93,6 +93,25 @@ def one_line(exc: BaseException) -> str:
 
 
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+_NO_OPTION = re.compile(r"Could not find '([^'/]+)/([^']+)'")
+#: what a config group's entries are called in an error
+_GROUP_NOUNS = {"exp": "experiment", "system": "system", "model": "model", "hardware": "hardware config",
+                "workload": "workload", "engine": "engine profile", "cost": "cost model", "oracle": "oracle",
+                "backend": "backend", "launcher": "launcher"}
+
+
+def no_such_option(group: str, name: str, conf_dir: Path = CONF_DIR) -> str:
+    """``exp=smok``: the nearest names of the group (up to three), not the whole list."""
+    import difflib
+
+    known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml")) if (conf_dir / group).is_dir() else []
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    if not close:  # a prefix or a part: 'llama2-7' -> llama2-7b, ...
+        close = [k for k in known if name.lower() in k.lower()][:3]
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    typed = "+exp" if group == "exp" else group
+    return (f"{typed}={name}: no such {_GROUP_NOUNS.get(group, group + ' config')}{hint}; "
+            f"python -m repro list names all {len(known)}")
 
 
 def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[str] = ()) -> str:
@@ -101,9 +120,16 @@ def explain(exc: BaseException, conf_dir: Path = CONF_DIR, overrides: Sequence[s
     For a key no config has, suggest the nearest key (Hydra's own hint, ``+key=value``, would add the typo as a key
     nothing reads). For a grid key the experiment (named in ``overrides``) does not sweep, :func:`unswept_grid_key`.
     """
+    missing = _NO_OPTION.search(str(exc))
+    if missing:
+        return no_such_option(missing.group(1), missing.group(2), conf_dir)
     m = _NOT_IN_STRUCT.search(str(exc))
     if m:
         key = m.group(1)
+        if key == "exp":
+            value = _override_value(overrides, "exp")
+            return (f"exp={value if value is not None else 'NAME'}: an experiment is named with a plus: "
+                    f"+exp={value if value is not None else 'NAME'} (python -m repro list names them)")
         if key.startswith("exp.grid.") and key.count(".") == 2:
             return unswept_grid_key(key.removeprefix("exp.grid."), conf_dir, exp_name(overrides),
                                     _override_value(overrides, key))
@@ -148,7 +174,14 @@ def _dotted_keys(conf_dir: Path) -> tuple[str, ...]:
                     walk(prefix + str(k) + ".", v)
 
     walk("", node)
-    return tuple(out)
+    for key, name in group_overrides(conf_dir).items():  # each group's own keys, under the key it composes to
+        prefix = key.removeprefix("_global_.")
+        for path in sorted((conf_dir / name.split("@")[0]).glob("*.yaml")):
+            try:
+                walk(prefix + ".", OmegaConf.to_container(OmegaConf.load(path)))
+            except Exception:  # a broken file is reported when it is composed
+                continue
+    return tuple(dict.fromkeys(out))
 
 
 _ACTIVE: list[Path] = []  # the conf dirs of the hydra_context()s entered, innermost last
