@@ -163,3 +163,20 @@ def test_a_trend_is_the_change_from_the_lowest_x_to_the_highest() -> None:
     spec = {"text": "t", "paper": "> 0", "target": 0.0, "check": ">", "kind": "change_over", "metric": "share",
             "system": "a", "x": "bs"}
     assert claims.evaluate([spec], points, "bs")["reproduced"][0] == pytest.approx(0.26 - 0.43)
+
+
+def test_a_claim_over_a_narrowed_axis_is_not_computable() -> None:
+    """"Up to", "at least", an end or a change over an axis the command line narrowed to one value (manifest.json's
+    narrowed_axes) cannot be computed from one point: n/a, saying why; a mean ("the value at") still is."""
+    from repro.experiments import claims as cl
+
+    pts = pd.DataFrame({"system": ["a", "b"], "rps": [2.0, 2.0], "seed": 0, "m": [3.0, 2.0]})
+    up_to = {"text": "up to", "kind": "ratio_to_best_baseline", "metric": "m", "system": "a", "paper": "1.5"}
+    at_least = {**up_to, "text": "at least", "reduce": "min", "check": ">="}
+    mean = {"text": "at", "kind": "value_at", "metric": "m", "system": "a", "paper": "3"}
+    table = cl.evaluate([up_to, at_least, mean], pts, "rps", one_value=["rps"])
+    assert list(table["verdict"]) == ["n/a", "n/a", "holds"]
+    assert table["test"][0] == ("not computable on this grid: its maximum over rps needs the sweep, and the command "
+                                "line ran one rps")
+    assert "minimum over rps" in table["test"][1]
+    assert list(cl.evaluate([up_to], pts, "rps")["verdict"]) == ["holds"]  # the same point, not narrowed: judged

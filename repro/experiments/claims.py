@@ -57,7 +57,7 @@ import math
 import operator
 import re
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -411,17 +411,45 @@ def why(points: pd.DataFrame, spec: Mapping[str, Any], default_x: str | None = N
 COLUMNS = ["claim", "paper", "reproduced", "verdict", "test", "direction", "why"]
 
 
+#: what a claim's reduction over its x is, as its n/a line says
+_REDUCTION = {"max": "maximum", "min": "minimum", "first": "first value", "last": "last value",
+              "change": "change"}
+
+
+def axis_reduction(spec: Mapping[str, Any]) -> str:
+    """How a claim reduces over its x: ``max``, ``min``, ``first``, ``last``, ``change`` or ``mean``."""
+    kind = str(spec.get("kind"))
+    if kind in ("max_over", "min_over"):
+        return kind.removesuffix("_over")
+    if kind == "change_over":
+        return "change"
+    return str(spec.get("reduce", "mean" if kind == "value_at" else "max"))
+
+
+def ranges_over(spec: Mapping[str, Any], default_x: str | None = None) -> str | None:
+    """The swept column a claim takes an extreme, an end or a change over ("up to", "at least", "at the highest
+    load", "falls with"), or None (no x, or a mean)."""
+    x = spec.get("x", default_x)
+    return None if x is None or axis_reduction(spec) == "mean" else str(x)
+
+
 def evaluate(
     claims: Sequence[Mapping[str, Any]], points: pd.DataFrame, default_x: str | None = None,
-    also_for: Mapping[str, Sequence[str]] | None = None, quick: bool = False,
+    also_for: Mapping[str, Sequence[str]] | None = None, quick: bool = False, one_value: Collection[str] = (),
 ) -> pd.DataFrame:
     """The claims table (:data:`COLUMNS`): one row per claim, and per reading of its system in ``also_for``
     (:func:`expand`); ``why`` is the claim's sentence on a "differs" (empty otherwise; ``why_quick`` with
-    ``quick``)."""
+    ``quick``). A claim that ranges over an axis in ``one_value`` (one the command line narrowed to one value,
+    manifest.json's ``narrowed_axes``) is "n/a": not computable on this grid."""
     rows = []
     for spec in expand(claims, also_for):
         value = evaluate_one(points, spec, default_x)
         j = judge(value, spec)
+        axis = ranges_over(spec, default_x)
+        if axis is not None and axis in one_value and j.verdict not in ("calibrated", "n/a"):
+            value = _NAN
+            j = Judgement("n/a", f"not computable on this grid: its {_REDUCTION[axis_reduction(spec)]} over {axis} "
+                                 f"needs the sweep, and the command line ran one {axis}", "")
         sentence = why(points, spec, default_x, quick)  # evaluated on every row, so a broken why_values fails at once
         rows.append({"claim": spec.get("text", ""), "paper": spec.get("paper", ""), "reproduced": value,
                      "verdict": j.verdict, "test": j.test, "direction": j.direction,

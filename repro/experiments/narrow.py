@@ -57,6 +57,8 @@ class Narrowed:
     exp: dict[str, Any]
     lines: list[str] = field(default_factory=list)
     by: list[tuple[str, Any]] = field(default_factory=list)
+    #: the swept axes the command line narrowed to one value (a claim that ranges over one cannot be computed)
+    one_value: list[str] = field(default_factory=list)
 
 
 def parse(overrides: Sequence[str], cfg: DictConfig | None, groups: Mapping[str, str]) -> list[UserValue]:
@@ -131,7 +133,8 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
         if key in ("system", "seed", "case"):
             continue
         n = len(out.lines)
-        _narrow_grid(e, cases, key, uv, out.lines)
+        if _narrow_grid(e, cases, key, uv, out.lines):
+            out.one_value.append(key)
         cases = _narrow_cases(cases, case_key, key, uv, out.lines)
         _free_entries(e, cases, key, uv, out.lines)
         narrowing.update([key] if len(out.lines) > n else [])
@@ -141,7 +144,8 @@ def narrow(exp: Mapping[str, Any], user: Sequence[UserValue]) -> Narrowed:
     return out
 
 
-def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: UserValue, lines: list[str]) -> None:
+def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: UserValue, lines: list[str]) -> bool:
+    """Narrow (or sweep) the axis ``key``; whether it now runs one value where the experiment swept several."""
     grids = [g for g in [e.get("grid") or {}, *(c.get("grid") or {} for c in cases)] if key in g]
     sweep = isinstance(uv.value, list | tuple)
     if sweep and not uv.value:
@@ -150,7 +154,7 @@ def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: U
         if sweep and key in KNOBS and KNOBS[key].kind != "str":  # a list for one value: sweep it, grid's last axis
             e["grid"] = {**(e.get("grid") or {}), key: list(uv.value)}
             lines.append(f"{key}={_show(uv.value)}: sweeps {key} over these values")
-        return
+        return False
     before: list[Any] = []
     for g in grids:
         vals = g[key] if isinstance(g[key], list | tuple) else [g[key]]
@@ -166,6 +170,8 @@ def _narrow_grid(e: dict[str, Any], cases: list[dict[str, Any]], key: str, uv: U
                      f"{_show(before)})")
     elif not (len(before) == 1 and same(before[0], uv.value)):
         lines.append(f"{key}={uv.value}: runs that value only (the experiment sweeps {key} over {_show(before)})")
+        return len(before) > 1
+    return False
 
 
 def _narrow_cases(cases: list[dict[str, Any]], case_key: str, key: str, uv: UserValue,

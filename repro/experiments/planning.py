@@ -33,6 +33,7 @@ class RunContext:
     notes: list[str] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)  # every point's workload DataSource entries
     narrowed: list[str] = field(default_factory=list)  # one line per narrowing the command line made
+    narrowed_axes: list[str] = field(default_factory=list)  # swept axes the command line narrowed to one value
     shown_overrides: list[str] = field(default_factory=list)  # the command line, minus run-control keys
     progress: Callable[[], None] | None = None  # an outer progress bar (repro all) instead of this run's own
     composer: Composer | None = None  # the command line's (its Hydra compositions reused for the points)

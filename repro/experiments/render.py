@@ -204,7 +204,7 @@ def claims_section(out_dir: Path, manifest: Mapping[str, Any], exp: ExpSpec, poi
     which way the value lies, its robustness, why it differs and the paper's own inconsistencies."""
     grid = manifest.get("grid_keys") or []
     table = claims.evaluate(exp.claims, points, grid[0] if grid else None, exp.claims_also_for,
-                            quick=bool(manifest.get("quick")))
+                            quick=bool(manifest.get("quick")), one_value=manifest.get("narrowed_axes") or ())
     table["verdict"] = table["verdict"].replace({"calibrated": "calibrated, not a test"})
     out = table[["claim", "paper", "reproduced", "verdict", "test", "direction"]].copy()
     out.columns = ["claim", "paper value", "reproduced value", "verdict", "test", "direction"]

@@ -133,14 +133,15 @@ def robustness_counts(out_dir: Path, name: str) -> str:
             f"{n[studies.NOWHERE]} differ everywhere plausible")
 
 
-def claim_verdicts(spec: ExpSpec, points: pd.DataFrame) -> dict[str, int]:
+def claim_verdicts(spec: ExpSpec, points: pd.DataFrame, one_value: Sequence[str] = ()) -> dict[str, int]:
     """How many of the experiment's paper claims hold, differ, or cannot be computed from ``points``."""
     if not spec.claims or points.empty:
         return {}
     from repro.experiments import claims
 
     grid = spec.grid_columns()
-    table = claims.evaluate(spec.claims, points, grid[0] if grid else None, spec.claims_also_for)
+    table = claims.evaluate(spec.claims, points, grid[0] if grid else None, spec.claims_also_for,
+                            one_value=one_value)
     return {str(k): int(n) for k, n in table["verdict"].value_counts().items()}
 
 
@@ -422,6 +423,7 @@ def run_experiment(
         return {**build_manifest(
             ctx.spec, to_dict(cfg), quick=ctx.quick, n_jobs=ctx.n_jobs, overrides=ctx.overrides, conf_dir=conf_dir,
             notes=ctx.notes, sources=ctx.sources, command_line=ctx.shown_overrides, narrowed=ctx.narrowed,
+            narrowed_axes=ctx.narrowed_axes,
             started=started, wall_s=time.perf_counter() - t0, engines=ctx.engines,
             engine_warning=ctx.engine_warning), **extra}
 
@@ -444,7 +446,7 @@ def run_experiment(
         from repro.experiments import render as draw
 
         draw.render(ctx.out_dir, manifest, points)
-    verdicts = claim_verdicts(ctx.spec, points) if ctx.spec.kind != "calibration" else {}
+    verdicts = claim_verdicts(ctx.spec, points, ctx.narrowed_axes) if ctx.spec.kind != "calibration" else {}
     return ExperimentResult(ctx.spec.name, ctx.out_dir, points, manifest, num_run, time.perf_counter() - t0, verdicts)
 
 
@@ -535,6 +537,7 @@ def prepare_run(cfg: DictConfig, overrides: Sequence[str], conf_dir: Path, out_d
     n_jobs = int(cfg.get("n_jobs") or os.cpu_count() or 1)
     ctx = RunContext(cfg, spec, list(overrides), conf_dir, out, n_jobs, quick, quick_overrides)
     ctx.narrowed = narrowed.lines
+    ctx.narrowed_axes = narrowed.one_value
     ctx.say = say
     ctx.shown_overrides = [u.text for u in user if u.key not in narrow.RUN_KEYS]
     return ctx
