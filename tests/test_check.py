@@ -92,6 +92,18 @@ def test_reference_is_picked_by_data_sources(tmp_path: Path) -> None:
     assert folder is None and "data sources differ" in why
 
 
+def test_a_full_reference_made_with_data_is_skipped_without_it(tmp_path: Path) -> None:
+    """``check NAME`` on a machine without the data folder: a reference that read data files and has no no-data
+    variant is not run but named, in one line saying how to get the data; the closing line counts what ran."""
+    results = tmp_path / "results"
+    shutil.copytree(reference_dir("smoke", quick=False), results / "smoke")
+    res = _cli("check", "smoke", "--results", str(results), "--scratch", str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "smoke: skipped: its reference reads the data folder (sharegpt) and has no no-data variant" in res.stdout
+    assert "REPRO_DATA" in res.stdout and "check: 0 of 0 experiments that ran match" in res.stdout
+    assert not (tmp_path / "runs").exists()
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
@@ -101,16 +113,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_catches_a_changed_reference(tmp_path: Path) -> None:
     results = tmp_path / "results"
     shutil.copytree(reference_dir("smoke", quick=True), results / "quick" / "smoke")
-    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
+    runs = tmp_path / "runs"  # the test writes into its own folder only, not the checkout's runs/check
+    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2", "--scratch", str(runs))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "smoke: ok" in res.stdout
-    scratch = REPO / "runs" / "check" / "quick" / "smoke"  # a matching run draws nothing (its reference's figures)
+    assert "smoke: ok" in res.stdout and "check: 1 of 1 experiments that ran match" in res.stdout
+    scratch = runs / "quick" / "smoke"  # a matching run draws nothing (its reference's figures)
     assert {p.name for p in scratch.iterdir()} == {"points.csv", "manifest.json"}
     for points in (results / "quick" / "smoke").rglob("points.csv"):  # the main reference and its nodata variant
         df = pd.read_csv(points, dtype=str, keep_default_na=False)
         df.loc[0, "mean_tpot_ms"] = "123.456"
         df.to_csv(points, index=False)
-    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2")
+    res = _cli("check", "smoke", "--quick", "--results", str(results), "--n-jobs", "2", "--scratch", str(runs))
     assert res.returncode == 1, res.stdout + res.stderr
     assert "1 cells differ" in res.stdout
     row = next(line for line in res.stdout.splitlines() if "mean_tpot_ms" in line)
@@ -130,10 +143,11 @@ def test_an_experiment_on_real_models_is_checked_on_its_token_counts_or_skipped(
     df.loc[0, "mean_tpot_ms"] = "123.456"  # a latency: not compared
     df.loc[1, "total_output_tokens"] = "1"  # a token count: compared
     df.to_csv(points, index=False)
-    res = _cli("check", "real_smoke", "--quick", "--results", str(results))
+    res = _cli("check", "real_smoke", "--quick", "--results", str(results), "--scratch", str(tmp_path / "runs"))
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         assert res.returncode == 0, res.stdout + res.stderr
         assert "real_smoke: skipped: needs" in res.stdout and "pip install" in res.stdout
+        assert "check: 0 of 0 experiments that ran match their references; skipped 1: real_smoke" in res.stdout
         return
     assert res.returncode == 1 and "1 cells differ" in res.stdout, res.stdout + res.stderr
     assert "total_output_tokens" in res.stdout and "123.456" not in res.stdout  # the one token count, no latency

@@ -398,13 +398,34 @@ def check_robustness(names: Sequence[str], tol: float, n_jobs: int | None = None
     return out
 
 
+def needs_data(name: str, quick: bool, results: Path = RESULTS_DIR) -> str:
+    """Why experiment ``name`` cannot be checked on this machine for want of the data folder (its reference read
+    data files and it has no no-data variant), as check's one line says it, or ``""``."""
+    ref = reference_dir(name, quick, results)
+    if data_present() or (ref / NODATA / "points.csv").is_file() or not (ref / "points.csv").is_file():
+        return ""
+    files = sorted({str(d["dataset"]) for d in read_manifest(ref).get("data") or [] if d.get("kind") == "file"})
+    if not files:
+        return ""
+    return (f"skipped: its reference reads the data folder ({', '.join(files)}) and has no no-data variant; point "
+            "REPRO_DATA at the data folder (docs/data.md), or check --quick, whose references have no-data variants")
+
+
 def check(names: Sequence[str], quick: bool, tol: float, update: bool, n_jobs: int | None = None,
-          extra: Sequence[str] = (), results: Path = RESULTS_DIR) -> list[Outcome]:
-    """Run and compare (or update) each experiment against ``results``; prints one line per experiment."""
+          extra: Sequence[str] = (), results: Path = RESULTS_DIR, scratch_root: Path | None = None) -> list[Outcome]:
+    """Run and compare (or update) each experiment against ``results``; prints one line per experiment. The runs go
+    to ``scratch_root`` (default ``runs/check``), ``quick/NAME`` below it in quick mode."""
     from repro.experiments import render
 
     out: list[Outcome] = []
-    scratch = REPO_ROOT / "runs" / "check" / ("quick" if quick else "")
+    scratch = (scratch_root or REPO_ROOT / "runs" / "check") / ("quick" if quick else "")
+    if not update:  # what this machine cannot compare is said first, and not run
+        for name in names:
+            why = needs_data(name, quick, results)
+            if why:
+                print(f"{name}: {why}", flush=True)
+                out.append(Outcome(name, None, skipped=why))
+        names = [n for n in names if n not in {o.exp for o in out}]
 
     def fresh(name: str) -> Path:  # the scratch folder, emptied: no figure of an earlier check stays beside this run
         shutil.rmtree(scratch / name, ignore_errors=True)
@@ -507,6 +528,8 @@ def main(argv: Sequence[str]) -> int:
         parser.add_argument("--update", action="store_true", help="write the new runs as the references")
         parser.add_argument("--robustness", action="store_true",
                             help="re-run the committed robustness studies and compare their robustness.csv")
+        parser.add_argument("--scratch", type=Path, default=None,
+                            help="where the runs go (default runs/check; runs/check/quick with --quick)")
     else:
         parser.add_argument("names", nargs="*", help="experiments (default: every conf/exp/*.yaml)")
         parser.add_argument("--robustness", action=argparse.BooleanOptionalAction, default=None,
@@ -567,7 +590,8 @@ def main(argv: Sequence[str]) -> int:
         if args.robustness:
             outcomes = check_robustness(names, args.tolerance, args.n_jobs, args.results)
         else:
-            outcomes = check(names, args.quick, args.tolerance, args.update, args.n_jobs, results=args.results)
+            outcomes = check(names, args.quick, args.tolerance, args.update, args.n_jobs, results=args.results,
+                             scratch_root=args.scratch)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -576,6 +600,9 @@ def main(argv: Sequence[str]) -> int:
         print(table)
     bad_runs = [o for o in outcomes if not o.ok]
     if not args.update:
-        print(f"check: {len(outcomes) - len(bad_runs)} of {len(outcomes)} experiments match their references"
-              + (f"; differ: {', '.join(o.exp for o in bad_runs)}" if bad_runs else ""))
+        ran = [o for o in outcomes if not o.skipped]
+        skipped = [o.exp for o in outcomes if o.skipped]
+        print(f"check: {len(ran) - len(bad_runs)} of {len(ran)} experiments that ran match their references"
+              + (f"; differ: {', '.join(o.exp for o in bad_runs)}" if bad_runs else "")
+              + (f"; skipped {len(skipped)}: {', '.join(skipped)}" if skipped else ""))
     return 1 if bad_runs and not args.update else 0
