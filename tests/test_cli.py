@@ -266,3 +266,25 @@ def test_a_list_on_the_command_line_sweeps(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "narrowed: rps=[1, 3]: sweeps rps over these values" in res.stderr
     assert sorted(pd.read_csv(tmp_path / "points.csv")["rps"]) == [1, 3]
+
+
+def test_a_run_of_your_own_shows_its_numbers(tmp_path: Path) -> None:
+    """A trace of your own with two systems: summary.md shows the headline metrics per system, under vLLM's bench
+    names, and the figures; the closing line names the headline metric with each system's number."""
+    trace = tmp_path / "my_trace.csv"
+    trace.write_text(TRACE_HEADER + "".join(f"{0.1 * i:.1f},{50 + 7 * i},{20 + 3 * i}\n" for i in range(30)))
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "repro", "workload=trace_file", f"workload.path={trace}",
+                          "exp.systems=[vllm,static_sd_k3]", "n_jobs=1", f"out_dir={out}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    last = res.stdout.strip().splitlines()[-1]
+    assert re.search(r"output throughput vllm [\d,]+ tok/s, static_sd_k3 [\d,]+ tok/s", last), last
+    text = (out / "summary.md").read_text()
+    assert text.startswith("# Your run: vllm, static_sd_k3 serving llama2-7b on a100-80g, 2 points")
+    table = text.split("## Results", 1)[1].split("\n## ", 1)[0]
+    for header in ("output tok/s", "mean TTFT ms", "p99 TPOT ms", "p99 E2E s", "acceptance length"):
+        assert header in table, header
+    rows = [ln for ln in table.splitlines() if ln.startswith("| vllm") or ln.startswith("| static_sd_k3")]
+    assert len(rows) == 2
+    assert (out / "results_output_throughput.png").is_file() and (out / "results_p99_latency_s.png").is_file()

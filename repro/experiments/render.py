@@ -100,7 +100,8 @@ def write_summary(
     """summary.md of a sweep: title, description, run line, the systems' names in the figures, ``extra`` sections (a
     league's leaderboard), a table per figure, the paper claims."""
     exp = _exp(manifest)
-    parts = [f"# {exp.name or manifest.get('exp', '')}: {exp.title}\n"]
+    own = own_run_title(manifest, points)
+    parts = [f"# {own}\n" if own else f"# {exp.name or manifest.get('exp', '')}: {exp.title}\n"]
     sources = manifest.get("data") or []
     warning = datasources.warning(sources)
     if warning:
@@ -124,6 +125,9 @@ def write_summary(
                  for v in labels if v in shown.names]
         parts.append("Systems in the figures: " + "; ".join(named) + ".\n")
     parts.extend(extra)
+    if not exp.figures:  # a run of your own (no experiment, or one without figures): its numbers, per system and point
+        parts += results_section(points, manifest.get("grid_keys") or [], own_run_figures(points, manifest.get(
+            "grid_keys") or []))
     for spec in exp.figures:
         table = figure_table(points, spec)
         y = spec.get("y")
@@ -144,6 +148,68 @@ def write_summary(
     path = out_dir / "summary.md"
     path.write_text("\n".join(parts))
     return path
+
+
+#: The metrics a run of your own shows first, under vLLM's benchmark names (``vllm bench serve``): column, header
+HEADLINE = (
+    ("output_throughput", "output tok/s"), ("request_throughput", "req/s"),
+    ("mean_ttft_ms", "mean TTFT ms"), ("median_ttft_ms", "median TTFT ms"), ("p99_ttft_ms", "p99 TTFT ms"),
+    ("mean_tpot_ms", "mean TPOT ms"), ("median_tpot_ms", "median TPOT ms"), ("p99_tpot_ms", "p99 TPOT ms"),
+    ("mean_latency_s", "mean E2E s"), ("p99_latency_s", "p99 E2E s"),
+    ("mean_acceptance_length", "acceptance length"), ("completed", "completed"),
+)
+#: the closing line's metric for such a run
+HEADLINE_METRIC = ("output_throughput", "output throughput", "tok/s")
+
+
+def own_run_title(manifest: Mapping[str, Any], points: pd.DataFrame) -> str:
+    """The title of a run without an experiment: what ran, on what (empty for an experiment's run)."""
+    if manifest.get("exp") != "default":
+        return ""
+    cfg = manifest.get("config") or {}
+    systems = ", ".join(dict.fromkeys(str(s) for s in points.get("system", ()))) or "no system"
+    model = (cfg.get("model") or {}).get("name", "?")
+    hardware = (cfg.get("hardware") or {}).get("name", "?")
+    n = len(points)
+    return f"Your run: {systems} serving {model} on {hardware}, {n} point{'s' if n != 1 else ''}"
+
+
+def own_run_figures(points: pd.DataFrame, grid: Sequence[str]) -> list[dict[str, Any]]:
+    """The figures of a run without figures of its own, where more than one system or point ran: throughput, TPOT
+    and p99 latency by system (bars), or along the first swept key (lines)."""
+    if len(points) < 2 or "system" not in points.columns:
+        return []
+    x = str(grid[0]) if grid else "exp"  # without a sweep: one group of bars, a bar per system in its colour
+    kind = "line" if grid else "bar"
+    ys = [("output_throughput", "Output throughput", "tokens/s"), ("mean_tpot_ms", "Mean TPOT", "TPOT (ms)"),
+          ("p99_latency_s", "p99 request latency", "latency (s)")]
+    return [{"name": f"results_{y}", "kind": kind, "x": x, "y": y, "hue": "system", "title": title, "ylabel": label,
+             "xlabel": x if grid else ""} for y, title, label in ys if y in points.columns]
+
+
+def results_section(points: pd.DataFrame, grid: Sequence[str], figs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """summary.md's "Results" of a run of your own: the headline metrics per system and point (mean over seeds)."""
+    cols = [c for c, _ in HEADLINE if c in points.columns]
+    if points.empty or not cols:
+        return []
+    keys = ["system", *(g for g in grid if g in points.columns and g != "system")]
+    table = points.groupby(keys, sort=False)[cols].mean().reset_index()
+    table.columns = [*keys, *(dict(HEADLINE)[c] for c in cols)]
+    out = ["## Results\n", "Per system and point (mean over seeds): vLLM's benchmark metrics (TTFT: time to first "
+           "token; TPOT: time per output token after the first; E2E: a request's whole latency).\n",
+           markdown_table(table, index=False)]
+    if figs:
+        out.append("Figures: " + ", ".join(f"`{f['name']}.png`" for f in figs) + ".\n")
+    return out
+
+
+def headline(points: pd.DataFrame) -> str:
+    """The closing line's numbers for a run of your own: the headline metric per system (its mean over points)."""
+    col, what, unit = HEADLINE_METRIC
+    if col not in points.columns or "system" not in points.columns or points.empty:
+        return ""
+    means = points.groupby("system", sort=False)[col].mean()
+    return f"{what} " + ", ".join(f"{s} {v:,.0f} {unit}" for s, v in means.items())
 
 
 #: The notes a real backend's points add (what it sent as prompts, its threads), kept beside the Data section
@@ -371,7 +437,7 @@ def render(out_dir: Path, manifest: Mapping[str, Any], points: pd.DataFrame) -> 
     labels = points["system"] if "system" in points.columns else ()
     shown.own = panels.own_labels(exp.name or str(manifest.get("exp", "")), labels, shown.names)
     caption = str(exp.title or "").split(":")[0] if ":" in str(exp.title or "") else ""
-    specs: Sequence[Mapping[str, Any]] = exp.figures
+    specs: Sequence[Mapping[str, Any]] = exp.figures or own_run_figures(points, manifest.get("grid_keys") or [])
     if is_validation(exp.name):  # a prediction drawn alone must say where the measurements it answers to are
         specs = [{**f, "title": f"{f.get('title') or f.get('y')}\n({HELD_OUT_SHORT})"} for f in specs]
     grid = manifest.get("grid_keys") or []

@@ -114,6 +114,11 @@ class ExperimentResult:
             if robust:
                 claims += f" (robustness: {robust})"
             parts.append(claims)
+        if not (self.manifest.get("config") or {}).get("exp", {}).get("figures"):  # a run of your own
+            from repro.experiments.render import headline
+
+            numbers = headline(self.points)
+            parts += [numbers] if numbers else []
         sources = self.manifest.get("data") or []
         if sources:
             parts.append(f"data: {datasources.short(sources)}")
