@@ -100,19 +100,30 @@ class ProgressLines:
         self.name, self.total, self.done, self.enabled, self.every_s = name, total, done, enabled, every_s
         self.t0 = self.last = time.perf_counter()
         self.start = done
+        self.first: float | None = None  # when the first point finished
 
     def update(self) -> None:
         self.done += 1
         now = time.perf_counter()
+        if self.first is None:
+            self.first = now
         if not self.enabled or (now - self.last < self.every_s and self.done < self.total):
             return
         self.last = now
         elapsed = now - self.t0
-        ran = self.done - self.start
         rest = self.total - self.done
-        left = f", about {elapsed / ran * rest:.0f} s left" if ran >= max(3, self.total // 20) and rest else ""
+        left = f", about {self.left_s(now):.0f} s left" if rest and self.left_s(now) is not None else ""
         print(f"{self.name}: {self.done}/{self.total} points, {elapsed:.0f} s elapsed{left}", file=sys.stderr,
               flush=True)
+
+    def left_s(self, now: float) -> float | None:
+        """The time left at the points' measured rate: the points finished since the first one over the time since
+        it finished (the wait for the first, the workers' start-up included, is not a point's time), once three
+        have finished after it; None before."""
+        since = self.done - self.start - 1
+        if self.first is None or since < 3 or now <= self.first:
+            return None
+        return (now - self.first) / since * (self.total - self.done)
 
 
 class PointPool:

@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from repro.experiments.compose import (
     to_dict,
 )
 from repro.experiments.expspec import SEED_KEY, ExpSpec, apply_quick, check_frozen_interpolations
-from repro.experiments.grid import by_workload, group_overrides
+from repro.experiments.grid import by_workload, expand_points, group_overrides
 from repro.experiments.launch import Outcome, PointPool, ProgressLines, execute, execute_ray, execute_submitit
 from repro.experiments.planning import RunContext, compose_points, is_real, resolve_points, shares_pool, submit_ahead
 from repro.experiments.results import (
@@ -154,10 +155,13 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     """Run the grid's points (skipping resumed ones) and write points.csv; returns it and the number run."""
     spec, name = ctx.spec, ctx.spec.name
     cfgs: Sequence[DictConfig | Recipe]
+    say = ctx.say if ctx.progress is None else (lambda _: None)  # check and all draw one bar over everything
     if ctx.composed is not None:
         points, cfgs, resolved, hashes = ctx.composed
     else:
-        points, composed = compose_points(ctx)
+        with SaidIfSlow(say, f"{name}: composing {len(expand_points(spec, group_overrides(ctx.conf_dir)))} "
+                        "points ..."):
+            points, composed = compose_points(ctx)
         resolved, hashes = resolve_points(composed)
         cfgs = composed
     checked: set[str] = set()
@@ -191,6 +195,10 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
                 check_workload(point, where=f"point {points[i].describe()}: ")
             built.add(key)
     refuse_to_replace(ctx, wanted)
+    workers = min(ctx.n_jobs, len(todo))
+    running = (f"{name}: running {len(todo)} points" + (f" ({len(points) - len(todo)} kept from before)"
+                                                         if len(todo) < len(points) else "")
+               + f" on {workers} worker{'s' if workers != 1 else ''} ...")
     keep = [bool(r.get("save_requests")) for r in resolved]  # per point: a case may turn it off
     tables: dict[int, Outcome] = {}
     announced: set[str] = set()
@@ -217,12 +225,20 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
+    first = SaidIfSlow(say if todo else (lambda _: None), running).start()  # unless the first point is quick
+
+    def recorded(out: Outcome) -> str:
+        first.stop()
+        return record(out)
+
     try:
-        _run_points(ctx, todo, cfgs, keep, len(points), record,
+        _run_points(ctx, todo, cfgs, keep, len(points), recorded,
                     lambda i: f"point {points[i].describe()} ({' '.join(points[i].overrides)})", hashes)
     except KeyboardInterrupt as exc:
         saved = len(pf.rows) if started else len(kept)
         raise Interrupted(signum_of(exc), saved, len(points), pf.path if saved else None, started) from None
+    finally:
+        first.stop()
     if not started:
         pf.start(kept)
     # points whose configs coincide (the same values reached from two cases) share one result, each row under its
@@ -237,6 +253,32 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
         save_tables(ctx.out_dir, [({**points[i].keys(name), "config_hash": hashes[i]}, out.requests, out.steps,
                                    out.rounds) for i, out in sorted(tables.items())], kept_hashes)
     return pd.read_csv(pf.path), len(todo)
+
+
+#: how long a run may be silent before it says what it is doing (composing its points, waiting for the first)
+QUIET_S = 2.0
+
+
+class SaidIfSlow:
+    """``line`` said on ``say`` if :meth:`stop` has not come :data:`QUIET_S` seconds after :meth:`start` (a first sign
+    of life on a long run; a short run, or an error, stays one line); a context manager too."""
+
+    def __init__(self, say: Callable[[str], None], line: str) -> None:
+        self.timer = threading.Timer(QUIET_S, say, (line,))
+        self.timer.daemon = True
+
+    def start(self) -> SaidIfSlow:
+        self.timer.start()
+        return self
+
+    def stop(self) -> None:
+        self.timer.cancel()
+
+    def __enter__(self) -> SaidIfSlow:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def data_here(launcher: Any) -> bool:
