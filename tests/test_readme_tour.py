@@ -78,6 +78,8 @@ def test_the_tour_plans_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             cfg = compose_config(overrides)
         ctx = runner.prepare_run(cfg, overrides, CONF_DIR, None, lambda _: None)
         folder = ctx.out_dir.resolve()
+        changes = [a for a in overrides if not a.startswith(("+exp=", "quick=", "n_jobs="))]
+        assert ("@" in folder.name) == bool(changes), f"{line} writes {folder.name}"  # the plain folder: as written
         assert folder not in written or written[folder] == line, (
             f"{line} writes {folder.relative_to(tmp_path)}, as the earlier {written.get(folder)}")
         written[folder] = line

@@ -463,3 +463,17 @@ def test_save_columns_keeps_rid_and_the_named_columns() -> None:
         launch.saved_columns(req, ["finsh_at"])
     with pytest.raises(ConfigError, match="expected a list"):
         launch.saved_columns(req, "finish_at")
+
+
+def test_time_left_comes_from_the_points_own_rate() -> None:
+    """The estimate counts from the first finished point (the wait for it, the workers' start-up, is not a point's
+    time), once three more have finished."""
+    from repro.experiments.launch import ProgressLines
+
+    lines = ProgressLines("x", total=10, enabled=False)
+    lines.t0 = 0.0
+    assert lines.left_s(100.0) is None
+    for _ in range(4):
+        lines.update()
+    lines.first = 60.0  # the first point finished after 60 s of start-up
+    assert lines.left_s(63.0) == pytest.approx((63.0 - 60.0) / 3 * 6)  # 1 s a point, 6 left
