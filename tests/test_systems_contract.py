@@ -26,7 +26,7 @@ DEPLOYMENT = {s: _EDGE for s in ("goodspeed", "fixed_s", "fixed_s_floor", "rando
 
 def _run(system: str, seed: int = 0) -> tuple[object, object, list[StepResult]]:
     cfg = compose([f"system={system}", "num_requests=50", "rps=8", f"seed={seed}", "workload.source=embedded",
-                   *DEPLOYMENT.get(system, [])])
+                   *DEPLOYMENT.get(system, []), "+engine.check_invariants=true"])  # repro.sim.invariants, every step
     built = build(cfg)
     seen: list[StepResult] = []
     pol = built.engine.replicas[0].policy
@@ -108,7 +108,8 @@ def test_own_construction_leaves_others_to_hydra() -> None:
 
 def _frame(system: str, fast: bool, *extra: str) -> tuple[object, float]:
     cfg = compose([f"system={system}", "num_requests=50", "rps=8", "seed=1", "workload.source=embedded",
-                   *DEPLOYMENT.get(system, []), *extra, f"+engine.fast_forward={'true' if fast else 'false'}"])
+                   *DEPLOYMENT.get(system, []), *extra, f"+engine.fast_forward={'true' if fast else 'false'}",
+                   "+engine.check_invariants=true"])  # on both paths and both engines (repro.sim.invariants)
     built = build(cfg)
     out = built.engine.run()
     return requests_frame(out, built.table), out.sim_time_s
@@ -138,7 +139,7 @@ def test_fast_path_equals_step_path_for_a_users_subclass(name: str) -> None:
     frames = []
     for fast in (True, False):
         cfg = compose([f"system={base}", "num_requests=50", "rps=8", "seed=1", "workload.source=embedded", *overrides,
-                       f"+engine.fast_forward={'true' if fast else 'false'}"])
+                       f"+engine.fast_forward={'true' if fast else 'false'}", "+engine.check_invariants=true"])
         built = build(cfg)
         assert type(built.engine.replicas[0].policy).__name__ == name
         if fast:

@@ -89,7 +89,7 @@ DraftKvLayout = Literal["spread", "vllm_v0"]
 KvAccounting = Literal["reserve", "profile_run"]
 #: keys of the ``engine`` config block that are run settings, not part of the engine's profile
 RUN_KEYS = ("block_size", "gpu_memory_utilization", "draft_servers", "record_steps", "record_rounds",
-            "counterfactual_arms", "fast_forward", "max_model_len")
+            "counterfactual_arms", "fast_forward", "check_invariants", "max_model_len")
 
 
 @dataclass(frozen=True, slots=True)

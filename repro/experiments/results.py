@@ -131,6 +131,9 @@ def config_hash(cfg: DictConfig) -> str:
 def dict_hash(data: Mapping[str, Any]) -> str:
     """:func:`config_hash` of a plain resolved config (e.g. a manifest's ``config``)."""
     data = {k: v for k, v in data.items() if k not in RUN_CONTROL_KEYS}
+    engine = data.get("engine")
+    if isinstance(engine, dict) and "check_invariants" in engine:  # checking a run does not change what it computes
+        data["engine"] = {k: v for k, v in engine.items() if k != "check_invariants"}
     if data.get("backend") == {"kind": "sim"}:  # the default backend: hashes as before backends existed
         data.pop("backend")
     system = data.get("system")

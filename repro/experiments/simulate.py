@@ -128,6 +128,7 @@ def build(cfg: DictConfig, policy: Policy | None = None, table: Any = None) -> B
                     max_sim_time_s=cfg.get("max_sim_time_s"), max_steps=cfg.get("max_steps"),
                     client=getattr(table, "client", None), backend=backend,
                     fast_forward=bool(cfg.engine.get("fast_forward", True)),
+                    check_invariants=bool(cfg.engine.get("check_invariants", False)),
                     max_concurrency=getattr(table, "max_concurrency", None))
     return Built(engine=engine, table=table, cost=cost, baseline_tpot_s=baseline, deployment=deployment,
                  oracle=oracle, backend=backend)

@@ -69,6 +69,7 @@ KNOBS: dict[str, Knob] = {
     "engine.record_steps": Knob("bool"),
     "engine.record_rounds": Knob("bool"),
     "engine.fast_forward": Knob("bool"),  # not in conf/config.yaml (on by default): +engine.fast_forward=false
+    "engine.check_invariants": Knob("bool"),  # not in conf/config.yaml (off): +engine.check_invariants=true
     "quick": Knob("bool"),
     "n_jobs": Knob("int", 0, nullable=True),
     "resume": Knob("bool"),

@@ -65,6 +65,7 @@ class Engine:
     ``max_steps`` stops a replica after that many steps (GoodSpeed's rounds); ``client`` gives each request's client
     (``View.client``); ``backend`` runs every step on real models (:class:`repro.backends.hf.HfBackend`);
     ``fast_forward=False`` turns the fast path off (:mod:`repro.sim.fastforward`: the same results, only slower).
+    ``check_invariants=True`` checks the engine's invariants after every step (:mod:`repro.sim.invariants`).
     ``max_concurrency`` = C closes the loop (:class:`repro.sim.client.ClosedLoop`, vLLM's ``--max-concurrency``):
     ``arrival_s`` are then the client's releases, at most C requests are in flight, and a request's ``arrival_s`` in
     the output is when it was sent (``SimOutput.released_at``: its release).
@@ -78,7 +79,7 @@ class Engine:
                  counterfactual_arms: int | None = None, max_sim_time_s: float | None = None,
                  max_steps: int | None = None, client: np.ndarray | None = None,
                  backend: StepBackend | None = None, fast_forward: bool = True,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, check_invariants: bool = False) -> None:
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         if self.arrival_s.size and (np.diff(self.arrival_s) < 0).any():
             raise ValueError("arrival times must be sorted")
@@ -114,7 +115,8 @@ class Engine:
             self.replicas.append(Replica(i, spec.policy, state, cost, oracle, block_size=block_size,
                                          max_model_len=max_model_len, proposers=colocated(cost, servers),
                                          drafter=drafter, observers=watchers, arms=counterfactual_arms,
-                                         backend=backend, fast_forward=fast_forward))
+                                         backend=backend, fast_forward=fast_forward,
+                                         check_invariants=check_invariants))
         self.multi = deployment.routed
         if self.multi:
             cost = deployment.cost_model()

@@ -27,6 +27,7 @@ from repro.core.speculation import TreeSpec, chain_prefixes, check_trees, trees_
 from repro.cost.model import ForwardShape
 from repro.cost.step import DecodeBatch, PrefillBatch, chain_args, verify_args, verify_pass
 from repro.sim.fastforward import ArrivalFeed, FastForward
+from repro.sim.invariants import InvariantChecker
 from repro.sim.kv import KvPool
 from repro.sim.plan import PlanError, StepPlan, StepResult
 from repro.sim.proposers import colocated
@@ -60,7 +61,8 @@ class Replica:
     def __init__(self, index: int, policy: Policy, state: RequestState, cost: CostModel, oracle: TokenOracle,
                  *, block_size: int, max_model_len: int, proposers: Proposers | None = None,
                  drafter: Drafter | None = None, observers: Sequence[StepObserver] = (),
-                 arms: int | None = None, backend: StepBackend | None = None, fast_forward: bool = True) -> None:
+                 arms: int | None = None, backend: StepBackend | None = None, fast_forward: bool = True,
+                 check_invariants: bool = False) -> None:
         self.index = index
         self.backend = backend  # a real backend executes the steps (time and acceptance) instead of the models
         self.arms = arms  # score every uniform chain length 0..arms of each decode step (regret's comparator)
@@ -104,6 +106,8 @@ class Replica:
                          drafter=drafter, replica=index)
         self.sync_view()
         self.fast_path = FastForward(self)  # runs of repeated steps at once (used where fast_forward)
+        # the engine's invariants after every step and run (repro.sim.invariants); None: nothing checked, nothing paid
+        self.checker = InvariantChecker(self) if check_invariants else None
 
     @property
     def total_blocks(self) -> int:
@@ -183,12 +187,16 @@ class Replica:
                                            None if max_steps is None else max_steps - self.num_steps, wall_s, arrivals)
             if end is not None:
                 self.last_start, self.last_end = self.fast_path.last_start, end
+                if self.checker is not None:
+                    self.checker.after_run(now, end)
                 return end
         result, pre, dec, matched, fwd, host_s, arm_rewards = self._execute(plan, now)
         self.last_start, self.last_end = now, result.end_at
         self.num_steps += 1
         self.num_scheduled += int(pre.ids.size + dec.ids.size)
         self.sync_view()
+        if self.checker is not None:
+            self.checker.after_step(plan, result)
         if observers:
             event = StepEvent(self.index, plan, result, pre, dec, matched,
                               fwd.overhead_s + host_s if fwd is not None else 0.0, wall_s, v, arm_rewards)
