@@ -255,16 +255,20 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
     return pd.read_csv(pf.path), len(todo)
 
 
-#: how long a run may be silent before it says what it is doing (composing its points, waiting for the first)
+#: how long a run may be silent before it says what it is doing (composing its points, waiting for the first): in a
+#: terminal, and where the output goes to a log or a pipe (whose progress lines come every 10 s:
+#: :class:`~repro.experiments.launch.ProgressLines`)
 QUIET_S = 2.0
+QUIET_LOG_S = 15.0
 
 
 class SaidIfSlow:
-    """``line`` said on ``say`` if :meth:`stop` has not come :data:`QUIET_S` seconds after :meth:`start` (a first sign
-    of life on a long run; a short run, or an error, stays one line); a context manager too."""
+    """``line`` said on ``say`` if :meth:`stop` has not come :data:`QUIET_S` seconds after :meth:`start`
+    (:data:`QUIET_LOG_S` where stderr is not a terminal): a first sign of life on a long run, while a short run, or an
+    error, stays one line; a context manager too."""
 
     def __init__(self, say: Callable[[str], None], line: str) -> None:
-        self.timer = threading.Timer(QUIET_S, say, (line,))
+        self.timer = threading.Timer(QUIET_S if sys.stderr.isatty() else QUIET_LOG_S, say, (line,))
         self.timer.daemon = True
 
     def start(self) -> SaidIfSlow:

@@ -22,15 +22,24 @@ quantity. ``tests/test_invariants.py`` runs every system config with the checks 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from repro.sim.state import FINISHED, RUNNING, SWAPPED, WAITING
+from repro.sim.state import FINISHED, RUNNING, SWAPPED, WAITING, RequestState
 
 if TYPE_CHECKING:
+    from repro.sim.kv import KvPool
     from repro.sim.plan import StepPlan, StepResult
-    from repro.sim.replica import Replica
+
+
+class Checked(Protocol):
+    """What the checks read of a replica (:class:`repro.sim.replica.Replica`)."""
+
+    index: int
+    num_steps: int
+    s: RequestState
+    kv: KvPool
 
 #: slack for comparing simulated times (sums of float seconds)
 _EPS = 1e-9
@@ -43,7 +52,7 @@ class InvariantError(RuntimeError):
 class InvariantChecker:
     """The checks of the module docstring for one replica (:attr:`Replica.checker`)."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Checked) -> None:
         self.r = replica
         self.last_end = -np.inf
 
