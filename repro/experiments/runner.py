@@ -225,7 +225,8 @@ def run_sweep(ctx: RunContext) -> tuple[pd.DataFrame, int]:
             tables[out.index] = out
         return f"{p.describe()} slo={out.metrics.get('slo_attainment', float('nan')):.3g}"
 
-    first = SaidIfSlow(say if todo else (lambda _: None), running).start()  # unless the first point is quick
+    # unless the first point is quick (in a terminal the progress bar is already there: only into a log or pipe)
+    first = SaidIfSlow(say if todo and not sys.stderr.isatty() else (lambda _: None), running).start()
 
     def recorded(out: Outcome) -> str:
         first.stop()
