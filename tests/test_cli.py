@@ -164,13 +164,19 @@ def test_without_an_experiment_the_chosen_system_runs(tmp_path: Path) -> None:
     assert means["static_sd_k3"] < means["vllm"]  # not the same run under two names
 
 
-def test_a_user_run_leaves_the_references_untouched() -> None:
-    ref = REPO / "results" / "quick" / "smoke" / "points.csv"
+def test_a_user_run_leaves_the_references_untouched(tmp_path: Path) -> None:
+    """A run without out_dir writes runs/quick/NAME beside the project's results/, never into them: in a copy of the
+    project (so the test writes only into its temporary folder, not the checkout's runs/)."""
+    for part in ("repro", "systems", "workloads", "conf"):
+        shutil.copytree(REPO / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "results" / "quick" / "smoke", tmp_path / "results" / "quick" / "smoke")
+    ref = tmp_path / "results" / "quick" / "smoke" / "points.csv"
     before = ref.read_bytes()
-    res = cli("-m", "repro", "+exp=smoke", "quick=true", "n_jobs=2", "overwrite=true")  # whatever runs/ held
+    res = subprocess.run([sys.executable, "-m", "repro", "+exp=smoke", "quick=true", "n_jobs=2"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert res.returncode == 0, res.stderr
     assert ref.read_bytes() == before
-    assert (REPO / "runs" / "quick" / "smoke" / "summary.md").is_file()
+    assert (tmp_path / "runs" / "quick" / "smoke" / "summary.md").is_file()
     assert "runs/quick/smoke/summary.md" in res.stdout
 
 
