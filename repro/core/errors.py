@@ -37,7 +37,12 @@ class PlanError(AssertionError):
     """
 
 
-def suggest(word: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest known word, or an empty string (for an error message)."""
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+def suggest(word: str, known: Iterable[str], n: int = 1, cutoff: float = 0.6, parts: bool = False) -> str:
+    """`` (did you mean 'x'?)`` for the ``n`` closest known words (`` (did you mean 'x', 'y'?)``), or an empty string
+    (for an error message). With ``parts``, where nothing is close, the known words that contain ``word``
+    (``llama2-7`` -> ``llama2-7b``)."""
+    words = list(known)
+    close = difflib.get_close_matches(word, words, n=n, cutoff=cutoff)
+    if not close and parts:
+        close = [k for k in words if word.lower() in k.lower()][:n]
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""

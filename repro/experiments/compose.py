@@ -102,13 +102,10 @@ _GROUP_NOUNS = {"exp": "experiment", "system": "system", "model": "model", "hard
 
 def no_such_option(group: str, name: str, conf_dir: Path = CONF_DIR) -> str:
     """``exp=smok``: the nearest names of the group (up to three), not the whole list."""
-    import difflib
+    from repro.core.errors import suggest
 
     known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml")) if (conf_dir / group).is_dir() else []
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    if not close:  # a prefix or a part: 'llama2-7' -> llama2-7b, ...
-        close = [k for k in known if name.lower() in k.lower()][:3]
-    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    hint = suggest(name, known, n=3, cutoff=0.5, parts=True)
     typed = "+exp" if group == "exp" else group
     return (f"{typed}={name}: no such {_GROUP_NOUNS.get(group, group + ' config')}{hint}; "
             f"python -m repro list names all {len(known)}")
