@@ -248,11 +248,14 @@ def pinned_data(mode: str, empty: Path) -> Iterator[None]:
 @pytest.fixture
 def use_jit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """``use_jit(True | False)``: the compiled kernels on or off (``REPRO_JIT``, :func:`repro.core.jit.refresh`) for
-    the rest of the test; read again afterwards, so no other test inherits the choice."""
+    the rest of the test; read again afterwards, so no other test inherits the choice. Under ``REPRO_JIT=python``
+    (a mutation run, ``scripts/mutation.sh``) "on" is the kernels run as plain Python."""
     from repro.core import jit
 
+    on_value = "python" if jit.interpreted() else "1"
+
     def use(on: bool) -> None:
-        monkeypatch.setenv("REPRO_JIT", "1" if on else "0")
+        monkeypatch.setenv("REPRO_JIT", on_value if on else "0")
         jit.refresh()
         assert jit.enabled() == on and jit.step_kernels() == on
 

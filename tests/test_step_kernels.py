@@ -53,6 +53,14 @@ def test_compiled_step_kernels_equal_their_numpy_references(use_jit: Any, overri
     ref = _run(overrides)
     use_jit(True)
     got = _run(overrides)
+    _assert_same_run(ref, got)
+    if "KV pressure" in " ".join(overrides) or "gpu_memory_utilization" in " ".join(overrides):
+        assert int(ref.state.num_preemptions.sum()) > 0  # (the scenario does what it is there for)
+    assert int(ref.state.num_proposed.sum()) > 0 or "vllm" in overrides[0] or "sarathi" in overrides[0]
+
+
+def _assert_same_run(ref: SimOutput, got: SimOutput) -> None:
+    """Two runs of one config left the same state and the same step trace, bit for bit."""
     for name in STATE:
         assert np.array_equal(getattr(ref.state, name), getattr(got.state, name), equal_nan=True), name
     assert got.sim_time_s == ref.sim_time_s and got.num_steps == ref.num_steps
@@ -60,9 +68,30 @@ def test_compiled_step_kernels_equal_their_numpy_references(use_jit: Any, overri
     for a, b in zip(ref.steps, got.steps, strict=True):
         assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)
     assert got.step_telemetry == ref.step_telemetry
-    if "KV pressure" in " ".join(overrides) or "gpu_memory_utilization" in " ".join(overrides):
-        assert int(ref.state.num_preemptions.sum()) > 0  # (the scenario does what it is there for)
-    assert int(ref.state.num_proposed.sum()) > 0 or "vllm" in overrides[0] or "sarathi" in overrides[0]
+
+
+@pytest.mark.parametrize("name", ["turbospec, KV pressure (preemption; the proposal's blocks do not all fit)",
+                                  "adaserve (token trees)", "static k=3 with EAGLE, step trace"])
+def test_the_kernels_run_as_plain_python_equal_their_numpy_references(monkeypatch: pytest.MonkeyPatch,
+                                                                       name: str) -> None:
+    """``REPRO_JIT=python`` (a mutation run, scripts/mutation.sh: Numba cannot compile mutmut's rewritten kernels)
+    runs every kernel uncompiled where it would run compiled, returning the Python scalars Numba returns (a
+    ``decode_only is True`` holds either way), and leaves the run the NumPy references leave."""
+    from repro.core import jit
+
+    monkeypatch.setenv("REPRO_JIT", "0")
+    jit.refresh()
+    ref = _run(SCENARIOS[name])
+    monkeypatch.setenv("REPRO_JIT", "python")
+    jit.refresh()
+    try:
+        assert jit.interpreted() and jit.step_kernels()
+        sums = jit.kernel("repro.cost.kernels", "chain_terms")(np.array([0, 3]), np.array([5, 9]))
+        assert sums == (1, 3, 4, 14, 1 * 6 + 4 * 13) and all(type(v) is int for v in sums)
+        got = _run(SCENARIOS[name])
+    finally:
+        jit.refresh()
+    _assert_same_run(ref, got)
 
 
 LEAN = {  # chain systems without a step trace, where the lean step of chains runs
@@ -244,6 +273,8 @@ def test_a_run_that_turns_the_step_kernels_on_midway_equals_one_that_never_does(
     pytest.importorskip("numba")
     from repro.core import jit
 
+    if jit.interpreted():
+        pytest.skip("a mutation run (REPRO_JIT=python) interprets the kernels: Numba cannot compile mutmut's")
     overrides = SCENARIOS["turbospec, draft model"]
     use_jit(False)
     ref = _run(overrides)

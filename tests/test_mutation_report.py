@@ -1,0 +1,68 @@
+"""scripts/mutation_report.py: the mutation score per module and package from mutmut's ``mutants/*.meta``, with the
+survivors shown equivalent (scripts/mutation_triage.toml) out of the denominator, on a hand-made folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("no_data")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _report() -> Any:
+    spec = importlib.util.spec_from_file_location("mutation_report", ROOT / "scripts" / "mutation_report.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _meta(root: Path, rel: str, codes: dict[str, int | None]) -> None:
+    path = root / f"{rel}.meta"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"exit_code_by_key": codes}))
+
+
+def test_the_score_is_killed_over_the_mutants_less_the_equivalent_and_the_unrun(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture[str]
+                                                                                ) -> None:
+    mutants = tmp_path / "mutants"
+    kv = {f"repro.sim.kv.x_f__mutmut_{i}": code for i, code in enumerate([1, 1, 1, 36, 0, 0, 5, None])}
+    _meta(mutants, "repro/sim/kv.py", kv)
+    _meta(mutants, "repro/sim/plan.py", {"repro.sim.plan.x_g__mutmut_1": 1})
+    _meta(mutants, "repro/cost/step.py", {"repro.cost.step.x_h__mutmut_1": 0})
+    _meta(mutants, "repro/sim/empty.py", {})
+    triage = tmp_path / "triage.toml"
+    triage.write_text('[equivalent]\n"repro.sim.kv.x_f__mutmut_4" = "the same values"\n'
+                      '"repro.gone.x__mutmut_1" = "a function since changed"\n')
+    mod = _report()
+    c = mod.tally(kv, mod.triaged(triage))
+    # 4 killed (a timeout counts), 1 equivalent, 1 survivor, 1 without tests, 1 not run: 4 / (8 - 1 - 1)
+    assert (c["killed"], c["equivalent"], c["survived"], c["no tests"], c["not run"]) == (4, 1, 1, 1, 1)
+    assert mod.score(c) == f"{4 / 6:.1%}"
+    assert mod.main(["--mutants", str(mutants), "--triage", str(triage)]) == 0
+    out = capsys.readouterr().out
+    assert "| `repro.sim.kv` | 66.7% | 8 | 4 | 1 | 1 | 1 | 0 | 1 |" in out
+    assert "| **repro.sim** | **71.4%** | 9 | 5 |" in out  # kv and plan: 5 / (9 - 1 - 1)
+    assert "| **repro.cost** | **0.0%** |" in out and "repro.sim.empty" not in out
+    assert "3 untriaged survivors" in out  # kv's survivor and its mutant without tests, step's survivor
+    assert "repro.gone.x__mutmut_1" in out.split("no longer generated")[1]
+
+
+def test_a_missing_mutants_folder_is_one_line_naming_the_script_to_run(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert _report().main(["--mutants", str(tmp_path / "none")]) == 2
+    assert "run scripts/mutation.sh first" in capsys.readouterr().err
+
+
+def test_the_committed_triage_file_parses_and_gives_a_reason_for_each_mutant() -> None:
+    mod = _report()
+    table = mod.triaged(ROOT / "scripts" / "mutation_triage.toml")
+    for name, why in table.items():
+        assert name.startswith(mod.PACKAGES) and name.count("__mutmut_") == 1 and len(why) > 10, name
