@@ -310,7 +310,7 @@ def test_config_selects_the_v0_rule_and_the_recorded_default_is_unchanged(tmp_pa
     ({"proposal": "vllm_v0_ngram", "prompt_lookup_max": 4, "num_speculative_tokens": 2.5},
      r"num_speculative_tokens: 2\.5 must be an integer >= 1"),
     ({"field": "acc_ngram", "prompt_lookup_max": 4}, r"prompt_lookup_max: read only with .*proposal: vllm_v0_ngram"),
-])
+], ids=["unknown rule", "no max", "max 0", "min above max", "fractional k", "max without the v0 rule"])
 def test_v0_rule_config_errors_name_the_key(node: dict[str, object], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         span_rule(node, "oracle.spans.pld")

@@ -98,7 +98,7 @@ LEAN = {  # chain systems without a step trace, where the lean step of chains ru
     "nightjar (speculation off and on, draft catch-up: the general path between)": ["system=nightjar", "rps=12",
                                                                                      *WORKLOAD],
     "nightjar, the authors' selector": ["system=nightjar_authors", "rps=3", *WORKLOAD],
-    "dsd (γ by batch size)": ["system=dsd", "rps=6", *WORKLOAD],
+    "dsd (gamma by batch size)": ["system=dsd", "rps=6", *WORKLOAD],
     "turbospec, draft model": ["system=turbospec", "rps=4", *WORKLOAD],
     "turbospec, multi-query scorer": ["system=turbospec", "engine=turbospec_mq", "rps=4", *WORKLOAD],
     "static k=3, KV pressure (preemption)": ["system=static_sd_k3", "rps=8", "engine.gpu_memory_utilization=0.22",

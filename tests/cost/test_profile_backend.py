@@ -384,7 +384,7 @@ def test_a_row_short_of_the_largest_contexts_is_extended_along_the_attention_slo
     ({"model": "llama2-7b", "tp": 1}, ["model=llama2-70b", "tp=4"], r"measured for llama2-7b"),
     ({"model": "llama2-7b", "tp": 2}, [], r"measured at tp=2, this run has tp=1"),
     ({"model": "llama-160m"}, ["draft"], r"cost\.draft_table: .*measured for llama-160m, but this run's draft"),
-])
+], ids=["another model", "another gpu", "another model and tp", "another tp", "another draft"])
 def test_a_profile_for_another_setup_is_refused(table: Path, tmp_path: Path, sidecar: dict[str, Any],
                                                 overrides: list[str], match: str) -> None:
     """The profiler's sidecar names the model, tp and GPU it measured; a table that does not describe the run is
