@@ -36,20 +36,27 @@ def pytest_configure(config: pytest.Config) -> None:
     data_record.register(config)
 
 
-def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
-    """A parameter's string as its id, without backslashes (a regular expression's escapes), in printable ASCII."""
-    if isinstance(val, str) and (not (val.isascii() and val.isprintable()) or "\\" in val):
+def _plain(text: str) -> bool:
+    """Printable ASCII without a backslash: a test id pytest keeps as written (it escapes any other, and an escaped
+    id cannot be passed back to it by name: ``pytest 'tests/x.py::test[id]'``, as ``scripts/mutation.sh`` selects)."""
+    return text.isascii() and text.isprintable() and "\\" not in text
+
+
+def pytest_make_parametrize_id(val: object) -> str | None:
+    """A string parameter's id made plain: backslashes (a regular expression's escapes) dropped, whitespace a space,
+    any other character outside printable ASCII a ``?``."""
+    if isinstance(val, str) and not _plain(val):
         return "".join(c if c.isascii() and c.isprintable() else " " if c.isspace() else "?"
                        for c in val.replace("\\", "")).strip()
     return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test id is printable ASCII without a backslash: pytest escapes any other, and an escaped id cannot be
-    passed back to it by name (``pytest 'tests/x.py::test[id]'``, as ``scripts/mutation.sh`` selects tests)."""
+    """Every test id is plain (an explicit ``id=`` too, which the hook above does not see)."""
     for item in items:
-        if not (item.nodeid.isascii() and item.nodeid.isprintable()) or "\\" in item.nodeid:
-            raise pytest.UsageError(f"{item.nodeid}: a test id must be ASCII without a backslash: give it an id=")
+        if not _plain(item.nodeid):
+            raise pytest.UsageError(f"{item.nodeid}: a test id must be printable ASCII without a backslash: "
+                                    "give it an id=")
 
 
 #: Locks by which a test marked ``alone`` runs with no other test of this machine's pytest runs beside it (the
