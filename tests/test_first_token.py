@@ -80,12 +80,14 @@ def test_a_request_arriving_during_a_step_is_scheduled_one_or_two_steps_later(pi
     assert out.state.first_token_at[1] == pytest.approx(step.start_at + step.latency_s, abs=1e-12)
 
 
-def test_first_token_waits_for_its_first_k_drafts() -> None:
+@pytest.mark.parametrize("budget", [8192, 48])
+def test_first_token_waits_for_its_first_k_drafts(budget: int) -> None:
     """With k = 3 drafts from a draft model, a request alone (C = 1): its first token is released after the step's
-    drafter pass over the prompt and k - 1 = 2 more draft steps of one token each, at contexts 65 and 66."""
+    drafter pass over the prompt and k - 1 = 2 more draft steps of one token each, at contexts 65 and 66, also where
+    the prompt completes in a second chunk of 16 after one of 48 (a token budget of 48)."""
     reqs = make_requests(1, prompt_len=64, output_len=8)
-    off = _run(VLLMV1(k=3), _v1(), reqs)
-    on = _run(VLLMV1(k=3), _v1(first_token_drafts=True, draft_tokens=3), reqs)
+    off = _run(VLLMV1(k=3, max_num_batched_tokens=budget), _v1(), reqs)
+    on = _run(VLLMV1(k=3, max_num_batched_tokens=budget), _v1(first_token_drafts=True, draft_tokens=3), reqs)
     draft = Deployment.of(VLLMV1(k=3), hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
                           draft=load_model("llama3.2-1b"), engine=_v1()).cost_model()
     two_steps = sum(draft.forward_s(1, 1, 64 + j, 0.0, 1, True, which="draft") for j in (1, 2))
@@ -108,3 +110,32 @@ def test_the_v1_system_sets_up_its_speculative_config() -> None:
     five = scheduled_with(on, VLLMV1(k=4, proposer="eagle"))
     assert five.graph_sizes[-1] == five.graph_max_tokens == 500  # 496 -> 500; 512 -> 515, past the largest size
     assert scheduled_with(on, VLLMV1(k=0)) is on
+
+
+def test_a_first_tokens_drafts_share_the_passes_of_the_requests_drafting_k() -> None:
+    """Request B's prompt completes in a step where request A decodes with k = 3 drafts: B's draft steps 2 and 3 run
+    in the same passes as A's own (one token each), so the step's drafting grows by their marginal cost, the
+    two-request pass less A's alone, at A's context c (64 + its tokens - 1) and B's 64 + j."""
+    n = 10
+    draft = Deployment.of(VLLMV1(k=3), hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
+                          draft=load_model("llama3.2-1b"), engine=_v1()).cost_model()
+
+    def step_of_b(profile: EngineProfile) -> tuple[int, float]:
+        probe = _run(VLLMV1(k=3), profile, make_requests(1, prompt_len=64, output_len=40), record_steps=True,
+                     fast_forward=False)
+        ends = np.array([r.start_at + r.latency_s for r in probe.steps])
+        reqs = make_requests(2, prompt_len=64, output_len=[40, 4])
+        reqs["arrival_s"][1] = 0.5 * (ends[n - 1] + ends[n])
+        out = _run(VLLMV1(k=3), profile, reqs, record_steps=True, fast_forward=False)
+        i = next(i for i, r in enumerate(out.steps) if i and r.num_prefill)
+        assert out.steps[i].num_decode == 1
+        return i, out.steps[i].draft_s
+
+    i_off, off = step_of_b(_v1())
+    i_on, on = step_of_b(_v1(first_token_drafts=True, draft_tokens=3))
+    assert i_off == i_on == n + 1
+    c = 64 + (n + 1) - 1  # A has emitted n + 1 tokens (its first, then one per step: FixedOracle accepts none)
+    marginal = sum(draft.forward_s(2, 2, c + 64 + 2 * j, 0.0, 2, True, which="draft")
+                   - draft.forward_s(1, 1, c + j, 0.0, 1, True, which="draft") for j in (1, 2))
+    assert on - off == pytest.approx(marginal, rel=1e-9)
+    assert 0.0 < marginal < sum(draft.forward_s(1, 1, 64 + j, 0.0, 1, True, which="draft") for j in (1, 2))

@@ -155,3 +155,58 @@ def test_fixed_arm_regret_compares_with_the_best_arm_of_each_batch_size_in_hinds
     # batch 4's best fixed arm is 1 (25 > 20): losses 20-10, 5-10; batch 8's a tie → arm 0 (the first): 30-10, 30-50
     out = fixed_arm_regret(frame)
     assert out[[0, 1, 2, 4]].tolist() == pytest.approx([10.0, 5.0, 25.0, 5.0]) and np.isnan(out[3])
+
+
+class Pinned(Policy):
+    """Prefills everything, then decodes every running request with a chain of 1 and 1 ms of host work per step
+    (keeping the draft's cache in step on even steps), except at step ``at``, which plays a chain of ``k_at``."""
+
+    uses_draft_model = True
+
+    def __init__(self, at: int = -1, k_at: int = 1) -> None:
+        super().__init__()
+        self.at, self.k_at = at, k_at
+
+    def schedule(self, view: View) -> StepPlan:
+        if view.waiting.size:
+            return StepPlan(prefill_ids=view.waiting, prefill_tokens=view.num_tokens(view.waiting), draft_sync=True)
+        if not view.running.size:
+            return StepPlan()
+        k = self.k_at if view.step_index == self.at else 1
+        return StepPlan(decode_ids=view.running, k=np.full(view.running.size, k, dtype=np.int64), host_s=1e-3,
+                        draft_sync=view.step_index % 2 == 0)
+
+
+@pytest.mark.parametrize("kv_blocks", [None, 6, 7])
+def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks: int | None) -> None:
+    # the counterfactual arm γ of step t is the goodput a run that plays γ at step t realizes there: the same
+    # batch, host work, text (the oracle's common random numbers) and output caps; NaN exactly where that step
+    # would over-commit the KV pool. Output lengths 3..9 make some requests end inside a chain.
+    from repro.oracle.token_oracle import TokenOracle
+    from repro.sim.plan import PlanError
+
+    reqs = make_requests(3, prompt_len=[16, 17, 30], output_len=[3, 6, 9])
+    sharegpt = np.array(["sharegpt"] * 3, dtype=object)
+
+    def frame(policy: Policy, **kw: object):  # type: ignore[no-untyped-def]
+        return steps_frame(make_engine(policy, reqs, oracle=TokenOracle(7, sharegpt, {"sharegpt": 0.6}),
+                                       kv_blocks=kv_blocks, record_steps=True, **kw).run())
+
+    base = frame(Pinned(), counterfactual_arms=3)
+    steps = base.index[base["num_decode"] > 0].tolist()
+    assert len(steps) >= 3
+    played = 0
+    for t in steps:
+        for g in range(4):
+            want = base.loc[t, f"arm_reward_{g}"]
+            if np.isnan(want):
+                with pytest.raises(PlanError):
+                    frame(Pinned(at=t, k_at=g))
+                continue
+            alt = frame(Pinned(at=t, k_at=g)).loc[t]
+            assert alt["num_decode"] == base.loc[t, "num_decode"]
+            assert want == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12), (t, g)
+            played += 1
+    assert played > len(steps) * 2
+    if kv_blocks is not None:
+        assert base[[f"arm_reward_{g}" for g in range(4)]].isna().any().any()  # the pool decides some arm
