@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repro.experiments.simulate import steps_frame
@@ -140,7 +141,6 @@ def test_without_a_resident_draft_only_the_plain_step_is_an_arm() -> None:
 
 
 def test_fixed_arm_regret_compares_with_the_best_arm_of_each_batch_size_in_hindsight() -> None:
-    import pandas as pd
 
     from repro.sim.trace import fixed_arm_regret
 
@@ -188,11 +188,12 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
     reqs = make_requests(3, prompt_len=[16, 17, 30], output_len=[3, 6, 9])
     sharegpt = np.array(["sharegpt"] * 3, dtype=object)
 
-    def frame(policy: Policy, **kw: object):  # type: ignore[no-untyped-def]
+    def frame(policy: Policy, arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
         return steps_frame(make_engine(policy, reqs, oracle=TokenOracle(7, sharegpt, {"sharegpt": 0.6}),
-                                       kv_blocks=kv_blocks, record_steps=True, **kw).run())
+                                       kv_blocks=kv_blocks, record_steps=True, counterfactual_arms=arms,
+                                       max_steps=steps).run())
 
-    base = frame(Pinned(), counterfactual_arms=3)
+    base = frame(Pinned(), arms=3)
     steps = base.index[base["num_decode"] > 0].tolist()
     assert len(steps) >= 3
     played = 0
@@ -201,9 +202,9 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
             want = base.loc[t, f"arm_reward_{g}"]
             if np.isnan(want):
                 with pytest.raises(PlanError):
-                    frame(Pinned(at=t, k_at=g))
+                    frame(Pinned(at=t, k_at=g), steps=t + 1)
                 continue
-            alt = frame(Pinned(at=t, k_at=g)).loc[t]
+            alt = frame(Pinned(at=t, k_at=g), steps=t + 1).loc[t]
             assert alt["num_decode"] == base.loc[t, "num_decode"]
             assert want == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12), (t, g)
             played += 1
