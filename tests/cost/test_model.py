@@ -191,54 +191,84 @@ def test_profile_model_interpolates(tmp_path: Path) -> None:
         ProfileCostModel(path)
 
 
-def test_cli_prints_exact_keys() -> None:
-    args = [
-        "--model",
-        "llama2-7b",
-        "--hardware",
-        "a100-80g",
-        "--batch",
-        "8",
-        "--draft",
-        "llama-160m",
-        "--k",
-        "4",
-    ]
-    out = subprocess.run(
-        [sys.executable, "-m", "repro.cost", *args], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    data = json.loads(out.stdout)
-    assert list(data) == [
-        "total_ms",
-        "linear_ms",
-        "attention_ms",
-        "lm_head_ms",
-        "allreduce_ms",
-        "overhead_ms",
-        "draft_ms",
-        "host_ms",
-        "kv_capacity_tokens",
-        "budget_tokens",
-    ]
-    parts = sum(
-        data[k]
-        for k in ("linear_ms", "attention_ms", "lm_head_ms", "allreduce_ms", "overhead_ms", "draft_ms", "host_ms")
-    )
-    assert data["total_ms"] == pytest.approx(parts)
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``python -m repro.cost ARGS`` in this process: (exit code, stdout, stderr)."""
+    from repro.cost.__main__ import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+COMPONENTS = ("linear_ms", "attention_ms", "lm_head_ms", "allreduce_ms", "overhead_ms", "draft_ms", "host_ms")
+
+
+def test_cli_prints_exact_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "--model", "llama2-7b", "--hardware", "a100-80g", "--batch", "8", "--draft",
+                        "llama-160m", "--k", "4")
+    assert code == 0
+    data = json.loads(out)
+    assert list(data) == ["total_ms", *COMPONENTS, "kv_capacity_tokens", "budget_tokens"]
+    assert data["total_ms"] == pytest.approx(sum(data[k] for k in COMPONENTS))
     assert data["draft_ms"] > 0 and data["budget_tokens"] == 156
 
 
-def test_cli_bad_name_exits_2_with_one_line() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "repro.cost", "--model", "llama9", "--hardware", "a100-80g"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "llama9" in lines[0] and "llama2-7b" in lines[0]
-    assert "Traceback" not in out.stderr
+def test_cli_runs_as_a_module() -> None:
+    out = subprocess.run([sys.executable, "-m", "repro.cost", "--model", "llama2-7b", "--hardware", "a100-80g"],
+                         cwd=REPO, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["draft_ms"] == 0.0
+
+
+def test_cli_defaults_are_the_documented_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    # one decode pass of 8 sequences at context 512 on 1 GPU under vLLM v0, no draft
+    base = ("--model", "llama2-7b", "--hardware", "a100-80g")
+    explicit = _cli(capsys, *base, "--tp", "1", "--batch", "8", "--new-tokens", "1", "--context", "512",
+                    "--engine", "vllm_v0")
+    assert _cli(capsys, *base) == explicit
+    for changed in (("--tp", "2"), ("--batch", "4"), ("--new-tokens", "2"), ("--context", "256"),
+                    ("--engine", "vllm_v1")):
+        assert _cli(capsys, *base, *changed)[1] != explicit[1], changed
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (("--model", "llama9", "--hardware", "a100-80g"), ("llama9", "llama2-7b")),
+    (("--model", "llama2-7b", "--hardware", "a100-80g", "--draft", "llama9"), ("llama9",)),
+    (("--model", "llama2-7b", "--hardware", "a100-80g", "--engine", "vllm9"), ("vllm9",)),
+    (("--model", "llama2-7b", "--hardware", "a100-80g", "--k", "2"), ("--k needs --draft",)),
+], ids=["model", "draft", "engine", "k without a draft"])
+def test_cli_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+                                             names: tuple[str, ...]) -> None:
+    code, out, err = _cli(capsys, *args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and all(n in lines[0] for n in names)
+
+
+def test_cli_prefill_and_verify_are_the_engines_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    # --new-tokens q > 1 without --k: a prefill chunk of q per sequence on --context cached ones; with --k: after
+    # k draft passes of the batch, each at its own context
+    import numpy as np
+
+    from repro.cost.__main__ import breakdown
+    from repro.cost.serving import load_engine
+    from repro.cost.step import DecodeBatch, PrefillBatch, verify_pass
+
+    m = CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"),
+                  engine=load_engine("vllm_v1"))
+    base = ("--model", "llama2-7b", "--hardware", "a100-80g", "--engine", "vllm_v1", "--batch", "4")
+    pre = json.loads(_cli(capsys, *base, "--new-tokens", "64", "--context", "128")[1])
+    plain = CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), engine=load_engine("vllm_v1"))
+    assert pre == pytest.approx(breakdown(plain, 4, 64, 128))
+    ids, none = np.arange(4), np.zeros(0, dtype=np.int64)
+    chunks = PrefillBatch(ids, np.full(4, 64), 4 * 64 * (128 + 65 / 2), np.ones(4, dtype=bool), 4 * 128.0)
+    shape, host_s = verify_pass(plain.engine, chunks, DecodeBatch(none, none, none, none, none.astype(bool), {}, None))
+    assert shape.prefill_cached == 512.0 and shape.num_tokens == 256
+    assert pre["total_ms"] == pytest.approx(1e3 * (plain.forward(shape).total_s + host_s))
+    spec = json.loads(_cli(capsys, *base, "--draft", "llama-160m", "--k", "3", "--context", "100")[1])
+    drafts = m.spec_round_s() + sum(m.forward_s(4, 4, 4 * (100 + i + 1), decode_only=True, which="draft")
+                                    for i in range(3))
+    assert spec["draft_ms"] == pytest.approx(1e3 * drafts)
+    assert spec["kv_capacity_tokens"] == 16 * m.kv_capacity_blocks() and spec["budget_tokens"] == m.budget_tokens
 
 
 def test_conf_dir_located() -> None:
