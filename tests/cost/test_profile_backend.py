@@ -431,3 +431,50 @@ def test_rounds_take_each_cells_median_over_every_sweep(monkeypatch: pytest.Monk
     calls.clear()
     once = list(profile.measure(model, cells, warmup=0, repeat=2))  # the default: one sweep, as before
     assert [ms for _, ms, _ in once] == [50.0, 50.0, 50.0]
+
+
+def _bilinear_table(path: Path, contexts: tuple[int, ...] = (0, 128, 512, 2048)) -> ProfileCostModel:
+    """A profile whose prefill rows are 0.2 + 0.003 n ms (n tokens, context 0) and whose decode rows are
+    0.1 + 0.001 n + 2e-6 n c ms (n sequences at context c): bilinear, so interpolation and extrapolation are exact."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["num_tokens", "context", "latency_ms"])
+        for n in (1, 4, 16, 64, 256):
+            for c in contexts:
+                w.writerow((n, c, 0.2 + 0.003 * n if c == 0 else 0.1 + 0.001 * n + 2e-6 * n * c))
+    return ProfileCostModel(path)
+
+
+@pytest.mark.parametrize(("pre", "seqs", "cached", "dec", "kv"), [
+    (48, 2, 0.0, 6, 6 * 300.0),  # fresh chunks beside 6 decodes at context 300
+    (48, 2, 2 * 700.0, 6, 6 * 300.0),  # chunks after 700 cached tokens each: their prefix read too
+    (30, 3, 3 * 64.0, 3, 3 * 5000.0),  # past the last context: extrapolated
+])
+def test_a_mixed_pass_is_the_prefill_of_all_its_tokens_plus_each_parts_attention(
+        tmp_path: Path, pre: int, seqs: int, cached: float, dec: int, kv: float) -> None:
+    # every token's linear work as one prefill of pre + dec tokens, plus the decode rows' attention slope
+    # (2e-6 ms per sequence-token: 2e-6 of the KV read) over the decodes' context and the chunks' cached prefix
+    p = _bilinear_table(tmp_path / "grid.csv")
+    want = (0.2 + 0.003 * (pre + dec) + 2e-6 * (kv + cached)) / 1e3
+    assert p.mixed_s(pre, seqs, cached, dec, dec, kv) == pytest.approx(want, rel=1e-12)
+    shape = ForwardShape(pre + dec, seqs + dec, kv + cached, prefill_tokens=pre, prefill_seqs=seqs,
+                         prefill_cached=cached)  # a pass with a prefill share is priced as the mixed pass
+    assert p.forward(shape).total_s == pytest.approx(want, rel=1e-12)
+    # a grid with one decode column has no attention slope: the prefill of all the tokens alone; two have one
+    two = _bilinear_table(tmp_path / "two.csv", contexts=(0, 512))
+    assert two.mixed_s(pre, seqs, cached, dec, dec, kv) == pytest.approx((0.2 + 0.003 * (pre + dec)) / 1e3, rel=1e-12)
+    three = _bilinear_table(tmp_path / "three.csv", contexts=(0, 128, 512))
+    assert three.mixed_s(pre, seqs, cached, dec, dec, kv) == pytest.approx(want, rel=1e-12)
+    # a pass of prefill chunks only is the grid's own pass at the chunks' mean context
+    only = ForwardShape(pre, seqs, cached, prefill_tokens=pre, prefill_seqs=seqs, prefill_cached=cached)
+    assert p.forward(only).total_s == p.forward_s(pre, seqs, cached)
+
+
+def test_a_mixed_pass_is_never_negative(tmp_path: Path) -> None:
+    path = tmp_path / "falling.csv"  # decode rows that fall with context (a noisy profile): the slope is negative
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["num_tokens", "context", "latency_ms"])
+        for n in (1, 64):
+            w.writerows(((n, 0, 0.01), (n, 128, 1.0), (n, 512, 0.5), (n, 1024, 0.1)))
+    assert ProfileCostModel(path).mixed_s(8, 1, 0.0, 8, 8, 8 * 4096.0) == 0.0
