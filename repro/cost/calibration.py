@@ -103,6 +103,10 @@ def _cm(hw: str, model: str, tp: int = 1, draft: str | None = None, engine: str 
                      engine=prof)
 
 
+# pragma: no mutate start
+# (scripts/mutation.sh: the rows below are the calibration experiment's evidence, each published number with its
+# set-up and note, judged against its tolerance by tests/cost/test_calibration.py and the calibration reference;
+# they are data, like conf/, not a mechanism: docs/testing.md)
 def _linear_rows() -> list[_Row]:
     rows = []
     for table, (hw, model, tp, measured) in LINEAR_TABLES.items():
@@ -113,6 +117,7 @@ def _linear_rows() -> list[_Row]:
                 _Row(table, "tokens", x, ms, modelled, LINEAR_TOL, "linear", "Vidur linear+norm profile")
             )
     return rows
+# pragma: no mutate end
 
 
 def _linear_ms(cm: CostModel, tokens: int) -> float:
@@ -160,6 +165,10 @@ def _anchor(
     return _Row(table, x_name, x, measured, modelled, tol, "anchor", note, checked, ratio, band)
 
 
+# pragma: no mutate start
+# (scripts/mutation.sh: the rows below are the calibration experiment's evidence, each published number with its
+# set-up and note, judged against its tolerance by tests/cost/test_calibration.py and the calibration reference;
+# they are data, like conf/, not a mechanism: docs/testing.md)
 def _anchor_rows() -> list[_Row]:
     """Every whole-step anchor of the seed papers and vLLM, in docs/calibration.md's order."""
     return [
@@ -528,6 +537,7 @@ def efficiency_table() -> pd.DataFrame:
                      "modelled_eff": total / (hw.bytes_per_s * linear_stream_s(hw, m, tp)),
                      "measured_eff": total / (hw.bytes_per_s * measured[0] * 1e-3)})
     return pd.DataFrame(rows)
+# pragma: no mutate end
 
 
 def calibration_table(profiles: Path = PROFILES_DIR) -> pd.DataFrame:
