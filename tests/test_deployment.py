@@ -3,6 +3,8 @@ engine builds its replicas, their cost models and proposers, and binds each poli
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from repro.core.errors import ConfigError
@@ -64,3 +66,42 @@ def test_a_deployment_from_values_runs_seppipe() -> None:
     eng = make_engine(pol, make_requests(4, output_len=3))
     assert [r.cost.tp for r in eng.replicas] == [1, 2]
     assert (eng.run().state.num_generated == 3).all()
+
+
+@pytest.mark.parametrize(("key", "sidecar", "message"), [
+    ("table", None, None),  # no sidecar: taken as given
+    ("table", {"tp": 2}, None),  # names no model or GPU: taken as given
+    ("table", {"model": "llama2-7b", "tp": 2, "gpu": "NVIDIA A100-SXM4-80GB"}, None),
+    ("table", {"model": "llama-68m", "tp": 2}, "cost.table: p.csv was measured for llama-68m, but this run's model is "
+     "llama2-7b (profile it: python -m repro.profile --model llama2-7b)"),
+    ("table", {}, "cost.table: p.csv was measured at tp=1, this run has tp=2"),  # no tp: 1
+    ("table", {"gpu": "NVIDIA H100 80GB HBM3", "tp": 2}, "cost.table: p.csv was measured on NVIDIA H100 80GB HBM3, this "
+     "run's hardware is a100-80g (run it with hardware=h100-80g)"),
+    ("table", {"gpu": "NVIDIA T4", "tp": 2}, "cost.table: p.csv was measured on NVIDIA T4, which no conf/hardware describes"),
+    ("table", {"gpu": "", "tp": 2}, None),  # a CPU profile: no hardware to match
+    ("draft_table", {"model": "llama-160m", "tp": 1}, None),  # the draft's own model and tp (draft_tp, default 1)
+    ("draft_table", {"model": "llama2-7b"}, "cost.draft_table: p.csv was measured for llama2-7b, but this run's "
+     "draft is llama-160m (profile it: python -m repro.profile --model llama-160m)"),
+    ("draft_table", {"tp": 2}, "cost.draft_table: p.csv was measured at tp=2, this run has tp=1"),
+    ("table", "{not json", "cost.table: {path}.json is not JSON"),
+], ids=["no sidecar", "empty", "fits", "model", "tp", "gpu", "unknown gpu", "cpu", "draft fits", "draft model",
+        "draft tp", "not json"])
+def test_a_profile_sidecar_must_describe_the_run(tmp_path: Path, key: str, sidecar: dict[str, object] | str | None,
+                                                 message: str | None) -> None:
+    import json
+
+    from omegaconf import OmegaConf
+
+    from repro.sim.deployment import check_profile_fits
+
+    cfg = OmegaConf.create({"model": {"name": "llama2-7b"}, "draft": {"name": "llama-160m"},
+                            "hardware": {"name": "a100-80g"}, "tp": 2})
+    path = tmp_path / "p.csv"
+    if sidecar is not None:
+        (tmp_path / "p.csv.json").write_text(sidecar if isinstance(sidecar, str) else json.dumps(sidecar))
+    if message is None:
+        check_profile_fits(cfg, key, path)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_profile_fits(cfg, key, path)
+    assert str(err.value) == message.replace("{path}", str(path))
