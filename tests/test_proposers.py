@@ -156,3 +156,43 @@ def test_prompt_lookup_cannot_share_a_step_with_remote_servers() -> None:
 
     with pytest.raises(PlanError, match="server index below 1"):
         run(TwoSteps(out_of_range), make_requests(2, output_len=3), draft_servers=specs)
+
+
+class ProbLog:
+    """An oracle whose Σ min(1, p/q) is 100 × (a code of the proposer object) + 10 × position + k, per request."""
+
+    def __init__(self, codes: dict[int, int]) -> None:
+        self.codes = codes
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def accept_prob_sum(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray, proposer: Proposer) -> np.ndarray:
+        code = self.codes[id(proposer)]
+        self.calls.append((code, rids.tolist()))
+        return 100.0 * code + 10.0 * pos + k
+
+
+def test_accept_prob_is_each_drafted_chains_on_its_drafters_stream() -> None:
+    # five requests: 0 and 3 drafted by remote server 1, 1 by server 0, 2 locally, 4 not speculating (k = 0)
+    from repro.cost.step import DecodeBatch
+
+    cost = make_cost()
+    l4 = make_cost("l4")
+    props = colocated(cost, (RemoteDraftServer(l4), RemoteDraftServer(l4, stream="qwen")))
+    local = props.resolve("draft")
+    codes = {id(local): 1, id(props.remote[0]): 2, id(props.remote[1]): 3}
+    rid = np.array([10, 11, 12, 13, 14])
+    k = np.array([2, 3, 4, 1, 0])
+    dec = DecodeBatch(rid, np.array([5, 6, 7, 8, 9]), np.full(5, 100), k, k > 0, {}, None)
+    servers = np.array([1, 0, -1, 1, -1])
+    log = ProbLog(codes)
+    got = props.accept_prob(log, local, servers, dec)  # type: ignore[arg-type]
+    assert got.tolist() == [352.0, 263.0, 174.0, 381.0, 0.0]
+    assert sorted(log.calls) == [(1, [12]), (2, [11]), (3, [10, 13])]  # one call per drafter, none for k = 0
+    assert props.accept_prob(ProbLog(codes), local, None, dec).tolist() == [152.0, 163.0, 174.0, 181.0, 0.0]  # type: ignore[arg-type]
+    none = DecodeBatch(rid, dec.gen, dec.ctx, np.zeros(5, dtype=np.int64), np.zeros(5, dtype=bool), {}, None)
+    idle = ProbLog(codes)
+    assert props.accept_prob(idle, local, servers, none).tolist() == [0.0] * 5 and not idle.calls  # type: ignore[arg-type]
+    trees = DecodeBatch(rid, dec.gen, dec.ctx, k, k > 0, {10: object()}, None)  # type: ignore[dict-item]
+    assert props.accept_prob(idle, local, servers, trees).tolist() == [0.0] * 5 and not idle.calls  # type: ignore[arg-type]
+    lookup = ProbLog({id(props.resolve("pld")): 4})  # prompt lookup proposes before verification: not computed
+    assert props.accept_prob(lookup, props.resolve("pld"), None, dec).tolist() == [0.0] * 5 and not lookup.calls  # type: ignore[arg-type]
