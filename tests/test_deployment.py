@@ -75,9 +75,10 @@ def test_a_deployment_from_values_runs_seppipe() -> None:
     ("table", {"model": "llama-68m", "tp": 2}, "cost.table: p.csv was measured for llama-68m, but this run's model is "
      "llama2-7b (profile it: python -m repro.profile --model llama2-7b)"),
     ("table", {}, "cost.table: p.csv was measured at tp=1, this run has tp=2"),  # no tp: 1
-    ("table", {"gpu": "NVIDIA H100 80GB HBM3", "tp": 2}, "cost.table: p.csv was measured on NVIDIA H100 80GB HBM3, this "
-     "run's hardware is a100-80g (run it with hardware=h100-80g)"),
-    ("table", {"gpu": "NVIDIA T4", "tp": 2}, "cost.table: p.csv was measured on NVIDIA T4, which no conf/hardware describes"),
+    ("table", {"gpu": "NVIDIA H100 80GB HBM3", "tp": 2}, "cost.table: p.csv was measured on NVIDIA H100 80GB "
+     "HBM3, this run's hardware is a100-80g (run it with hardware=h100-80g)"),
+    ("table", {"gpu": "NVIDIA T4", "tp": 2}, "cost.table: p.csv was measured on NVIDIA T4, which no "
+     "conf/hardware describes"),
     ("table", {"gpu": "", "tp": 2}, None),  # a CPU profile: no hardware to match
     ("draft_table", {"model": "llama-160m", "tp": 1}, None),  # the draft's own model and tp (draft_tp, default 1)
     ("draft_table", {"model": "llama2-7b"}, "cost.draft_table: p.csv was measured for llama2-7b, but this run's "

@@ -211,3 +211,31 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
     assert played > len(steps) * 2
     if kv_blocks is not None:
         assert base[[f"arm_reward_{g}" for g in range(4)]].isna().any().any()  # the pool decides some arm
+
+
+def test_an_arm_fits_where_the_played_plan_reserved_more_for_some_requests() -> None:
+    # the played plan gives even requests a chain of 3 and odd ones none, in a pool of 6 blocks of 16: at step 1
+    # request 0 (context 14) reserved 14 + 4 slots (2 blocks), request 1 (15) 16 (1 block), request 2 (30) 34
+    # (3 blocks), the whole pool. γ = 1 needs 16, 17 and 32 slots, 1 + 2 + 2 blocks: it fits, though request 1
+    # needs one block more than it holds
+    from repro.oracle.token_oracle import TokenOracle
+
+    class Mixed(Pinned):
+        def schedule(self, view: View) -> StepPlan:
+            plan = super().schedule(view)
+            if not plan.decode_ids.size or view.step_index == self.at:
+                return plan
+            k = np.where(view.running % 2 == 0, 3, 0).astype(np.int64)
+            return StepPlan(decode_ids=plan.decode_ids, k=k, host_s=plan.host_s, draft_sync=plan.draft_sync)
+
+    reqs = make_requests(3, prompt_len=[14, 15, 30], output_len=[3, 6, 9])
+    sharegpt = np.array(["sharegpt"] * 3, dtype=object)
+
+    def frame(policy: Policy, arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
+        return steps_frame(make_engine(policy, reqs, oracle=TokenOracle(7, sharegpt, {"sharegpt": 0.6}),
+                                       kv_blocks=6, record_steps=True, counterfactual_arms=arms,
+                                       max_steps=steps).run())
+
+    base = frame(Mixed(), arms=3)
+    alt = frame(Mixed(at=1, k_at=1), steps=2).loc[1]
+    assert base.loc[1, "arm_reward_1"] == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12)

@@ -440,7 +440,9 @@ class Replica:
             if g:
                 if prop.which is not None and prop.resident and not self.draft_resident:
                     continue
-                need = np.maximum(-(-(dec.ctx + g + 1) // bs) - have, 0).sum()
+                # (each request held ceil(context / block) blocks before the step: a request that reserved
+                # more for its own k gives back what γ does not need)
+                need = (-(-(dec.ctx + g + 1) // bs) - have).sum()
                 if need > free:
                     continue
             drafted = k > 0
