@@ -413,14 +413,18 @@ def test_cli_and_engine_charge_the_same_pass() -> None:
     assert breakdown(m, 8, 1, 300, k=4)["total_ms"] == pytest.approx(engine_ms, rel=1e-12)
 
 
-def test_remember_shares_between_equal_models_only() -> None:
+def test_remember_shares_between_equal_models_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """CostModel.remember: computed once for equal models (a sweep's points), again for any other model or key; a
-    remembered dataclass's arrays are read-only; a measured profile shares nothing."""
+    remembered dataclass's arrays are read-only; a measured profile shares nothing. (On an empty store: a second
+    run of the tests in one process, as mutmut's, would find the first's values.)"""
     from collections.abc import Callable
 
     import numpy as np
 
+    from repro.cost import remembered
     from repro.cost.serving import EngineProfile
+
+    monkeypatch.setattr(remembered, "_KEPT", {})
 
     calls: list[str] = []
 
@@ -444,8 +448,6 @@ def test_remember_shares_between_equal_models_only() -> None:
     cm(engine=EngineProfile(name="other", expand_seq_s=1e-4)).remember(("test", 1), compute("engine"))
     cm(model="llama2-13b").remember(("test", 1), compute("model"))
     assert calls == ["a", "key", "tp", "engine", "model"]
-    from repro.cost import remembered
-
     profiled = cm(target_profile=object())
     assert remembered.fingerprint(profiled) is None
     profiled.remember(("test", 1), compute("profiled"))
