@@ -239,3 +239,69 @@ def test_an_arm_fits_where_the_played_plan_reserved_more_for_some_requests() -> 
     base = frame(Mixed(), arms=3)
     alt = frame(Mixed(at=1, k_at=1), steps=2).loc[1]
     assert base.loc[1, "arm_reward_1"] == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12)
+
+
+def _event(replica: int, *, prefill: int, completes: int, telemetry: dict[str, float] | None = None) -> StepEvent:
+    """A hand-built step: 3 decoding requests (k = 1, 2, 4; emitted 2, 3, 1; accepted 1, 2, 0; matched 1, 3, 2)
+    beside ``prefill`` chunks of which ``completes`` finish their prompt, every time its own value."""
+    from repro.cost.step import DecodeBatch, PrefillBatch
+    from repro.sim.plan import StepResult
+
+    ids = np.array([4, 5, 6])
+    pre = np.arange(10, 10 + prefill)
+    res = StepResult(start_at=2.0, end_at=2.5, decode_ids=ids, num_proposed=np.array([1, 2, 4]),
+                     num_accepted=np.array([1, 2, 0]), num_emitted=np.array([2, 3, 1]), prefill_ids=pre,
+                     finished_ids=np.array([6]), draft_s=0.125, verify_s=0.25, memory_s=0.0625,
+                     num_batched_tokens=77, send_s=0.03125)
+    chunks = PrefillBatch(pre, np.full(prefill, 8), 0.0, np.arange(prefill) < completes)
+    dec = DecodeBatch(ids, np.array([3, 3, 3]), np.array([40, 41, 42]), np.array([1, 2, 4]), np.ones(3, dtype=bool),
+                      {}, None)
+    plan = StepPlan(decode_ids=ids, k=dec.k, telemetry=telemetry)
+    return StepEvent(replica, plan, res, chunks, dec, np.array([1, 3, 2]), 0.015625, 0.001)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["kernels", "numpy"])
+def test_a_step_record_holds_each_quantity_of_its_step(compiled: bool, use_jit: object) -> None:
+    from repro.sim.trace import StepTracer
+    from repro.sim.trace import steps_frame as table
+
+    use_jit(compiled)  # type: ignore[operator]
+    tracer = StepTracer()
+    tracer.on_step(_event(1, prefill=2, completes=1, telemetry={"arm": 2.0}))  # replica 1 first
+    tracer.on_step(_event(0, prefill=0, completes=0))
+    rec1 = tracer.records[1]  # replica 0's steps, then replica 1's
+    assert (rec1.start_at, rec1.latency_s, rec1.num_seqs, rec1.num_decode, rec1.num_prefill) == (2.0, 0.5, 5, 3, 2)
+    assert rec1.num_batched_tokens == 77
+    assert rec1.num_emitted == 2 + 3 + 1 + 1  # a completed prompt's first token counts
+    assert (rec1.num_proposed, rec1.num_accepted, rec1.num_matched) == (7, 3, 6)
+    assert (rec1.draft_s, rec1.verify_s, rec1.overhead_s, rec1.memory_s, rec1.send_s) == (
+        0.125, 0.25, 0.015625, 0.0625, 0.03125)
+    assert (rec1.mean_k, rec1.replica, rec1.schedule_wall_s) == (7 / 3, 1, 0.001)
+    rec0 = tracer.records[0]
+    assert (rec0.replica, rec0.num_prefill, rec0.num_seqs, rec0.num_emitted) == (0, 0, 3, 6)
+    assert tracer.telemetry == [None, {"arm": 2.0}]
+    frame = table(tracer.records, tracer.telemetry)
+    assert frame["replica"].tolist() == [0, 1]
+    assert frame["arm"].isna().tolist() == [True, False] and frame.loc[1, "arm"] == 2.0
+    assert list(frame.columns) == [*RECORD_COLUMNS, "arm"]
+    assert list(table(tracer.records, [None, None]).columns) == list(RECORD_COLUMNS)
+    with pytest.raises(ValueError, match=r"\['num_seqs'\] would overwrite step trace columns"):
+        tracer.on_step(_event(0, prefill=0, completes=0, telemetry={"num_seqs": 1.0}))
+
+
+def test_a_fast_forwarded_run_records_each_step_as_a_step_would() -> None:
+    from repro.sim.trace import StepRun, StepTracer
+
+    plan = StepPlan(decode_ids=np.array([1, 2]), k=np.array([2, 2]), telemetry={"arm": 1.0})
+    run = StepRun(3, plan, start_at=np.array([1.0, 1.5]), end_at=np.array([1.5, 2.25]),
+                  draft_s=np.array([0.1, 0.2]), verify_s=np.array([0.3, 0.4]), num_emitted=np.array([4, 5]),
+                  num_proposed=np.array([4, 4]), num_accepted=np.array([2, 3]), num_matched=np.array([3, 4]),
+                  num_decode=2, num_batched_tokens=6, overhead_s=0.05, mean_k=2.0, schedule_wall_s=0.002)
+    tracer = StepTracer()
+    tracer.on_run(run)
+    got = [(r.start_at, r.latency_s, r.num_seqs, r.num_decode, r.num_prefill, r.num_batched_tokens, r.num_emitted,
+            r.num_proposed, r.num_accepted, r.num_matched, r.draft_s, r.verify_s, r.overhead_s, r.memory_s, r.send_s,
+            r.mean_k, r.replica, r.schedule_wall_s) for r in tracer.records]
+    assert got == [(1.0, 0.5, 2, 2, 0, 6, 4, 4, 2, 3, 0.1, 0.3, 0.05, 0.0, 0.0, 2.0, 3, 0.002),
+                   (1.5, 0.75, 2, 2, 0, 6, 5, 4, 3, 4, 0.2, 0.4, 0.05, 0.0, 0.0, 2.0, 3, 0.002)]
+    assert tracer.telemetry == [{"arm": 1.0}, {"arm": 1.0}]
