@@ -140,3 +140,116 @@ def test_off_by_default_and_named_in_the_config() -> None:
     assert build(plain).engine.replicas[0].checker is None
     assert build(checked).engine.replicas[0].checker is not None
     assert config_hash(plain) == config_hash(checked)
+
+
+def _bare(n: int = 12) -> Any:
+    """A replica's state without an engine: ``n`` requests, 0..3 running with 10 tokens computed and 4 of 6
+    generated, the rest waiting in id order; the checker reads only the state (``kv`` is not consulted here)."""
+    from types import SimpleNamespace
+
+    from repro.sim.invariants import InvariantChecker
+    from repro.sim.state import RequestState
+
+    s = RequestState(**make_requests(n, prompt_len=7, output_len=6))
+    s.status[:4] = RUNNING
+    s.running.extend(range(4))
+    s.waiting.extend(range(4, n))
+    s.num_computed[:4] = 10
+    s.num_generated[:4] = 4
+    return InvariantChecker(SimpleNamespace(index=2, num_steps=7, s=s, kv=None))
+
+
+def _decoded(ids: list[int], proposed: list[int], accepted: list[int], emitted: list[int]) -> Any:
+    from repro.sim.plan import StepResult
+
+    a = np.asarray
+    return StepResult(start_at=0.0, end_at=0.0, decode_ids=a(ids), num_proposed=a(proposed), num_accepted=a(accepted),
+                      num_emitted=a(emitted), prefill_ids=a([], dtype=np.int64), finished_ids=a([], dtype=np.int64),
+                      draft_s=0.0, verify_s=0.0, memory_s=0.0, num_batched_tokens=0)
+
+
+def _finish(s: Any, rid: int, generated: int) -> Any:
+    from repro.sim.state import FINISHED
+
+    s.status[rid] = FINISHED
+    s.num_generated[rid] = generated
+    return s
+
+
+@pytest.mark.parametrize(("step", "setup", "message"), [
+    (([0, 1], [2, 2], [1, 2], [2, 3]), None, None),  # accepted + 1 each
+    (([0, 1], [1, 1], [1, 2], [2, 3]), None, "request 1: accepted 2 of 1 proposed draft tokens"),
+    (([0, 1], [1, 1], [0, -1], [1, 0]), None, "request 1: accepted -1 draft tokens"),
+    (([0, 1], [0, 2], [0, 0], [1, 0]), None, "request 1: emitted 0 tokens in a verified step"),
+    (([0, 1], [2, 2], [1, 1], [2, 3]), None,
+     "request 1: emitted 3 tokens with 1 drafts accepted (at most accepted + 1)"),
+    (([0, 1], [3, 3], [3, 2], [1, 3]), None, "request 0: emitted 1 tokens with 3 drafts accepted, and the request did "
+     "not finish (accepted + 1 expected)"),
+    (([0, 1], [3, 3], [3, 2], [2, 3]), lambda s: _finish(s, 0, 6), None),  # cut off where it finished
+    (([0, 1], [3, 3], [3, 3], [2, 1]), lambda s: (_finish(s, 0, 6), _finish(s, 1, 5)), "request 1: emitted 1 tokens "
+     "with 3 drafts accepted, and the request did not finish (accepted + 1 expected)"),  # finished short of its length
+    (([0, 1], [3, 3], [3, 3], [2, 1]), lambda s: (_finish(s, 0, 6), s.num_generated.__setitem__(1, 6)),
+     "request 1: emitted 1 tokens with 3 drafts accepted, and the request did not finish"),  # at its length, running
+], ids=["holds", "accepted over proposed", "negative", "nothing emitted", "over accepted + 1", "cut short",
+        "cut at the end", "finished early", "at its length, running"])
+def test_the_token_checks_name_the_request_and_the_quantity(step: tuple[list[int], ...],
+                                                             setup: Callable[[Any], None] | None,
+                                                             message: str | None) -> None:
+    checker = _bare()
+    if setup is not None:
+        setup(checker.r.s)
+    if message is None:
+        checker._tokens(_decoded(*step))
+        return
+    with pytest.raises(InvariantError) as err:
+        checker._tokens(_decoded(*step))
+    assert str(err.value).startswith(f"invariant broken: replica 2, step 7, {message}"), str(err.value)
+
+
+def _swapped(s: Any, rids: list[int]) -> None:
+    from repro.sim.state import SWAPPED
+
+    for rid in rids:
+        s.status[rid] = SWAPPED
+
+
+def _requeued(s: Any, rids: list[int]) -> Any:
+    """Preempted by recompute as vLLM does it: waiting at the front in the given order, nothing computed."""
+    for rid in reversed(rids):
+        s.status[rid] = WAITING
+        s.running.remove(rid)
+        s.waiting.appendleft(rid)
+        s.num_computed[rid] = 0
+    return s
+
+
+@pytest.mark.parametrize(("mode", "ids", "setup", "message"), [
+    ("swap", [1, 2], lambda s: _swapped(s, [1, 2]), None),
+    ("swap", [1, 2], lambda s: _swapped(s, [1]), "request 2: preempted by swap, not in the swapped queue"),
+    ("recompute", [2, 1], lambda s: _requeued(s, [2, 1]), None),
+    ("recompute", [2, 1], lambda s: _requeued(s, [2]), "request 1: preempted by recompute, not waiting after the step"),
+    ("recompute", [2, 1], lambda s: _requeued(s, [1, 2]), "request 2: preempted by recompute, not at the front of the "
+     "waiting queue in the plan's order (front: [1, 2])"),
+    ("recompute", [1, 2], lambda s: (_requeued(s, [1, 2]), s.waiting.rotate(-2)), "request 1: preempted by recompute, "
+     "not at the front of the waiting queue in the plan's order (front: [4, 5])"),
+    ("recompute", [2, 1], lambda s: (_requeued(s, [2, 1]), s.num_computed.__setitem__(1, 3)), "request 1: preempted by "
+     "recompute with 3 tokens still computed"),
+    ("recompute", [*range(4, 12), 13], lambda s: s.status.__setitem__(slice(4, None), WAITING), "request 13: "
+     "preempted by recompute, not at the front of the waiting queue in the plan's order (front: [4, 5, 6, 7, 8, 9, "
+     "10, 11])"),  # nine named, 4..11 and 13, before 12 in the queue: the first eight of the front shown
+], ids=["swap holds", "not swapped", "recompute holds", "still running", "out of order", "behind others",
+        "still computed", "front shown to eight"])
+def test_the_preemption_checks_follow_the_schedulers_rule(mode: str, ids: list[int],
+                                                          setup: Callable[[Any], None],
+                                                          message: str | None) -> None:
+    from repro.sim.plan import StepPlan
+
+    checker = _bare(14)
+    setup(checker.r.s)
+    plan = StepPlan(preempt_ids=np.asarray(ids), preempt_mode=mode)  # type: ignore[arg-type]
+    if message is None:
+        checker._preempted(plan)
+        return
+    with pytest.raises(InvariantError) as err:
+        checker._preempted(plan)
+    assert str(err.value) == f"invariant broken: replica 2, step 7, {message}"
