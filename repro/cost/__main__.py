@@ -59,10 +59,10 @@ def breakdown(cm: CostModel, batch: int, new_tokens: int = 1, context: int = 512
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m repro.cost", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--hardware", required=True)
-    ap.add_argument("--tp", type=int, default=1)
+    ap = argparse.ArgumentParser(prog="python -m repro.cost", description="One step's cost breakdown as a JSON object.")
+    ap.add_argument("--model", required=True, help="target model id (conf/model)")
+    ap.add_argument("--hardware", required=True, help="GPU id (conf/hardware)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     ap.add_argument("--batch", type=int, default=8, help="sequences in the pass")
     ap.add_argument("--new-tokens", type=int, default=1, help="tokens per sequence (1 = decode)")
     ap.add_argument("--context", type=int, default=512, help="cached tokens per sequence")

@@ -244,6 +244,56 @@ def test_cli_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str],
     assert len(lines) == 1 and lines[0].startswith("error: ") and all(n in lines[0] for n in names)
 
 
+HELP = """\
+usage: python -m repro.cost [-h] --model MODEL --hardware HARDWARE [--tp TP] [--batch BATCH] [--new-tokens NEW_TOKENS]
+                            [--context CONTEXT] [--draft DRAFT] [--k K] [--engine ENGINE]
+
+One step's cost breakdown as a JSON object.
+
+options:
+  -h, --help            show this help message and exit
+  --model MODEL         target model id (conf/model)
+  --hardware HARDWARE   GPU id (conf/hardware)
+  --tp TP               tensor-parallel GPUs
+  --batch BATCH         sequences in the pass
+  --new-tokens NEW_TOKENS
+                        tokens per sequence (1 = decode)
+  --context CONTEXT     cached tokens per sequence
+  --draft DRAFT         draft model id (chain speculation)
+  --k K                 draft tokens per sequence (needs --draft)
+  --engine ENGINE       engine profile (conf/engine): vllm_v0, vllm_v1, flexflow
+"""
+
+
+def test_cli_help_and_required_names(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.cost.__main__ import main
+
+    monkeypatch.setenv("COLUMNS", "120")
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and capsys.readouterr().out == HELP
+    for args, missing in ((["--hardware", "a100-80g"], "--model"), (["--model", "llama2-7b"], "--hardware")):
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code == 2 and f"the following arguments are required: {missing}" in capsys.readouterr().err
+
+
+def test_cli_decode_is_the_engines_decode_and_charges_tp(capsys: pytest.CaptureFixture[str]) -> None:
+    # the default pass is a decode pass of 8 sequences at context 512 as the engine charges it; at tp = 2 the
+    # all-reduce is in the total, in ms
+    from repro.cost.__main__ import breakdown
+    from repro.cost.serving import load_engine
+    from repro.cost.step import decode_pass_s
+
+    for tp in (1, 2):
+        m = CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), tp=tp, engine=load_engine("vllm_v0"))
+        out = json.loads(_cli(capsys, "--model", "llama2-7b", "--hardware", "a100-80g", "--tp", str(tp))[1])
+        assert out == pytest.approx(breakdown(m, 8)) and breakdown(m, 8) == breakdown(m, 8, 1, 512, 0)
+        assert out["total_ms"] == pytest.approx(1e3 * decode_pass_s(m, 8, 512, 0), rel=1e-12)
+        assert (out["allreduce_ms"] > 0) == (tp == 2) and out["draft_ms"] == out["host_ms"] == 0.0
+        assert out["total_ms"] == pytest.approx(sum(out[k] for k in COMPONENTS), rel=1e-12)
+
+
 def test_cli_prefill_and_verify_are_the_engines_passes(capsys: pytest.CaptureFixture[str]) -> None:
     # --new-tokens q > 1 without --k: a prefill chunk of q per sequence on --context cached ones; with --k: after
     # k draft passes of the batch, each at its own context
