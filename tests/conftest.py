@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -57,6 +58,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not _plain(item.nodeid):
             raise pytest.UsageError(f"{item.nodeid}: a test id must be printable ASCII without a backslash: "
                                     "give it an id=")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_under_mutation() -> None:
+    """Under a mutation run (scripts/mutation.sh), each test starts from nothing computed: mutmut collects and runs
+    the tests once in its own process before it forks one child per mutant, so a value remembered there (a
+    ``functools`` cache of this project's modules, :mod:`repro.cost.remembered`) would be the unmutated code's."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    import functools
+
+    from repro.cost import remembered
+
+    remembered._KEPT.clear()
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.split(".")[0] in ("repro", "systems"):
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper):
+                    value.cache_clear()
 
 
 #: Locks by which a test marked ``alone`` runs with no other test of this machine's pytest runs beside it (the

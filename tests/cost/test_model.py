@@ -116,13 +116,10 @@ def test_knee_flat_then_linear(hw: str) -> None:
     which=st.sampled_from(["target", "draft", "eagle"]),
 )
 def test_monotone(n: int, dn: int, s: int, kv: float, dkv: float, which: str) -> None:
-    m = _MONO
+    m = cm("h100-80g", "llama3-8b", draft="llama3.2-1b")
     base = m.forward_s(n, s, kv, which=which)  # type: ignore[arg-type]
     assert m.forward_s(n + dn, s, kv, which=which) >= base  # type: ignore[arg-type]
     assert m.forward_s(n, s, kv + dkv, which=which) >= base  # type: ignore[arg-type]
-
-
-_MONO = cm("h100-80g", "llama3-8b", draft="llama3.2-1b")
 
 
 @pytest.mark.parametrize("which", ["target", "draft", "eagle"])

@@ -18,12 +18,10 @@ from systems.stta import STTA, slack_s
 from systems.vllm import VLLM
 from tests.conftest import make_cost, make_engine, make_requests, run, spy
 
-COST = make_cost()
-
 
 def decode_s(n: int, ctx: int) -> float:
     """Cost-model latency of a decode step over ``n`` requests of ``ctx`` tokens each."""
-    return COST.forward_s(n, n, kv_read_tokens=float(n * ctx), decode_only=True)
+    return make_cost().forward_s(n, n, kv_read_tokens=float(n * ctx), decode_only=True)
 
 
 def with_slos(reqs: dict[str, np.ndarray], slos: list[float]) -> dict[str, np.ndarray]:
