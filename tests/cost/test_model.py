@@ -530,3 +530,38 @@ def test_weight_streaming_grows_with_the_matrix() -> None:
     assert linear_stream_s(hw, m, 1) == pytest.approx(by_hand, rel=1e-12)
     a100 = load_hardware("a100-80g")
     assert linear_stream_s(a100, m, 1) == m.linear_params * 2 / (a100.bytes_per_s * a100.mem_efficiency)
+
+
+def test_memory_transfers_hand_computed() -> None:
+    """The KV and weight moves (Llama-2-7B: 512 KiB of KV per token; Llama-160M: 36 KiB), by hand from the link and
+    bandwidth figures: a swap's target shards over the tp links in parallel and a co-located draft's KV over the
+    driver GPU's link (vLLM v0) or spread like the target's; the draft's weights over draft_tp links; a KV
+    migration reading and writing each shard once at the streaming efficiency, plus one launch."""
+    from repro.cost.roofline import stream_s
+    from repro.cost.serving import load_engine
+
+    a100, l4 = load_hardware("a100-80g"), load_hardware("l4")
+    target, draft = load_model("llama2-7b"), load_model("llama-160m")
+    t_tok, d_tok = target.kv_bytes_per_token, draft.kv_bytes_per_token
+    assert (t_tok, d_tok) == (524288, 36864)
+    link = a100.host_link_gbs * 1e9
+    for tp in (1, 2):
+        v0 = CostModel(a100, target, tp=tp, draft=draft, engine=load_engine("vllm_v0"))
+        v1 = CostModel(a100, target, tp=tp, draft=draft, engine=load_engine("vllm_v1"))
+        assert v0.kv_bytes_per_token() == t_tok and v0.kv_bytes_per_token(include_draft=True) == t_tok + d_tok
+        assert v0.swap_s(100) == v1.swap_s(100) == pytest.approx(100 * t_tok / tp / link, rel=1e-12)
+        assert v0.swap_s(100, 40) == pytest.approx((100 * t_tok / tp + 40 * d_tok) / link, rel=1e-12)
+        assert v1.swap_s(100, 40) == pytest.approx((100 * t_tok / tp + 40 * d_tok / tp) / link, rel=1e-12)
+        assert v0.kv_migrate_s(0) == 0.0
+        nbytes = 2.0 * 3 * 16 * t_tok / tp
+        assert v0.kv_migrate_s(3) == pytest.approx(stream_s(a100, nbytes) + a100.step_overhead_s, rel=1e-12)
+        assert v0.kv_migrate_s(1, block_size=32) == pytest.approx(
+            stream_s(a100, 2.0 * 32 * t_tok / tp) + a100.step_overhead_s, rel=1e-12)
+    plain = CostModel(a100, target)
+    assert plain.kv_bytes_per_token(include_draft=True) == t_tok and plain.swap_s(100, 40) == plain.swap_s(100)
+    with pytest.raises(ValueError, match="^draft_transfer_s: this cost model has no draft$"):
+        plain.draft_transfer_s()
+    assert CostModel(a100, target, draft=draft).draft_transfer_s() == pytest.approx(draft.weight_bytes / link)
+    remote = CostModel(a100, target, draft=draft, draft_hardware=l4, draft_tp=2)
+    assert remote.draft_transfer_s() == pytest.approx(draft.weight_bytes / (2 * l4.host_link_gbs * 1e9), rel=1e-12)
+    assert remote.swap_s(100, 40) == remote.swap_s(100)  # a draft on its own GPUs keeps its KV there
