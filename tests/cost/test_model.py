@@ -559,9 +559,41 @@ def test_memory_transfers_hand_computed() -> None:
             stream_s(a100, 2.0 * 32 * t_tok / tp) + a100.step_overhead_s, rel=1e-12)
     plain = CostModel(a100, target)
     assert plain.kv_bytes_per_token(include_draft=True) == t_tok and plain.swap_s(100, 40) == plain.swap_s(100)
-    with pytest.raises(ValueError, match="^draft_transfer_s: this cost model has no draft$"):
+    with pytest.raises(ValueError, match=r"^draft_transfer_s: this cost model has no draft$"):
         plain.draft_transfer_s()
     assert CostModel(a100, target, draft=draft).draft_transfer_s() == pytest.approx(draft.weight_bytes / link)
     remote = CostModel(a100, target, draft=draft, draft_hardware=l4, draft_tp=2)
     assert remote.draft_transfer_s() == pytest.approx(draft.weight_bytes / (2 * l4.host_link_gbs * 1e9), rel=1e-12)
     assert remote.swap_s(100, 40) == remote.swap_s(100)  # a draft on its own GPUs keeps its KV there
+
+
+@pytest.mark.parametrize(("gpu", "conf"), [
+    ("NVIDIA H100 80GB HBM3", "h100-80g"),
+    ("NVIDIA H100 NVL", None),  # an H100 whose memory no conf/hardware file names (94 GB reports as NVL)
+    ("NVIDIA H100-NVL 94GB", "h100-94g"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80g"),
+    ("NVIDIA A100-SXM4-40GB", "a100-40g"),
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA L40S", "l40s"),  # the longest id that matches (l4 matches too)
+    ("NVIDIA L4", "l4"),
+    ("NVIDIA L20", "l20"),
+    ("NVIDIA A40", "a40"),
+    ("Tesla T4", None),
+    ("", None),
+], ids=lambda v: v or "none")
+def test_a_gpu_name_maps_to_its_hardware_file(gpu: str, conf: str | None) -> None:
+    from repro.cost.spec import hardware_for
+
+    assert hardware_for(gpu) == conf
+
+
+def test_the_engine_profiles_are_listed() -> None:
+    from repro.cost.serving import available_engines, load_engine
+    from repro.cost.spec import UnknownSpecError
+
+    names = available_engines()
+    assert names == sorted(names) and {"vllm_v0", "vllm_v1", "flexflow", "pytorch_mq"} <= set(names)
+    assert all(load_engine(n).name == n for n in names)
+    with pytest.raises(UnknownSpecError, match="^unknown engine 'vllm9'; available: " + ", ".join(names) + "$"):
+        load_engine("vllm9")

@@ -229,3 +229,11 @@ def test_a_system_without_budgets_profiles_at_vllm_serves_defaults(hardware: str
     cost = Deployment.from_cfg(cfg, policy).cost_model()
     assert (cost.engine.profile_seqs, cost.engine.profile_tokens) == budgets
     assert cost.kv_capacity_blocks(draft_resident=True) > 0
+
+
+def test_vllm_serve_defaults_at_the_boundary() -> None:
+    from repro.cost.serving import vllm_serve_budgets
+
+    assert vllm_serve_budgets("h200", 70.0) == (1024, 8192)  # at least 70 GiB
+    assert vllm_serve_budgets("h200", 69.99) == (256, 2048)
+    assert vllm_serve_budgets("NVIDIA A100-SXM4-80GB", 79.2) == (256, 2048)  # an A100 by its PyTorch name too
