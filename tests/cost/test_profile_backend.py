@@ -478,3 +478,28 @@ def test_a_mixed_pass_is_never_negative(tmp_path: Path) -> None:
         for n in (1, 64):
             w.writerows(((n, 0, 0.01), (n, 128, 1.0), (n, 512, 0.5), (n, 1024, 0.1)))
     assert ProfileCostModel(path).mixed_s(8, 1, 0.0, 8, 8, 8 * 4096.0) == 0.0
+
+
+def test_verification_is_trilinear_over_its_grid(tmp_path: Path) -> None:
+    # verification rows at 1, 4, 16 sequences x 2, 4 tokens each x contexts 128, 512, 2048: 5 + b + 2q + c/100 ms,
+    # linear in each axis, so interpolation and extrapolation are exact in all three
+    path = tmp_path / "p.csv"
+    rows = ["num_tokens,context,latency_ms,num_seqs"]
+    rows += [f"{n},{c},{1.0 + n / 100 + c / 1000},{1 if c == 0 else n}" for n in (1, 64) for c in (0, 128, 2048)]
+    rows += [f"{b * q},{c},{5.0 + b + 2 * q + c / 100},{b}"
+             for b in (1, 4, 16) for q in (2, 4) for c in (128, 512, 2048)]
+    path.write_text("\n".join(rows) + "\n")
+    prof = ProfileCostModel(path)
+
+    def verify(b: int, q: float, c: float) -> float:  # b sequences of q tokens on c cached: kv read b (c + q)
+        return prof.forward_s(int(b * q), b, b * (c + q))
+
+    for b, q, c in ((4, 2, 512), (2, 3, 300), (8, 3, 1000), (10, 2.5, 1500), (16, 4, 2048), (20, 4, 3000)):
+        assert verify(b, q, c) == pytest.approx((5.0 + b + 2 * q + c / 100) / 1e3, rel=1e-9), (b, q, c)
+    main = tmp_path / "main.csv"  # past the longest chain measured, the main grid prices the pass
+    main.write_text("\n".join(rows[:7]) + "\n")
+    assert verify(16, 5, 512) == ProfileCostModel(main).forward_s(80, 16, 16 * 517)
+    neg = tmp_path / "neg.csv"  # rows falling steeply with context extrapolate below zero: clamped
+    neg.write_text("\n".join(rows[:7] + [f"{b * q},{c},{5.0 + b + 2 * q - c / 100},{b}" for b in (1, 4, 16)
+                                         for q in (2, 4) for c in (128, 512, 2048)]) + "\n")
+    assert ProfileCostModel(neg).forward_s(8, 4, 4 * (4000 + 2)) == 0.0
