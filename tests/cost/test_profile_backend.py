@@ -503,3 +503,48 @@ def test_verification_is_trilinear_over_its_grid(tmp_path: Path) -> None:
     neg.write_text("\n".join(rows[:7] + [f"{b * q},{c},{5.0 + b + 2 * q - c / 100},{b}" for b in (1, 4, 16)
                                          for q in (2, 4) for c in (128, 512, 2048)]) + "\n")
     assert ProfileCostModel(neg).forward_s(8, 4, 4 * (4000 + 2)) == 0.0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("num_tokens,latency_ms\n1,1\n", "{path}: profile CSV needs columns num_tokens, context, latency_ms"),
+    ("", "{path}: profile CSV needs columns num_tokens, context, latency_ms"),
+    ("num_tokens,context,latency_ms\n1,0,1\n1,128,2\n4,0,1\n", "{path}: profile is not a full grid; row (4.0,) has "
+     "no measured context"),
+    ("num_tokens,context,latency_ms\n1,0,1\n1,128,2\n4,128,2\n8,128,3\n", "{path}: profile is not a full grid; "
+     "missing (num_tokens, context) [(4.0, 0.0), (8.0, 0.0)]"),
+    ("num_tokens,context,latency_ms\n1,0,1\n1,512,2\n4,0,1\n4,128,2\n", "{path}: profile is not a full grid; missing "
+     "context 128 of row (1.0,) below a measured one"),
+    ("num_tokens,context,latency_ms\n1,0,1\n1,128,2\n1,512,3\n4,0,1\n4,128,2\n4,512,3\n8,0,1\n8,512,2\n",
+     "{path}: profile is not a full grid; missing context 128 of row (8.0,) below a measured one"),
+    ("num_tokens,context,latency_ms,num_seqs\n1,0,1,1\n1,128,2,1\n8,128,5,4\n8,512,6,4\n16,512,7,4\n", "{path}: the "
+     "verification rows (num_seqs < num_tokens) are not a full grid; missing context 128 of row (4.0, 4.0) below a "
+     "measured one"),
+], ids=["a column missing", "empty", "a row unmeasured", "prefill rows missing", "a gap in the first row",
+        "a gap in a later row", "verification gap"])
+def test_a_profile_that_is_not_a_grid_is_refused_naming_the_cell(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        ProfileCostModel(path)
+    assert str(err.value) == message.format(path=path)
+
+
+def test_a_row_past_its_measured_contexts_extends_along_its_own_slope_or_the_nearest_rows(tmp_path: Path) -> None:
+    # rows 1 and 16 measured at 128 and 512; row 4 and 64 only at 128: the nearest row by batch lends its slope
+    # per sequence and token (row 4: row 1's, 1/384 ms; row 64: row 16's, 2/384/16 ms)
+    path = tmp_path / "p.csv"
+    path.write_text("num_tokens,context,latency_ms\n" + "".join(
+        f"{n},0,1\n" for n in (1, 4, 16, 64)) + "1,128,2\n1,512,3\n4,128,4\n16,128,6\n16,512,8\n64,128,10\n")
+    prof = ProfileCostModel(path)
+    assert sorted(prof.extended) == [(4, 512), (64, 512)]
+    assert prof.forward_s(4, 4, 4 * 512) == pytest.approx((4 + 1 / 384 * 4 * 384) / 1e3)
+    assert prof.forward_s(64, 64, 64 * 512) == pytest.approx((10 + 2 / 384 / 16 * 64 * 384) / 1e3)
+
+
+def test_contexts_no_row_can_extend_to_are_refused() -> None:
+    from repro.cost.profile import extend_contexts
+
+    with pytest.raises(ValueError, match=r"^no row has two measured contexts to extend row \(1\.0,\) from$"):
+        extend_contexts({(1.0,): {128.0: 1.0}, (4.0,): {128.0: 2.0}}, (128.0, 512.0), lambda row: row[0])
+    with pytest.raises(ValueError, match=r"^row \(1\.0,\) has no measured context$"):
+        extend_contexts({(1.0,): {}}, (128.0,), lambda row: row[0])
