@@ -96,3 +96,47 @@ def test_a_length_predictor_gets_the_int64_ids_and_reference_lengths_and_the_pol
     rids, lens = pred.seen[0]
     assert rids.dtype == np.int64 and rids.tolist() == [2, 1] and lens.tolist() == [3, 20]
     assert got.dtype == np.int64 and got.tolist() == [4, 30]
+
+
+def test_promises_are_not_inherited_across_a_new_schedule() -> None:
+    """The rule itself: overriding schedule, observe, plan_repeats or observe_run voids the parent's promises unless
+    the body declares one again (any of the four); a subclass that changes neither keeps its parent's standing."""
+    from repro.sim.plan import RunResult, StepPlan, StepResult
+    from systems.static_sd import StaticSD
+
+    class Overrides(StaticSD):
+        def schedule(self, view: View) -> StepPlan:
+            return super().schedule(view)
+
+    class Observes(StaticSD):
+        def observe(self, result: StepResult) -> None:
+            pass
+
+    class Repeats(StaticSD):
+        def plan_repeats(self, plan: StepPlan) -> bool:
+            return False
+
+    class Runs(StaticSD):
+        def observe_run(self, run: RunResult) -> None:
+            pass
+
+    class Below(Overrides):
+        pass
+
+    class Kept(StaticSD):
+        note = "no behaviour of its own"
+
+    declared: list[type[StaticSD]] = [type(f"Declares_{name}", (Overrides,), {name: True}) for name in
+                ("repeats_plan", "keeps_plan_after_finish", "admits", "repeats_some_plans")]
+    assert StaticSD.promises_hold and Kept.promises_hold and all(c.promises_hold for c in declared)
+    assert not any(c.promises_hold for c in (Overrides, Observes, Repeats, Runs, Below))
+    again: type[StaticSD] = type("Again", (Below,), {"repeats_plan": True})
+    assert again.promises_hold  # a promise declared again below a void one
+
+
+def test_a_policy_promising_some_plans_must_observe_their_runs() -> None:
+    class Some(VLLM):
+        repeats_some_plans = True
+
+    with pytest.raises(NotImplementedError, match=r"^Some promises repeats_some_plans without observe_run$"):
+        Some().observe_run(object())  # type: ignore[arg-type]

@@ -103,6 +103,19 @@ def test_verify_run_equals_the_steps_verification(engine: str, k: int, n: int, l
         assert overhead == fwd.overhead_s + host  # what the step trace records as the step's fixed costs
 
 
+@pytest.mark.parametrize(("proposer", "k", "remote"), [("pld", 2, False), ("draft", 0, False), ("draft", 2, True)],
+                         ids=["prompt lookup", "k = 0", "remote"])
+def test_a_stretch_of_drafting_is_only_a_co_located_models_chain(proposer: str, k: int, remote: bool) -> None:
+    from repro.sim.proposers import RemoteDraftServer
+
+    cost = make_cost(engine="vllm_v0")
+    prop = RemoteDraftServer(make_cost("l4")) if remote else colocated(cost)[proposer]
+    name = "remote" if remote else proposer
+    with pytest.raises(ValueError, match=rf"^draft_run_s: proposer '{name}' with k={k} does not draft a model chain "
+                                         "here$"):
+        draft_runs_s(prop, k, [4], np.full(3, 400.0), [3])
+
+
 @pytest.mark.parametrize("proposer", ["draft", "eagle"])
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_draft_run_equals_the_steps_drafting(proposer: str, k: int) -> None:

@@ -149,26 +149,3 @@ def test_fast_path_equals_step_path_for_a_users_subclass(name: str) -> None:
     (fast_frame, fast_end), (slow_frame, slow_end) = frames
     assert fast_frame.equals(slow_frame), name  # type: ignore[attr-defined]
     assert fast_end == slow_end
-
-
-def test_promises_are_not_inherited_across_a_new_schedule() -> None:
-    """The rule itself: overriding schedule or observe voids the parent's promises unless the body declares one again;
-    a subclass that changes neither keeps its parent's standing."""
-    from systems.static_sd import StaticSD
-
-    class Overrides(StaticSD):
-        def schedule(self, view):  # type: ignore[no-untyped-def]
-            return super().schedule(view)
-
-    class Declares(Overrides):
-        repeats_plan = True
-
-    class Observes(StaticSD):
-        def observe(self, result: StepResult) -> None:
-            pass
-
-    class Below(Overrides):
-        pass
-
-    assert StaticSD.promises_hold and Declares.promises_hold
-    assert not Overrides.promises_hold and not Observes.promises_hold and not Below.promises_hold
