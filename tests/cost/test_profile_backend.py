@@ -496,6 +496,7 @@ def test_verification_is_trilinear_over_its_grid(tmp_path: Path) -> None:
 
     for b, q, c in ((4, 2, 512), (2, 3, 300), (8, 3, 1000), (10, 2.5, 1500), (16, 4, 2048), (20, 4, 3000)):
         assert verify(b, q, c) == pytest.approx((5.0 + b + 2 * q + c / 100) / 1e3, rel=1e-9), (b, q, c)
+    assert prof.forward_s(8, 0, 0.0) == prof.forward_s(8, 1, 0.0)  # no sequences: not a verification pass
     main = tmp_path / "main.csv"  # past the longest chain measured, the main grid prices the pass
     main.write_text("\n".join(rows[:7]) + "\n")
     assert verify(16, 5, 512) == ProfileCostModel(main).forward_s(80, 16, 16 * 517)
@@ -548,3 +549,13 @@ def test_contexts_no_row_can_extend_to_are_refused() -> None:
         extend_contexts({(1.0,): {128.0: 1.0}, (4.0,): {128.0: 2.0}}, (128.0, 512.0), lambda row: row[0])
     with pytest.raises(ValueError, match=r"^row \(1\.0,\) has no measured context$"):
         extend_contexts({(1.0,): {}}, (128.0,), lambda row: row[0])
+
+
+def test_a_profile_of_one_row_and_a_pass_of_no_sequences(tmp_path: Path) -> None:
+    # one token count measured (a grid of one row: nothing to interpolate across batch sizes); a pass of no
+    # sequences reads at context 0; an omitted KV read is none
+    one = tmp_path / "one.csv"
+    one.write_text("num_tokens,context,latency_ms\n4,0,1.0\n4,128,2.0\n4,512,3.0\n")
+    prof = ProfileCostModel(one)
+    assert prof.forward_s(4, 4, 4 * 320) == pytest.approx(2.5e-3) and prof.forward_s(9, 9, 9 * 128) == 2e-3
+    assert prof.forward_s(4, 0, 0.0) == prof.forward_s(4, 1) == prof.forward_s(4, 1, 0.0) == 1e-3
