@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -305,3 +307,52 @@ def test_a_fast_forwarded_run_records_each_step_as_a_step_would() -> None:
     assert got == [(1.0, 0.5, 2, 2, 0, 6, 4, 4, 2, 3, 0.1, 0.3, 0.05, 0.0, 0.0, 2.0, 3, 0.002),
                    (1.5, 0.75, 2, 2, 0, 6, 5, 4, 3, 4, 0.2, 0.4, 0.05, 0.0, 0.0, 2.0, 3, 0.002)]
     assert tracer.telemetry == [{"arm": 1.0}, {"arm": 1.0}]
+
+
+def test_the_round_trace_is_typed_and_empty_without_decodes() -> None:
+    from repro.sim.trace import RoundTracer
+
+    tracer = RoundTracer()
+    empty = tracer.frame()
+    assert list(empty.columns) == list(ROUND_COLUMNS) and len(empty) == 0
+    event = _event(0, prefill=0, completes=0)
+    tracer.on_step(event)  # no view: nothing to read the running totals from
+    assert len(tracer.frame()) == 0
+    frame = run(StaticSD(k=2), make_requests(2, output_len=5), oracle=FixedOracle(1), record_rounds=True).rounds
+    assert frame is not None and len(frame) > 0
+    assert {c: str(t) for c, t in frame.dtypes.items()} == {c: "float64" if c == "end_at" else "int64"
+                                                           for c in ROUND_COLUMNS}
+
+
+def test_a_step_of_no_time_realizes_nothing_and_regret_counts_from_each_replicas_start() -> None:
+    from repro.sim.trace import StepTracer
+
+    tracer = StepTracer()
+    zero = _event(0, prefill=0, completes=0)
+    zero = StepEvent(zero.replica, zero.plan, dataclasses.replace(zero.result, end_at=zero.result.start_at),
+                     zero.prefill, zero.decode, zero.num_matched, zero.overhead_s, zero.schedule_wall_s,
+                     arm_rewards=np.array([4.0, 6.0]))
+    tracer.on_step(zero)
+    tracer.on_step(dataclasses.replace(zero, replica=1))  # another replica's regret starts at 0
+    tracer.on_step(zero)
+    tel = tracer.telemetry
+    assert [t["reward"] for t in tel if t] == [0.0, 0.0, 0.0]
+    assert [t["cum_regret"] for t in tel if t] == [6.0, 12.0, 6.0]  # replica 0's, then 1's
+
+
+def test_fixed_arm_regret_ties_and_gaps() -> None:
+    # eleven arms, listed out of order: arms 2 and 10 tie on their total (the first by γ wins, 2); a step where the
+    # best fixed arm could not run (NaN) realizes nothing against it
+    from repro.sim.trace import fixed_arm_regret
+
+    arms = {f"arm_reward_{g}": [0.0, 0.0] for g in range(11)}
+    arms["arm_reward_2"], arms["arm_reward_10"] = [5.0, 3.0], [1.0, 7.0]
+    cols = dict(sorted(arms.items(), key=lambda kv: kv[0]))  # arm_reward_10 before arm_reward_2
+    frame = pd.DataFrame({"replica": [0, 0], "num_decode": [4, 4], **cols, "best_reward": [5.0, 7.0],
+                          "reward": [1.0, 2.0]})
+    assert fixed_arm_regret(frame).tolist() == [4.0, 5.0]  # arm 2: 5 - 1, then 3 - 2
+    frame.loc[1, "arm_reward_2"] = np.nan
+    frame.loc[1, "arm_reward_10"] = 2.0  # arm 2 still totals 5 (its NaN counts 0) > arm 10's 3
+    assert fixed_arm_regret(frame).tolist() == [4.0, 2.0]  # then 0 - 2
+    unscored = pd.DataFrame({"replica": [0], "num_decode": [4], "best_reward": [3.0], "reward": [1.0]})
+    assert np.isnan(fixed_arm_regret(unscored)).all()  # no arm columns: nothing to compare with
