@@ -405,3 +405,33 @@ def test_the_views_queues_always_show_the_engines(monkeypatch: pytest.MonkeyPatc
         assert float(out.state.swap_s.sum()) > 0  # (the scenario swaps)
     if "gpu_memory_utilization=0.22" in overrides:
         assert int(out.state.num_preemptions.sum()) > 0
+
+
+def test_each_memory_action_charges_its_own_part_of_the_step() -> None:
+    """Step 0 prefills two requests (the draft's cache in step with them). Step 1 offloads the draft and shrinks the
+    pool to half: the used blocks in the reclaimed half move (round(used · half / old) blocks), and the draft's cache
+    is dropped. Step 2 reloads the draft and grows the pool to three quarters: the dispatch and the expansion."""
+    from repro.sim.plan import MemoryAction
+
+    reqs = make_requests(2, prompt_len=300, output_len=60)
+    old = make_engine(Scripted(), reqs).replicas[0].total_blocks
+    half, most = old // 2, 3 * old // 4
+    pol = Scripted(StepPlan(prefill_ids=ids([0, 1]), prefill_tokens=np.array([300, 300]), draft_sync=True),
+                   StepPlan(memory=MemoryAction(offload_draft=True, kv_pool_blocks=half)),
+                   StepPlan(memory=MemoryAction(reload_draft=True, kv_pool_blocks=most)))
+    seen: list[tuple[float, int, int, bool, bool]] = []
+    sched = pol.schedule
+    pol.schedule = lambda v: (seen.append((v.now, int(v.num_draft_computed.sum()), int(v.kv_blocks.sum()),  # type: ignore
+                                           v.draft_resident, v.draft_loading)), sched(v))[1]
+    eng = make_engine(pol, reqs, record_steps=True, fast_forward=False)
+    rep = eng.replicas[0]
+    out = eng.run()
+    cost, prof = rep.cost, rep.cost.engine
+    used = seen[1][2]
+    assert seen[1][1] == 600 and used == 2 * 19  # 301 slots each (with the first token): 19 blocks of 16
+    assert out.steps[1].memory_s == pytest.approx(cost.kv_migrate_s(round(used * (old - half) / old), 16), rel=1e-12)
+    assert seen[2][1] == 0 and not seen[2][3]  # the draft and its cache are gone
+    assert out.steps[2].memory_s == pytest.approx(prof.reload_dispatch_s + prof.kv_expand_s, rel=1e-12)
+    assert rep.total_blocks == most
+    ready = out.steps[2].start_at + cost.draft_transfer_s()  # within step 2, which the expansion makes long
+    assert out.steps[2].start_at < ready <= seen[3][0] and seen[3][3] and not seen[3][4]
