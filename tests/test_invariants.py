@@ -5,6 +5,7 @@ quantity."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
@@ -143,8 +144,8 @@ def test_off_by_default_and_named_in_the_config() -> None:
 
 
 def _bare(n: int = 12) -> Any:
-    """A replica's state without an engine: ``n`` requests, 0..3 running with 10 tokens computed and 4 of 6
-    generated, the rest waiting in id order; the checker reads only the state (``kv`` is not consulted here)."""
+    """A replica's state without an engine: ``n`` requests, 0..3 running with 10 tokens computed (one block of 16
+    each) and 4 of 6 generated, the rest waiting in id order; a pool of 100 blocks with those 4 used."""
     from types import SimpleNamespace
 
     from repro.sim.invariants import InvariantChecker
@@ -156,7 +157,9 @@ def _bare(n: int = 12) -> Any:
     s.waiting.extend(range(4, n))
     s.num_computed[:4] = 10
     s.num_generated[:4] = 4
-    return InvariantChecker(SimpleNamespace(index=2, num_steps=7, s=s, kv=None))
+    s.kv_blocks[:4] = 1
+    kv = SimpleNamespace(used=4, total=100, block_size=16)
+    return InvariantChecker(SimpleNamespace(index=2, num_steps=7, s=s, kv=kv))
 
 
 def _decoded(ids: list[int], proposed: list[int], accepted: list[int], emitted: list[int]) -> Any:
@@ -253,3 +256,42 @@ def test_the_preemption_checks_follow_the_schedulers_rule(mode: str, ids: list[i
     with pytest.raises(InvariantError) as err:
         checker._preempted(plan)
     assert str(err.value) == f"invariant broken: replica 2, step 7, {message}"
+
+
+def test_the_state_and_time_checks_hold_at_their_bounds_and_name_what_broke() -> None:
+    from repro.sim.plan import StepPlan, StepResult
+
+    checker = _bare()
+    s, kv = checker.r.s, checker.r.kv
+    s.first_token_at[:4] = s.arrival_s[:4]  # a first token at its arrival, a finish at its first token: both hold
+    s.finish_at[0] = s.first_token_at[0]
+    checker.state()
+
+    def fails(message: str) -> None:
+        with pytest.raises(InvariantError) as err:
+            checker.state()
+        assert str(err.value) == f"invariant broken: replica 2, step 7{message}"
+
+    kv.total = 3
+    fails(": KV blocks used 4 outside [0, 3]")  # the pool's fault: no request named
+    kv.total, kv.used, s.kv_blocks[2] = 100, 5, 2
+    fails(", request 2: kv_blocks 2 for 10 computed tokens (ceil over blocks of 16: 1)")
+    s.kv_blocks[2], kv.used = 1, 4
+    step = StepResult(start_at=1.0, end_at=1.0, decode_ids=np.zeros(0, dtype=np.int64),
+                      num_proposed=np.zeros(0, dtype=np.int64), num_accepted=np.zeros(0, dtype=np.int64),
+                      num_emitted=np.zeros(0, dtype=np.int64), prefill_ids=np.zeros(0, dtype=np.int64),
+                      finished_ids=np.zeros(0, dtype=np.int64), draft_s=0.0, verify_s=0.0, memory_s=0.0,
+                      num_batched_tokens=0)
+    checker.after_step(StepPlan(), step)  # a step of no time, right after the last: holds
+    checker.after_run(1.0, 1.0)  # likewise a run
+    for call, message in ((lambda: checker.after_step(StepPlan(), dataclasses.replace(step, start_at=0.5, end_at=2.0)),
+                           "step starts at 0.5 s, before the previous step ended at 1 s"),
+                          (lambda: checker.after_step(StepPlan(), dataclasses.replace(step, start_at=3.0, end_at=2.5)),
+                           "step ends at 2.5 s, before it starts at 3 s"),
+                          (lambda: checker.after_run(0.25, 5.0), "run starts at 0.25 s, before the previous step "
+                           "ended at 1 s"),
+                          (lambda: checker.after_run(4.0, 3.5), "run ends at 3.5 s, before it starts at 4 s")):
+        checker.last_end = 1.0
+        with pytest.raises(InvariantError) as err:
+            call()
+        assert str(err.value) == f"invariant broken: replica 2, step 7: {message}"
