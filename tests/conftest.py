@@ -64,14 +64,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _fresh_under_mutation() -> None:
     """Under a mutation run (scripts/mutation.sh), each test starts from nothing computed: mutmut collects and runs
     the tests once in its own process before it forks one child per mutant, so a value remembered there (a
-    ``functools`` cache of this project's modules, :mod:`repro.cost.remembered`) would be the unmutated code's."""
+    ``functools`` cache of this project's modules, :mod:`repro.cost.remembered`, the parsed spec files) would be the
+    unmutated code's."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
         return
     import functools
 
-    from repro.cost import remembered
+    from repro.cost import remembered, spec
 
     remembered._KEPT.clear()
+    spec._LOADED.clear()
     for name, module in list(sys.modules.items()):
         if module is not None and name.split(".")[0] in ("repro", "systems"):
             for value in list(vars(module).values()):

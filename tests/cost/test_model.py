@@ -597,3 +597,45 @@ def test_the_engine_profiles_are_listed() -> None:
     assert all(load_engine(n).name == n for n in names)
     with pytest.raises(UnknownSpecError, match="^unknown engine 'vllm9'; available: " + ", ".join(names) + "$"):
         load_engine("vllm9")
+
+
+def test_spec_files_are_parsed_once_and_handed_out_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.cost import spec
+
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "m.yaml"
+    path.write_text("name: m\nnested: {a: 1}\n")
+    monkeypatch.setattr(spec, "CONF_DIR", tmp_path)
+    monkeypatch.setattr(spec, "_LOADED", {})
+    first = spec._load("model", "m")
+    first["nested"]["a"] = 2  # a caller's change stays its own
+    assert spec._load("model", "m") == {"name": "m", "nested": {"a": 1}}
+    path.write_text("name: m\nnested: {a: 10}\n")  # a changed file is read again
+    assert spec._load("model", "m")["nested"] == {"a": 10}
+    (tmp_path / "model" / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ValueError, match=r"list\.yaml is not a mapping$"):
+        spec._load("model", "list")
+    with pytest.raises(spec.UnknownSpecError) as err:
+        spec._load("model", "x")
+    assert str(err.value) == "unknown model 'x'; available: list, m"
+    assert str(spec.UnknownSpecError()) == ""
+    assert spec.available_models() == ["list", "m"]
+
+
+def test_a_capture_size_that_holds_the_pass_exactly_is_used() -> None:
+    from repro.cost.serving import EngineProfile
+
+    prof = EngineProfile(name="p", graph_sizes=(1, 2, 4, 8))
+    assert [prof.padded_tokens(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 9]
+
+
+def test_remembered_values_of_any_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from repro.cost import remembered
+
+    monkeypatch.setattr(remembered, "_KEPT", {})
+    fp = ("model",)
+    assert remembered.remember(fp, "f", lambda: 1.5) == 1.5 and remembered.remember(fp, "t", lambda: (1, 2)) == (1, 2)
+    arr = remembered.remember(fp, "a", lambda: np.arange(3.0))
+    assert not arr.flags.writeable and remembered.remember(fp, "a", lambda: np.zeros(1)) is arr
