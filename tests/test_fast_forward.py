@@ -322,6 +322,7 @@ def test_fast_forward_equals_step_by_step(overrides: list[str]) -> None:
     assert len(fast.steps) == len(slow.steps) == (slow.num_steps if "engine.record_steps=true" in overrides else 0)
     for a, b in zip(slow.steps, fast.steps, strict=True):
         assert dataclasses.replace(a, schedule_wall_s=0.0) == dataclasses.replace(b, schedule_wall_s=0.0)
+        assert [type(v) for v in dataclasses.astuple(a)] == [type(v) for v in dataclasses.astuple(b)]  # 0 is not 0.0
     assert fast.step_telemetry == slow.step_telemetry
     assert asked_slow >= slow.num_steps  # step by step, the policy plans every step
     if "never" not in " ".join(overrides) and "pld" not in " ".join(overrides):
