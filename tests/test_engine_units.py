@@ -140,3 +140,7 @@ def test_a_policy_promising_some_plans_must_observe_their_runs() -> None:
 
     with pytest.raises(NotImplementedError, match=r"^Some promises repeats_some_plans without observe_run$"):
         Some().observe_run(object())  # type: ignore[arg-type]
+
+
+def test_a_single_replica_policy_routes_everything_to_its_replica() -> None:
+    assert VLLM().route(3, 0, []) == 0

@@ -188,13 +188,15 @@ def _finish(s: Any, rid: int, generated: int) -> Any:
      "request 1: emitted 3 tokens with 1 drafts accepted (at most accepted + 1)"),
     (([0, 1], [3, 3], [3, 2], [1, 3]), None, "request 0: emitted 1 tokens with 3 drafts accepted, and the request did "
      "not finish (accepted + 1 expected)"),
+    (([0, 1], [2, 2], [2, 2], [3, 2]), None, "request 1: emitted 2 tokens with 2 drafts accepted, and the request did "
+     "not finish (accepted + 1 expected)"),  # one token short
     (([0, 1], [3, 3], [3, 2], [2, 3]), lambda s: _finish(s, 0, 6), None),  # cut off where it finished
     (([0, 1], [3, 3], [3, 3], [2, 1]), lambda s: (_finish(s, 0, 6), _finish(s, 1, 5)), "request 1: emitted 1 tokens "
      "with 3 drafts accepted, and the request did not finish (accepted + 1 expected)"),  # finished short of its length
     (([0, 1], [3, 3], [3, 3], [2, 1]), lambda s: (_finish(s, 0, 6), s.num_generated.__setitem__(1, 6)),
      "request 1: emitted 1 tokens with 3 drafts accepted, and the request did not finish"),  # at its length, running
 ], ids=["holds", "accepted over proposed", "negative", "nothing emitted", "over accepted + 1", "cut short",
-        "cut at the end", "finished early", "at its length, running"])
+        "one short", "cut at the end", "finished early", "at its length, running"])
 def test_the_token_checks_name_the_request_and_the_quantity(step: tuple[list[int], ...],
                                                              setup: Callable[[Any], None] | None,
                                                              message: str | None) -> None:
@@ -284,6 +286,13 @@ def test_the_state_and_time_checks_hold_at_their_bounds_and_name_what_broke() ->
                       num_batched_tokens=0)
     checker.after_step(StepPlan(), step)  # a step of no time, right after the last: holds
     checker.after_run(1.0, 1.0)  # likewise a run
+    eps = 1e-9  # the slack for sums of float seconds: a time that far behind still holds
+    checker.after_step(StepPlan(), dataclasses.replace(step, start_at=1.0 - eps, end_at=(1.0 - eps) - eps))
+    checker.last_end = 1.0
+    checker.after_run(1.0 - eps, (1.0 - eps) - eps)
+    s.first_token_at[1] = s.arrival_s[1] - eps
+    s.finish_at[1] = s.first_token_at[1] - eps
+    checker.state()
     for call, message in ((lambda: checker.after_step(StepPlan(), dataclasses.replace(step, start_at=0.5, end_at=2.0)),
                            "step starts at 0.5 s, before the previous step ended at 1 s"),
                           (lambda: checker.after_step(StepPlan(), dataclasses.replace(step, start_at=3.0, end_at=2.5)),
