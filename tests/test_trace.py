@@ -165,9 +165,9 @@ class Pinned(Policy):
 
     uses_draft_model = True
 
-    def __init__(self, at: int = -1, k_at: int = 1) -> None:
+    def __init__(self, at: int = -1, k_at: int = 1, proposer: str = "draft") -> None:
         super().__init__()
-        self.at, self.k_at = at, k_at
+        self.at, self.k_at, self.proposer = at, k_at, proposer
 
     def schedule(self, view: View) -> StepPlan:
         if view.waiting.size:
@@ -176,11 +176,16 @@ class Pinned(Policy):
             return StepPlan()
         k = self.k_at if view.step_index == self.at else 1
         return StepPlan(decode_ids=view.running, k=np.full(view.running.size, k, dtype=np.int64), host_s=1e-3,
-                        draft_sync=view.step_index % 2 == 0)
+                        draft_sync=view.step_index % 2 == 0, proposer=self.proposer)
 
 
-@pytest.mark.parametrize("kv_blocks", [None, 6, 7])
-def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks: int | None) -> None:
+@pytest.mark.parametrize(("kv_blocks", "engine", "proposer"), [
+    (None, None, "draft"), (6, None, "draft"), (7, None, "draft"),
+    (None, "vllm_v0", "draft"),  # batch expansion: host work around the verify pass
+    (6, "vllm_v1", "eagle"),  # an EAGLE head, on its own oracle stream
+], ids=["roomy", "tight 6", "tight 7", "vllm v0", "vllm v1 eagle"])
+def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks: int | None, engine: str | None,
+                                                                        proposer: str) -> None:
     # the counterfactual arm γ of step t is the goodput a run that plays γ at step t realizes there: the same
     # batch, host work, text (the oracle's common random numbers) and output caps; NaN exactly where that step
     # would over-commit the KV pool. Output lengths 3..9 make some requests end inside a chain.
@@ -191,11 +196,15 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
     sharegpt = np.array(["sharegpt"] * 3, dtype=object)
 
     def frame(policy: Policy, arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
-        return steps_frame(make_engine(policy, reqs, oracle=TokenOracle(7, sharegpt, {"sharegpt": 0.6}),
-                                       kv_blocks=kv_blocks, record_steps=True, counterfactual_arms=arms,
-                                       max_steps=steps).run())
+        oracle = TokenOracle(7, sharegpt, {"sharegpt": 0.6}, eagle_accept_mean={"sharegpt": 0.8})
+        return steps_frame(make_engine(policy, reqs, oracle=oracle, kv_blocks=kv_blocks, engine=engine,
+                                       record_steps=True, counterfactual_arms=arms, max_steps=steps).run())
 
-    base = frame(Pinned(), arms=3)
+    def pinned(at: int = -1, k_at: int = 1) -> Pinned:
+        return Pinned(at, k_at, proposer)
+
+    base = frame(pinned(), arms=3)
+    assert [c for c in base.columns if c.startswith("arm_reward_")] == [f"arm_reward_{g}" for g in range(4)]
     steps = base.index[base["num_decode"] > 0].tolist()
     assert len(steps) >= 3
     played = 0
@@ -204,15 +213,17 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
             want = base.loc[t, f"arm_reward_{g}"]
             if np.isnan(want):
                 with pytest.raises(PlanError):
-                    frame(Pinned(at=t, k_at=g), steps=t + 1)
+                    frame(pinned(at=t, k_at=g), steps=t + 1)
                 continue
-            alt = frame(Pinned(at=t, k_at=g), steps=t + 1).loc[t]
+            alt = frame(pinned(at=t, k_at=g), steps=t + 1).loc[t]
             assert alt["num_decode"] == base.loc[t, "num_decode"]
             assert want == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12), (t, g)
             played += 1
     assert played > len(steps) * 2
     if kv_blocks is not None:
         assert base[[f"arm_reward_{g}" for g in range(4)]].isna().any().any()  # the pool decides some arm
+    plain = frame(pinned(), arms=0)  # no chain lengths but the plain step
+    assert [c for c in plain.columns if c.startswith("arm_reward_")] == ["arm_reward_0"]
 
 
 def test_an_arm_fits_where_the_played_plan_reserved_more_for_some_requests() -> None:
