@@ -196,3 +196,11 @@ def test_accept_prob_is_each_drafted_chains_on_its_drafters_stream() -> None:
     assert props.accept_prob(idle, local, servers, trees).tolist() == [0.0] * 5 and not idle.calls  # type: ignore[arg-type]
     lookup = ProbLog({id(props.resolve("pld")): 4})  # prompt lookup proposes before verification: not computed
     assert props.accept_prob(lookup, props.resolve("pld"), None, dec).tolist() == [0.0] * 5 and not lookup.calls  # type: ignore[arg-type]
+
+
+def test_a_remote_server_needs_a_positive_link() -> None:
+    slow = RemoteDraftServer(make_cost("l4"), bandwidth_bps=0.5)  # any positive rate is a link
+    assert slow.bandwidth_bps == 0.5
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=rf"^draft server 'remote': bandwidth_bps must be > 0, not {bad}$"):
+            RemoteDraftServer(make_cost("l4"), bandwidth_bps=bad)

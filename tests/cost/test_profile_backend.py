@@ -449,6 +449,7 @@ def _bilinear_table(path: Path, contexts: tuple[int, ...] = (0, 128, 512, 2048))
     (48, 2, 0.0, 6, 6 * 300.0),  # fresh chunks beside 6 decodes at context 300
     (48, 2, 2 * 700.0, 6, 6 * 300.0),  # chunks after 700 cached tokens each: their prefix read too
     (30, 3, 3 * 64.0, 3, 3 * 5000.0),  # past the last context: extrapolated
+    (16, 1, 1.0, 1, 700.0),  # one chunk after one cached token, beside one decode
 ])
 def test_a_mixed_pass_is_the_prefill_of_all_its_tokens_plus_each_parts_attention(
         tmp_path: Path, pre: int, seqs: int, cached: float, dec: int, kv: float) -> None:
@@ -487,14 +488,15 @@ def test_verification_is_trilinear_over_its_grid(tmp_path: Path) -> None:
     rows = ["num_tokens,context,latency_ms,num_seqs"]
     rows += [f"{n},{c},{1.0 + n / 100 + c / 1000},{1 if c == 0 else n}" for n in (1, 64) for c in (0, 128, 2048)]
     rows += [f"{b * q},{c},{5.0 + b + 2 * q + c / 100},{b}"
-             for b in (1, 4, 16) for q in (2, 4) for c in (128, 512, 2048)]
+             for b in (1, 4, 16) for q in (2, 3, 4) for c in (128, 512, 2048)]
     path.write_text("\n".join(rows) + "\n")
     prof = ProfileCostModel(path)
 
     def verify(b: int, q: float, c: float) -> float:  # b sequences of q tokens on c cached: kv read b (c + q)
         return prof.forward_s(int(b * q), b, b * (c + q))
 
-    for b, q, c in ((4, 2, 512), (2, 3, 300), (8, 3, 1000), (10, 2.5, 1500), (16, 4, 2048), (20, 4, 3000)):
+    for b, q, c in ((4, 2, 512), (2, 3, 300), (8, 3, 1000), (10, 2.5, 1500), (16, 4, 2048), (20, 4, 3000),
+                    (6, 2.5, 200)):
         assert verify(b, q, c) == pytest.approx((5.0 + b + 2 * q + c / 100) / 1e3, rel=1e-9), (b, q, c)
     assert prof.forward_s(8, 0, 0.0) == prof.forward_s(8, 1, 0.0)  # no sequences: not a verification pass
     main = tmp_path / "main.csv"  # past the longest chain measured, the main grid prices the pass
@@ -502,7 +504,7 @@ def test_verification_is_trilinear_over_its_grid(tmp_path: Path) -> None:
     assert verify(16, 5, 512) == ProfileCostModel(main).forward_s(80, 16, 16 * 517)
     neg = tmp_path / "neg.csv"  # rows falling steeply with context extrapolate below zero: clamped
     neg.write_text("\n".join(rows[:7] + [f"{b * q},{c},{5.0 + b + 2 * q - c / 100},{b}" for b in (1, 4, 16)
-                                         for q in (2, 4) for c in (128, 512, 2048)]) + "\n")
+                                         for q in (2, 3, 4) for c in (128, 512, 2048)]) + "\n")
     assert ProfileCostModel(neg).forward_s(8, 4, 4 * (4000 + 2)) == 0.0
 
 
@@ -559,3 +561,7 @@ def test_a_profile_of_one_row_and_a_pass_of_no_sequences(tmp_path: Path) -> None
     prof = ProfileCostModel(one)
     assert prof.forward_s(4, 4, 4 * 320) == pytest.approx(2.5e-3) and prof.forward_s(9, 9, 9 * 128) == 2e-3
     assert prof.forward_s(4, 0, 0.0) == prof.forward_s(4, 1) == prof.forward_s(4, 1, 0.0) == 1e-3
+    short = tmp_path / "short.csv"  # decode columns from context 1
+    short.write_text("num_tokens,context,latency_ms\n4,0,1.0\n4,1,2.0\n4,2,2.5\n")
+    assert ProfileCostModel(short).forward_s(4, 4, 4 * 1) == 2e-3
+    assert ProfileCostModel(short).mixed_s(4, 1, 0.0, 4, 4, 4 * 2.0) == pytest.approx((1.0 + 1.0) / 1e3)  # 2.5 - 1.5
