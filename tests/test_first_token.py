@@ -112,30 +112,39 @@ def test_the_v1_system_sets_up_its_speculative_config() -> None:
     assert scheduled_with(on, VLLMV1(k=0)) is on
 
 
-def test_a_first_tokens_drafts_share_the_passes_of_the_requests_drafting_k() -> None:
-    """Request B's prompt completes in a step where request A decodes with k = 3 drafts: B's draft steps 2 and 3 run
-    in the same passes as A's own (one token each), so the step's drafting grows by their marginal cost, the
-    two-request pass less A's alone, at A's context c (64 + its tokens - 1) and B's 64 + j."""
+@pytest.mark.parametrize("decoding", [1, 2])
+def test_a_first_tokens_drafts_share_the_passes_of_the_requests_drafting_k(decoding: int) -> None:
+    """Request B's prompt completes in a step where ``decoding`` requests decode with k = 3 drafts: B's draft steps 2
+    and 3 run in the same passes as theirs (one token each), so the step's drafting grows by their marginal cost,
+    the pass with B less the pass without, at the decoders' contexts c (64 + their tokens - 1 each) and B's 64."""
     n = 10
     draft = Deployment.of(VLLMV1(k=3), hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
                           draft=load_model("llama3.2-1b"), engine=_v1()).cost_model()
 
     def step_of_b(profile: EngineProfile) -> tuple[int, float]:
-        probe = _run(VLLMV1(k=3), profile, make_requests(1, prompt_len=64, output_len=40), record_steps=True,
+        probe = _run(VLLMV1(k=3), profile, make_requests(decoding, prompt_len=64, output_len=40), record_steps=True,
                      fast_forward=False)
         ends = np.array([r.start_at + r.latency_s for r in probe.steps])
-        reqs = make_requests(2, prompt_len=64, output_len=[40, 4])
-        reqs["arrival_s"][1] = 0.5 * (ends[n - 1] + ends[n])
+        reqs = make_requests(decoding + 1, prompt_len=64, output_len=[40] * decoding + [4])
+        reqs["arrival_s"][decoding] = 0.5 * (ends[n - 1] + ends[n])
         out = _run(VLLMV1(k=3), profile, reqs, record_steps=True, fast_forward=False)
         i = next(i for i, r in enumerate(out.steps) if i and r.num_prefill)
-        assert out.steps[i].num_decode == 1
+        assert out.steps[i].num_decode == decoding
         return i, out.steps[i].draft_s
 
     i_off, off = step_of_b(_v1())
     i_on, on = step_of_b(_v1(first_token_drafts=True, draft_tokens=3))
     assert i_off == i_on == n + 1
-    c = 64 + (n + 1) - 1  # A has emitted n + 1 tokens (its first, then one per step: FixedOracle accepts none)
-    marginal = sum(draft.forward_s(2, 2, c + 64 + 2 * j, 0.0, 2, True, which="draft")
-                   - draft.forward_s(1, 1, c + j, 0.0, 1, True, which="draft") for j in (1, 2))
+    d = decoding
+    c = d * (64 + (n + 1) - 1)  # each decoder has emitted n + 1 tokens (FixedOracle accepts none)
+    marginal = sum(draft.forward_s(d + 1, d + 1, c + 64 + (d + 1) * j, 0.0, d + 1, True, which="draft")
+                   - draft.forward_s(d, d, c + d * j, 0.0, d, True, which="draft") for j in (1, 2))
     assert on - off == pytest.approx(marginal, rel=1e-9)
     assert 0.0 < marginal < sum(draft.forward_s(1, 1, 64 + j, 0.0, 1, True, which="draft") for j in (1, 2))
+
+
+def test_prompt_lookup_has_no_first_drafts_to_wait_for() -> None:
+    reqs = make_requests(1, prompt_len=64, output_len=8)
+    off = _run(VLLMV1(k=3, proposer="pld"), _v1(), reqs)
+    on = _run(VLLMV1(k=3, proposer="pld"), _v1(first_token_drafts=True, draft_tokens=3), reqs)
+    assert _ttft(on)[0] == _ttft(off)[0]

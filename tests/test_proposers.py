@@ -204,3 +204,11 @@ def test_a_remote_server_needs_a_positive_link() -> None:
     for bad in (0.0, -1.0):
         with pytest.raises(ValueError, match=rf"^draft server 'remote': bandwidth_bps must be > 0, not {bad}$"):
             RemoteDraftServer(make_cost("l4"), bandwidth_bps=bad)
+
+
+def test_a_remote_servers_uplink_carries_each_drafts_id_and_distribution() -> None:
+    server = RemoteDraftServer(make_cost("l4"), rtt_s=0.002, bandwidth_bps=1e9)
+    vocab = server.cost.draft.vocab_size  # type: ignore[union-attr]
+    assert server.uplink_s(3) == pytest.approx(0.001 + 3 * (4 + 2 * vocab) * 8.0 / 1e9, rel=1e-12)
+    bare = RemoteDraftServer(make_cost("l4", draft=None), rtt_s=0.002, bandwidth_bps=1e9)  # no draft spec: ids only
+    assert bare.uplink_s(3) == pytest.approx(0.001 + 3 * 4 * 8.0 / 1e9, rel=1e-12)

@@ -575,6 +575,7 @@ def test_memory_transfers_hand_computed() -> None:
     ("NVIDIA A100-SXM4-40GB", "a100-40g"),
     ("NVIDIA H200", "h200"),
     ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA RTX-4090", "rtx4090"),  # hyphens and spaces are dropped before matching
     ("NVIDIA L40S", "l40s"),  # the longest id that matches (l4 matches too)
     ("NVIDIA L4", "l4"),
     ("NVIDIA L20", "l20"),
