@@ -106,3 +106,30 @@ def test_a_profile_sidecar_must_describe_the_run(tmp_path: Path, key: str, sidec
     with pytest.raises(ConfigError) as err:
         check_profile_fits(cfg, key, path)
     assert str(err.value) == message.replace("{path}", str(path))
+
+
+@pytest.mark.parametrize(("key", "table", "want"), [
+    ("table", "p.csv", "p.csv"),
+    ("table", None, None),
+    ("table", {"a100-80g/llama2-7b": "both.csv", "a100-80g": "gpu.csv", "llama2-7b": "model.csv"}, "both.csv"),
+    ("table", {"a100-80g": "gpu.csv", "llama2-7b": "model.csv"}, "gpu.csv"),
+    ("table", {"h100-80g": "gpu.csv", "llama2-7b": "model.csv"}, "model.csv"),
+    ("draft_table", {"llama2-7b": "target.csv", "llama-160m": "draft.csv"}, "draft.csv"),  # the draft's own name
+    ("table", {"h100-80g": "gpu.csv"}, "cost.table: no table for hardware a100-80g and model llama2-7b (given: "
+     "['h100-80g']; keys are hardware/model, hardware or model names)"),
+    ("table", ["p.csv"], "cost.table: a path, or a mapping of hardware or model names to paths"),
+], ids=["a path", "none", "hardware/model first", "then hardware", "then model", "the draft's", "no key",
+        "not a mapping"])
+def test_a_profile_table_per_case(key: str, table: object, want: str | None) -> None:
+    from omegaconf import OmegaConf
+
+    from repro.sim.deployment import _case_table
+
+    cfg = OmegaConf.create({"model": {"name": "llama2-7b"}, "draft": {"name": "llama-160m"},
+                            "hardware": {"name": "a100-80g"}})
+    if want is None or want.endswith(".csv"):
+        assert _case_table(cfg, key, table) == want
+        return
+    with pytest.raises(ConfigError) as err:
+        _case_table(cfg, key, table)
+    assert str(err.value) == want

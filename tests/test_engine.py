@@ -121,6 +121,62 @@ def test_invalid_plans_are_rejected(plan: StepPlan, message: str) -> None:
         run(Scripted(plan), make_requests(2, prompt_len=32))
 
 
+@pytest.mark.parametrize(("plans", "draft", "message"), [
+    ([MemoryAction(offload_draft=True), MemoryAction(offload_draft=True)], "llama-160m",
+     "offloading a draft model that is not resident"),
+    ([MemoryAction(offload_draft=True), MemoryAction(reload_draft=True), MemoryAction(reload_draft=True)],
+     "llama-160m", "reloading a draft model that is resident or loading (or not configured)"),  # still loading
+    ([MemoryAction(reload_draft=True)], None, "reloading a draft model that is resident or loading (or not "
+     "configured)"),
+], ids=["offload twice", "reload while loading", "reload without a draft"])
+def test_a_memory_action_the_draft_cannot_take_is_refused(plans: list[MemoryAction], draft: str | None,
+                                                         message: str) -> None:
+    class Plain(Scripted):
+        uses_draft_model = draft is not None
+
+    with pytest.raises(PlanError) as err:
+        run(Plain(*[StepPlan(memory=m) for m in plans]), make_requests(2, prompt_len=32), draft=draft)
+    assert str(err.value) == message
+
+
+def test_a_memory_action_that_changes_nothing_costs_nothing() -> None:
+    pol = Scripted(StepPlan(memory=MemoryAction()), _prefill_all)
+    eng = make_engine(pol, make_requests(1, output_len=2), record_steps=True)
+    before = eng.replicas[0].total_blocks
+    out = eng.run()
+    assert out.steps[0].memory_s == 0.0 and eng.replicas[0].total_blocks == before and eng.replicas[0].draft_resident
+
+
+def test_keeping_the_draft_in_step_without_speculating_charges_no_speculation_round() -> None:
+    # draft_sync with k = 0 for every request: the draft's pass over the newest tokens, and no round of proposals
+    # (the same seconds as on an engine that charges no rounds); with k = 1 the round is charged
+    import dataclasses
+
+    from repro.cost.model import CostModel
+    from repro.cost.serving import load_engine
+    from repro.cost.spec import load_hardware, load_model
+    from repro.sim.proposers import colocated
+    from repro.sim.state import RequestState
+    from repro.sim.stepcost import StepCoster
+
+    v0 = load_engine("vllm_v0")
+    costs = [CostModel(load_hardware("a100-80g"), load_model("llama2-7b"), draft=load_model("llama-160m"),
+                       engine=e) for e in (v0, dataclasses.replace(v0, spec_round=False))]
+    rid, none = np.arange(3), np.zeros(0, dtype=np.int64)
+
+    def drafting(cost: CostModel, k: int) -> float:
+        state = RequestState(**make_requests(3, prompt_len=40))
+        state.num_draft_computed[:] = 40
+        ks = np.full(3, k, dtype=np.int64)
+        plan = StepPlan(decode_ids=rid, k=ks, draft_sync=True)
+        return StepCoster(state, cost).draft_s(colocated(cost)["draft"], plan, rid, np.full(3, 40), ks, ks > 0, {},
+                                               none, none, draft_resident=True)
+
+    assert costs[0].spec_round_s() > 0 and costs[1].spec_round_s() == 0.0
+    assert drafting(costs[0], 0) == drafting(costs[1], 0) > 0.0
+    assert drafting(costs[0], 1) == pytest.approx(drafting(costs[1], 1) + costs[0].spec_round_s(), rel=1e-12)
+
+
 def _prefill_all(view: View) -> StepPlan:
     w = view.waiting
     return StepPlan(prefill_ids=w, prefill_tokens=view.num_tokens(w))

@@ -565,3 +565,18 @@ def test_a_profile_of_one_row_and_a_pass_of_no_sequences(tmp_path: Path) -> None
     short.write_text("num_tokens,context,latency_ms\n4,0,1.0\n4,1,2.0\n4,2,2.5\n")
     assert ProfileCostModel(short).forward_s(4, 4, 4 * 1) == 2e-3
     assert ProfileCostModel(short).mixed_s(4, 1, 0.0, 4, 4, 4 * 2.0) == pytest.approx((1.0 + 1.0) / 1e3)  # 2.5 - 1.5
+
+
+def test_a_prefill_only_profile_and_a_pass_with_nothing_cached(tmp_path: Path) -> None:
+    only = tmp_path / "prefill.csv"  # one context (0): prefill passes only
+    only.write_text("num_tokens,context,latency_ms\n1,0,1.0\n64,0,2.0\n")
+    assert ProfileCostModel(only).forward_s(32, 1) == pytest.approx((1.0 + 31 / 63) / 1e3)
+    grid = tmp_path / "grid.csv"  # with verification rows: a pass whose sequences read only their own tokens (no
+    # cached context) is not a verification and is priced from the main grid
+    rows = ["num_tokens,context,latency_ms,num_seqs"]
+    rows += [f"{n},{c},{1.0 + n / 100 + c / 1000},{1 if c == 0 else n}" for n in (1, 64) for c in (0, 128)]
+    rows += [f"{b * q},{c},{50.0 + b + q + c / 100},{b}" for b in (1, 4) for q in (2, 4) for c in (128, 512)]
+    grid.write_text("\n".join(rows) + "\n")
+    main = tmp_path / "main.csv"
+    main.write_text("\n".join(rows[:5]) + "\n")
+    assert ProfileCostModel(grid).forward_s(8, 4, 8) == ProfileCostModel(main).forward_s(8, 4, 8)
