@@ -640,3 +640,12 @@ def test_remembered_values_of_any_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     assert remembered.remember(fp, "f", lambda: 1.5) == 1.5 and remembered.remember(fp, "t", lambda: (1, 2)) == (1, 2)
     arr = remembered.remember(fp, "a", lambda: np.arange(3.0))
     assert not arr.flags.writeable and remembered.remember(fp, "a", lambda: np.zeros(1)) is arr
+
+
+@pytest.mark.parametrize("field", ["num_tokens", "num_seqs", "kv_read_tokens", "prefill_attn_pairs", "query_pairs"])
+def test_a_pass_with_any_negative_quantity_is_refused(field: str) -> None:
+    m = cm()
+    assert m.forward(ForwardShape(0, 0)).total_s >= 0.0  # an empty pass is not negative
+    bad = dataclasses.replace(ForwardShape(4, 2, 100.0, 10.0, query_pairs=8.0), **{field: -1})
+    with pytest.raises(ValueError, match=r"^negative quantity in ForwardShape"):
+        m.forward(bad)
