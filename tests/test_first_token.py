@@ -25,9 +25,14 @@ def _v1(**changes: object) -> EngineProfile:
     return dataclasses.replace(load_engine("vllm_v1"), **{**bare, **changes})  # type: ignore[arg-type]
 
 
+def _deployment(policy: VLLMV1, engine: EngineProfile) -> Deployment:
+    """Llama-3-8B with a Llama-3.2-1B draft on an H100 under ``engine``."""
+    return Deployment.of(policy, hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
+                         draft=load_model("llama3.2-1b"), engine=engine)
+
+
 def _run(policy: VLLMV1, engine: EngineProfile, reqs: dict[str, np.ndarray], **kw: object) -> SimOutput:
-    dep = Deployment.of(policy, hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
-                        draft=load_model("llama3.2-1b"), engine=engine)
+    dep = _deployment(policy, engine)
     return Engine(deployment=dep, oracle=FixedOracle(), rng=np.random.default_rng(0), **reqs, **kw).run()  # type: ignore[arg-type]
 
 
@@ -88,8 +93,7 @@ def test_first_token_waits_for_its_first_k_drafts(budget: int) -> None:
     reqs = make_requests(1, prompt_len=64, output_len=8)
     off = _run(VLLMV1(k=3, max_num_batched_tokens=budget), _v1(), reqs)
     on = _run(VLLMV1(k=3, max_num_batched_tokens=budget), _v1(first_token_drafts=True, draft_tokens=3), reqs)
-    draft = Deployment.of(VLLMV1(k=3), hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
-                          draft=load_model("llama3.2-1b"), engine=_v1()).cost_model()
+    draft = _deployment(VLLMV1(k=3), _v1()).cost_model()
     two_steps = sum(draft.forward_s(1, 1, 64 + j, 0.0, 1, True, which="draft") for j in (1, 2))
     assert _ttft(on)[0] - _ttft(off)[0] == pytest.approx(two_steps, rel=1e-12)
     assert on.state.finish_at[0] - off.state.finish_at[0] == pytest.approx(two_steps, rel=1e-12)
@@ -118,8 +122,7 @@ def test_a_first_tokens_drafts_share_the_passes_of_the_requests_drafting_k(decod
     and 3 run in the same passes as theirs (one token each), so the step's drafting grows by their marginal cost,
     the pass with B less the pass without, at the decoders' contexts c (64 + their tokens - 1 each) and B's 64."""
     n = 10
-    draft = Deployment.of(VLLMV1(k=3), hardware=load_hardware("h100-80g"), model=load_model("llama3-8b"),
-                          draft=load_model("llama3.2-1b"), engine=_v1()).cost_model()
+    draft = _deployment(VLLMV1(k=3), _v1()).cost_model()
 
     def step_of_b(profile: EngineProfile) -> tuple[int, float]:
         probe = _run(VLLMV1(k=3), profile, make_requests(decoding, prompt_len=64, output_len=40), record_steps=True,

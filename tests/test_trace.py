@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from repro.experiments.simulate import steps_frame
+from repro.oracle.token_oracle import TokenOracle
 from repro.sim.plan import StepPlan
 from repro.sim.policy import Policy
 from repro.sim.state import View
@@ -160,23 +161,40 @@ def test_fixed_arm_regret_compares_with_the_best_arm_of_each_batch_size_in_hinds
 
 
 class Pinned(Policy):
-    """Prefills everything, then decodes every running request with a chain of 1 and 1 ms of host work per step
-    (keeping the draft's cache in step on even steps), except at step ``at``, which plays a chain of ``k_at``."""
+    """Prefills everything, then decodes every running request with a chain of 1 (``uneven``: 3 for even request
+    ids, none for odd ones) and 1 ms of host work per step (keeping the draft's cache in step on even steps), except
+    at step ``at``, which plays a chain of ``k_at`` for every request."""
 
     uses_draft_model = True
 
-    def __init__(self, at: int = -1, k_at: int = 1, proposer: str = "draft") -> None:
+    def __init__(self, at: int = -1, k_at: int = 1, proposer: str = "draft", uneven: bool = False) -> None:
         super().__init__()
-        self.at, self.k_at, self.proposer = at, k_at, proposer
+        self.at, self.k_at, self.proposer, self.uneven = at, k_at, proposer, uneven
 
     def schedule(self, view: View) -> StepPlan:
         if view.waiting.size:
             return StepPlan(prefill_ids=view.waiting, prefill_tokens=view.num_tokens(view.waiting), draft_sync=True)
         if not view.running.size:
             return StepPlan()
-        k = self.k_at if view.step_index == self.at else 1
-        return StepPlan(decode_ids=view.running, k=np.full(view.running.size, k, dtype=np.int64), host_s=1e-3,
-                        draft_sync=view.step_index % 2 == 0, proposer=self.proposer)
+        if view.step_index == self.at:
+            k = np.full(view.running.size, self.k_at, dtype=np.int64)
+        elif self.uneven:
+            k = np.where(view.running % 2 == 0, 3, 0).astype(np.int64)
+        else:
+            k = np.ones(view.running.size, dtype=np.int64)
+        return StepPlan(decode_ids=view.running, k=k, host_s=1e-3, draft_sync=view.step_index % 2 == 0,
+                        proposer=self.proposer)
+
+
+def _arm_run(policy: Policy, prompts: list[int], kv_blocks: int | None, engine: str | None = None,
+             arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
+    """The step table of three requests (output lengths 3, 6, 9: some end inside a chain) on a ShareGPT oracle
+    (EAGLE's stream too), with ``arms`` counterfactual arms, stopped after ``steps`` steps."""
+    sharegpt = np.array(["sharegpt"] * 3, dtype=object)
+    oracle = TokenOracle(7, sharegpt, {"sharegpt": 0.6}, eagle_accept_mean={"sharegpt": 0.8})
+    return steps_frame(make_engine(policy, make_requests(3, prompt_len=prompts, output_len=[3, 6, 9]), oracle=oracle,
+                                   kv_blocks=kv_blocks, engine=engine, record_steps=True, counterfactual_arms=arms,
+                                   max_steps=steps).run())
 
 
 @pytest.mark.parametrize(("kv_blocks", "engine", "proposer"), [
@@ -189,16 +207,10 @@ def test_each_arm_reward_is_what_that_chain_length_would_have_realized(kv_blocks
     # the counterfactual arm γ of step t is the goodput a run that plays γ at step t realizes there: the same
     # batch, host work, text (the oracle's common random numbers) and output caps; NaN exactly where that step
     # would over-commit the KV pool. Output lengths 3..9 make some requests end inside a chain.
-    from repro.oracle.token_oracle import TokenOracle
     from repro.sim.plan import PlanError
 
-    reqs = make_requests(3, prompt_len=[16, 17, 30], output_len=[3, 6, 9])
-    sharegpt = np.array(["sharegpt"] * 3, dtype=object)
-
     def frame(policy: Policy, arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
-        oracle = TokenOracle(7, sharegpt, {"sharegpt": 0.6}, eagle_accept_mean={"sharegpt": 0.8})
-        return steps_frame(make_engine(policy, reqs, oracle=oracle, kv_blocks=kv_blocks, engine=engine,
-                                       record_steps=True, counterfactual_arms=arms, max_steps=steps).run())
+        return _arm_run(policy, [16, 17, 30], kv_blocks, engine, arms, steps)
 
     def pinned(at: int = -1, k_at: int = 1) -> Pinned:
         return Pinned(at, k_at, proposer)
@@ -231,26 +243,8 @@ def test_an_arm_fits_where_the_played_plan_reserved_more_for_some_requests() -> 
     # request 0 (context 14) reserved 14 + 4 slots (2 blocks), request 1 (15) 16 (1 block), request 2 (30) 34
     # (3 blocks), the whole pool. γ = 1 needs 16, 17 and 32 slots, 1 + 2 + 2 blocks: it fits, though request 1
     # needs one block more than it holds
-    from repro.oracle.token_oracle import TokenOracle
-
-    class Mixed(Pinned):
-        def schedule(self, view: View) -> StepPlan:
-            plan = super().schedule(view)
-            if not plan.decode_ids.size or view.step_index == self.at:
-                return plan
-            k = np.where(view.running % 2 == 0, 3, 0).astype(np.int64)
-            return StepPlan(decode_ids=plan.decode_ids, k=k, host_s=plan.host_s, draft_sync=plan.draft_sync)
-
-    reqs = make_requests(3, prompt_len=[14, 15, 30], output_len=[3, 6, 9])
-    sharegpt = np.array(["sharegpt"] * 3, dtype=object)
-
-    def frame(policy: Policy, arms: int | None = None, steps: int | None = None) -> pd.DataFrame:
-        return steps_frame(make_engine(policy, reqs, oracle=TokenOracle(7, sharegpt, {"sharegpt": 0.6}),
-                                       kv_blocks=6, record_steps=True, counterfactual_arms=arms,
-                                       max_steps=steps).run())
-
-    base = frame(Mixed(), arms=3)
-    alt = frame(Mixed(at=1, k_at=1), steps=2).loc[1]
+    base = _arm_run(Pinned(uneven=True), [14, 15, 30], kv_blocks=6, arms=3)
+    alt = _arm_run(Pinned(at=1, k_at=1, uneven=True), [14, 15, 30], kv_blocks=6, steps=2).loc[1]
     assert base.loc[1, "arm_reward_1"] == pytest.approx(alt["num_emitted"] / alt["latency_s"], rel=1e-12)
 
 
