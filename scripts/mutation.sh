@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The mutation score of the simulator's mechanisms (docs/testing.md): mutmut (the dev extra) over repro/sim,
 # repro/cost, repro/oracle, repro/metrics and systems/, each function's mutants against the unit and engine tests that
-# run it ([tool.mutmut] in pyproject.toml: no reference comparison counts as a kill), then the score per module
-# (scripts/mutation_report.py; survivors shown equivalent are listed in scripts/mutation_triage.toml).
-# On demand, not in CI. Results persist in mutants/: a second run tries only the functions that changed since.
+# run it ([tool.mutmut] in pyproject.toml: no reference comparison counts as a kill), cut to the fastest of them
+# within a budget (scripts/mutation_budget.py: MUTATION_BUDGET_S seconds and MUTATION_MAX_TESTS tests a function, 5 and
+# 40 by default), then the score per module (scripts/mutation_report.py; survivors shown equivalent are listed in
+# scripts/mutation_triage.toml). About an hour on two cores from nothing. On demand, not in CI. Results persist in
+# mutants/: a second run tries only the functions that changed since.
 #
 #   scripts/mutation.sh                      # all five packages
 #   scripts/mutation.sh repro.sim repro.cost # some packages (or modules: repro.sim.kv)
@@ -14,10 +16,15 @@ command -v mutmut >/dev/null || { echo "mutation.sh: mutmut is not installed: pi
 # the kernels run as plain Python (repro.core.jit): Numba cannot compile the functions mutmut rewrites
 export REPRO_JIT=python
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(repro.sim repro.cost repro.oracle repro.metrics systems)
-globs=()
+globs=()  # none: every mutant (a name on mutmut's command line is tried again even where its result stands)
 for t in "${targets[@]}"; do globs+=("$t.*"); done
+[ ${#targets[@]} -gt 0 ] || targets=(repro.sim repro.cost repro.oracle repro.metrics systems)
 start=$(date +%s)
-mutmut run "${globs[@]}"
+# 1. the mutants, and the tests that run each function (mutmut's stats), trying none: the name matches no mutant
+mutmut run 'mutation.sh.stats-only'
+# 2. each function's tests cut to the budget (mutmut keeps the stats it loads as they are)
+python scripts/mutation_budget.py --budget-s "${MUTATION_BUDGET_S:-5}" --max-tests "${MUTATION_MAX_TESTS:-40}"
+# 3. every mutant against its function's tests
+mutmut run ${globs[@]+"${globs[@]}"}
 echo "mutation.sh: ${targets[*]} in $(( $(date +%s) - start )) s"
 python scripts/mutation_report.py "${targets[@]}"

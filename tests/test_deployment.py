@@ -108,6 +108,29 @@ def test_a_profile_sidecar_must_describe_the_run(tmp_path: Path, key: str, sidec
     assert str(err.value) == message.replace("{path}", str(path))
 
 
+@pytest.mark.parametrize(("key", "run", "measured", "fits"), [
+    ("table", {}, 1, True), ("table", {}, 2, False), ("draft_table", {"draft_tp": 2}, 2, True),
+    ("draft_table", {"tp": 2}, 2, False),
+], ids=["tp 1 by default", "not tp 1", "the draft's own tp", "not the target's"])
+def test_a_profiles_tp_is_the_runs_for_its_model(tmp_path: Path, key: str, run: dict[str, int], measured: int,
+                                                  fits: bool) -> None:
+    import json
+
+    from omegaconf import OmegaConf
+
+    from repro.sim.deployment import check_profile_fits
+
+    cfg = OmegaConf.create({"model": {"name": "llama2-7b"}, "draft": {"name": "llama-160m"},
+                            "hardware": {"name": "a100-80g"}, **run})
+    path = tmp_path / "p.csv"
+    path.with_name("p.csv.json").write_text(json.dumps({"tp": measured}))
+    if fits:
+        check_profile_fits(cfg, key, path)
+        return
+    with pytest.raises(ConfigError, match=f"measured at tp={measured}, this run has tp=1$"):
+        check_profile_fits(cfg, key, path)
+
+
 @pytest.mark.parametrize(("key", "table", "want"), [
     ("table", "p.csv", "p.csv"),
     ("table", None, None),

@@ -212,3 +212,14 @@ def test_a_remote_servers_uplink_carries_each_drafts_id_and_distribution() -> No
     assert server.uplink_s(3) == pytest.approx(0.001 + 3 * (4 + 2 * vocab) * 8.0 / 1e9, rel=1e-12)
     bare = RemoteDraftServer(make_cost("l4", draft=None), rtt_s=0.002, bandwidth_bps=1e9)  # no draft spec: ids only
     assert bare.uplink_s(3) == pytest.approx(0.001 + 3 * 4 * 8.0 / 1e9, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft", "pld"])
+def test_a_proposers_host_work_is_charged_only_to_a_step_that_speculates(kind: str) -> None:
+    cost = make_cost(engine="vllm_v0")  # vLLM v0: a speculation round's host work is charged, not hidden
+    assert cost.spec_round_s() > 0
+    proposer = colocated(cost).resolve(kind)
+    want = {"eagle": cost.spec_round_s(), "draft": cost.spec_round_s() + cost.draft_broadcast_s(),
+            "pld": cost.pld_s(3)}[kind]
+    assert proposer.host_s(3) == want
+    assert proposer.host_s(0) == (cost.pld_s(0) if kind == "pld" else 0.0)

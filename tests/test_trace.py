@@ -361,3 +361,21 @@ def test_fixed_arm_regret_ties_and_gaps() -> None:
     assert fixed_arm_regret(frame).tolist() == [4.0, 2.0]  # then 0 - 2
     unscored = pd.DataFrame({"replica": [0], "num_decode": [4], "best_reward": [3.0], "reward": [1.0]})
     assert np.isnan(fixed_arm_regret(unscored)).all()  # no arm columns: nothing to compare with
+
+
+def test_a_trace_without_telemetry_is_the_record_columns_and_regret_gets_its_fixed_arm_comparator() -> None:
+    from repro.sim.trace import fixed_arm_regret
+    from repro.sim.trace import steps_frame as table
+
+    out = run(StaticSD(k=2), make_requests(2, output_len=5), oracle=FixedOracle(1), record_steps=True)
+    n = len(out.steps)
+    for telemetry in (None, [], [None] * n):
+        assert list(table(out.steps, telemetry).columns) == list(RECORD_COLUMNS)
+    told = [{"cum_regret": float(i), "best_reward": 2.0, "reward": 1.0, "arm_reward_1": 1.0, "arm_reward_2": 2.0}
+            for i in range(n)]
+    frame = table(out.steps, told)
+    assert list(frame.columns) == [*RECORD_COLUMNS, *told[0], "cum_regret_fixed"]
+    assert frame["cum_regret"].dtype == np.float64
+    want = fixed_arm_regret(frame.drop(columns="cum_regret_fixed"))
+    assert frame["cum_regret_fixed"].dtype == np.float64 and (frame["cum_regret_fixed"].to_numpy() == want).all()
+    assert want[-1] == n  # arm 2 each step in hindsight: 2 - 1 a step

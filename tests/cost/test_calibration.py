@@ -143,3 +143,48 @@ def test_the_model_stays_near_real_hopper_passes(name: str, kind: str, table: pd
     if any(f" {m} " in name for m in _TARGETS):  # a 7B-or-larger target
         gpu = (rows["modelled_gpu_ms"] / rows["measured_ms"] - 1).median()
         assert abs(gpu) <= 0.25, f"{name} {kind}: GPU work {gpu:+.0%}"
+
+
+def test_the_table_and_its_summary_computed_here() -> None:
+    """The table's columns and each table's summary row, computed inside the test (a mutation run counts a function
+    as run by a test only where it runs inside it: the fixtures above are the first test's)."""
+    import numpy as np
+
+    table = calibration_table()
+    assert list(table.columns) == ["table", "x_name", "x", "measured_ms", "modelled_ms", "tolerance", "kind",
+                                   "checked", "note", "error_of", "band_lo", "band_hi", "modelled_gpu_ms",
+                                   "modelled_bare_ms", "pass", "context", "rel_err", "within_tol"]
+    assert set(table["error_of"]) == {"ratio - 1", "value"}
+    assert table["x_name"].map(lambda v: isinstance(v, str) and v != "").all()
+    assert np.isfinite(table["x"].to_numpy(dtype=float)).all()
+    anchors = table[table["kind"] == "anchor"]
+    assert anchors["note"].map(lambda v: isinstance(v, str) and v != "").all()
+    summary = calibration_errors()
+    assert list(summary.columns) == ["table", "kind", "rows", "max_abs_err", "mean_abs_err", "outside_tol", "checked"]
+    assert summary["table"].tolist() == list(dict.fromkeys(table["table"]))  # in the order the tables come
+    for row in summary.itertuples():
+        rows = table[table["table"] == row.table]
+        err = rows["rel_err"].abs()
+        assert (row.kind, row.rows, row.checked) == (rows["kind"].iloc[0], len(rows), bool(rows["checked"].all()))
+        assert row.max_abs_err == err.max() and row.mean_abs_err == pytest.approx(err.mean(), rel=1e-12)
+        assert row.outside_tol == int((err > rows["tolerance"]).sum())
+    assert summary["outside_tol"].sum() > 0  # (the unchecked rows)
+
+
+@pytest.mark.parametrize("engine", ["vllm_v0", "vllm_v0_eager", "vllm_v1"])
+@pytest.mark.parametrize(("batch", "k"), [(1, 1), (8, 3)])
+def test_a_chain_steps_host_work_is_what_the_engine_charges(engine: str, batch: int, k: int) -> None:
+    """The calibration's host seconds of a chain step (batch expansion, proposal assembly, rejection sampling) are
+    the engine's: a verification pass of ``batch`` requests each scoring k drafts."""
+    import numpy as np
+
+    from repro.cost.calibration import _host_s
+    from repro.cost.serving import load_engine
+    from repro.cost.step import _decode_terms
+    from tests.conftest import make_cost
+
+    profile = load_engine(engine)
+    assert not profile.async_scheduling
+    cm = make_cost(engine=engine)
+    host = _decode_terms(profile, np.full(batch, k), np.full(batch, 500.0))[3]
+    assert host > 0 and _host_s(cm, batch, k) == pytest.approx(host, rel=1e-12)
