@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     prefixes = tuple(args.prefix) or PACKAGES
     equivalent = triaged(args.triage)
     modules = {m: codes for m, codes in load(args.mutants).items() if m.startswith(prefixes)}
+    budget = args.mutants / "mutation-budget.json"
+    if budget.is_file():
+        cut = json.loads(budget.read_text())
+        print(f"Each function's mutants against its fastest covering tests, at most {cut['max_tests']} tests and "
+              f"{cut['budget_s']:g} s (scripts/mutation_budget.py)\n")
     print("| module | score | " + " | ".join(COLUMNS) + " |")
     print("|---|---:|" + "---:|" * len(COLUMNS))
     for pkg in prefixes:

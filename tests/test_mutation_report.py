@@ -48,6 +48,11 @@ def test_the_score_is_killed_over_the_mutants_less_the_equivalent_and_the_unrun(
     assert mod.score(c) == f"{4 / 6:.1%}"
     assert mod.main(["--mutants", str(mutants), "--triage", str(triage)]) == 0
     out = capsys.readouterr().out
+    assert "fastest covering tests" not in out  # no budget: every covering test
+    (mutants / "mutation-budget.json").write_text(json.dumps({"budget_s": 5.0, "max_tests": 40}))
+    assert mod.main(["--mutants", str(mutants), "--triage", str(triage)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Each function's mutants against its fastest covering tests, at most 40 tests and 5 s")
     assert "| `repro.sim.kv` | 66.7% | 8 | 4 | 1 | 1 | 1 | 0 | 1 |" in out
     assert "| **repro.sim** | **71.4%** | 9 | 5 |" in out  # kv and plan: 5 / (9 - 1 - 1)
     assert "| **repro.cost** | **0.0%** |" in out and "repro.sim.empty" not in out
@@ -66,3 +71,38 @@ def test_the_committed_triage_file_parses_and_gives_a_reason_for_each_mutant() -
     table = mod.triaged(ROOT / "scripts" / "mutation_triage.toml")
     for name, why in table.items():
         assert name.startswith(mod.PACKAGES) and name.count("__mutmut_") == 1 and len(why) > 10, name
+
+
+def _budget() -> Any:
+    spec = importlib.util.spec_from_file_location("mutation_budget", ROOT / "scripts" / "mutation_budget.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("budget_s", "max_tests", "kept"), [
+    (5.0, 40, ["t::a", "t::b", "t::c"]),  # 0.5 + 1 + 3 = 4.5 s; d would make 9.5
+    (5.0, 2, ["t::a", "t::b"]),
+    (0.1, 40, ["t::a"]),  # at least one test
+    (100.0, 40, ["t::a", "t::b", "t::c", "t::d", "t::e"]),
+])
+def test_a_functions_tests_are_its_fastest_within_the_budget(budget_s: float, max_tests: int,
+                                                            kept: list[str]) -> None:
+    duration = {"t::d": 5.0, "t::b": 1.0, "t::c": 3.0, "t::a": 0.5, "t::e": 5.0}
+    assert _budget().cut(list(duration), duration, budget_s, max_tests) == kept
+
+
+def test_the_budget_rewrites_mutmuts_stats_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stats = {"tests_by_mangled_function_name": {"repro.sim.kv.x_f": ["t::slow", "t::fast"], "repro.sim.kv.x_g": []},
+             "duration_by_test": {"t::slow": 9.0, "t::fast": 1.0}, "stats_time": 1.0}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps(stats))
+    assert _budget().main(["--mutants", str(tmp_path), "--budget-s", "5", "--max-tests", "3"]) == 0
+    out = json.loads((tmp_path / "mutmut-stats.json").read_text())
+    assert out["tests_by_mangled_function_name"] == {"repro.sim.kv.x_f": ["t::fast"], "repro.sim.kv.x_g": []}
+    assert out["duration_by_test"] == stats["duration_by_test"] and out["stats_time"] == 1.0
+    assert json.loads((tmp_path / "mutation-budget.json").read_text()) == {"budget_s": 5.0, "max_tests": 3}
+    assert "a survivor's tests 10 s -> 1 s" in capsys.readouterr().out
+    assert _budget().main(["--mutants", str(tmp_path / "none")]) == 2
+    assert "mutmut has not collected its stats" in capsys.readouterr().err
+    assert _budget().main(["--mutants", str(tmp_path), "--budget-s", "0"]) == 2
