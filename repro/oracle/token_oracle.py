@@ -190,7 +190,7 @@ class TokenOracle:
         request ``r`` replays recorded request ``r mod R``; where its ``output_len`` runs past that recording,
         ``past="error"`` refuses the run (naming how many requests do) and ``past="miss"`` counts the positions past
         it as misses, said in :attr:`notes`. A recording without metadata (written before it had any) is replayed
-        unchecked, said in :attr:`notes`."""
+        without the model pair's check, covering the positions it recorded, said in :attr:`notes`."""
         import pandas as pd
 
         if not path:
@@ -205,8 +205,8 @@ class TokenOracle:
                                     "write one with backend=hf backend.record=PATH") from None
         meta = record.attrs.get(RECORDING_META)
         if not meta:
-            self.notes.append(f"oracle=trace: {path} carries no metadata (an older recording): its model pair and "
-                              "coverage are not checked")
+            self.notes.append(f"oracle=trace: {path} carries no metadata (an older recording): its model pair is "
+                              "not checked, and it covers the positions it recorded")
         else:
             for role, mine in (("target", target), ("draft", draft)):
                 theirs = meta.get(role)
