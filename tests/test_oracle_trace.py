@@ -39,7 +39,7 @@ def _oracle(n: int = 4) -> TokenOracle:
     return TokenOracle(0, np.full(n, "sharegpt", dtype=object), {"sharegpt": 0.5}, width=W)
 
 
-META = {"target": "llama2-7b", "draft": "llama-160m", "output_len": [5, 3]}
+META: dict[str, object] = {"target": "llama2-7b", "draft": "llama-160m", "output_len": [5, 3]}
 
 
 def test_each_request_replays_its_recorded_request_position_by_position(tmp_path: Path) -> None:
