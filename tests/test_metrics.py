@@ -332,3 +332,103 @@ def test_a_point_without_latency_columns_has_the_same_metrics() -> None:
         {k: v for k, v in bare.metrics.items() if k != "wall_s"}
     assert set(LATENCY_COLUMNS) <= set(full.requests.columns)
     assert not set(LATENCY_COLUMNS) & set(bare.requests.columns)
+
+
+def _steps(**cols: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({k: np.asarray(v, dtype=np.float64) for k, v in cols.items()})
+
+
+def test_the_iteration_breakdowns_are_over_the_steps_that_decode() -> None:
+    from repro.metrics.steps import step_extras
+
+    steps = _steps(num_decode=[0, 2, 2, 1], latency_s=[9.0, 0.010, 0.020, 0.030], draft_s=[9.0, 0.002, 0.004, 0.006],
+                   verify_s=[9.0, 0.007, 0.014, 0.021], schedule_wall_s=[9.0, 0.001, 0.001, 0.004],
+                   overhead_s=[9.0, 0.001, 0.002, 0.003], mean_k=[0.0, 2.0, 3.0, 4.0])
+    x = step_extras(steps)
+    assert x == pytest.approx({"mean_iter_ms": 20.0, "mean_iter_draft_ms": 4.0, "mean_iter_verify_ms": 14.0,
+                               "mean_iter_schedule_ms": 2.0, "draft_share": 0.2, "overhead_share": 0.1,
+                               "target_share": 0.7, "mean_proposed_len": 3.0}, rel=1e-12)
+    assert set(step_extras(steps[["num_decode", "latency_s"]])) == {"mean_iter_ms"}  # what the columns allow
+    idle = step_extras(steps.assign(latency_s=0.0))
+    assert all(math.isnan(idle[k]) for k in ("draft_share", "overhead_share", "target_share"))
+    assert math.isnan(step_extras(steps.iloc[:1])["mean_iter_ms"])  # no step decodes
+
+
+def test_regret_per_decode_step_over_the_scored_steps() -> None:
+    """Nightjar Eq. 2's regret over the steps with counterfactual rewards (best_reward set), its fixed-arm
+    comparator, the share of steps that ran the best arm, the regret's share of the best rewards, and the growth
+    exponent of R(T) from R(T) / R(T/2)."""
+    from repro.metrics.steps import step_extras
+
+    steps = _steps(num_decode=[1, 1, 1, 1, 1], best_reward=[3.0, 3.0, NAN, 3.0, 3.0], reward=[2.0, 3.0, 1.0, 2.0, 1.0],
+                   cum_regret=[1.0, 1.0, NAN, 2.0, 4.0], cum_regret_fixed=[0.5, 1.0, NAN, 1.5, 2.0],
+                   mean_k=[2.0, 3.0, 1.0, 2.0, 1.0], best_arm=[2.0, 2.0, NAN, 2.0, 2.0])
+    x = step_extras(steps)
+    assert {k: x[k] for k in ("regret", "regret_fixed", "regret_per_step", "best_arm_share", "regret_share",
+                              "regret_exponent")} == pytest.approx(
+        {"regret": 4.0, "regret_fixed": 2.0, "regret_per_step": 1.0, "best_arm_share": 0.5, "regret_share": 4 / 12,
+         "regret_exponent": 1.0}, rel=1e-12)  # R(4) / R(2) = 2 / 1
+    three = step_extras(steps.iloc[:4])  # three scored steps: too few for an exponent
+    assert "regret_exponent" not in three and three["regret"] == 2.0
+    flat = step_extras(steps.assign(cum_regret_fixed=[0.0, 0.0, NAN, 0.0, 0.0]))
+    assert math.isnan(flat["regret_exponent"])  # no regret to grow
+    dynamic = step_extras(steps.drop(columns="cum_regret_fixed"))
+    assert "regret_fixed" not in dynamic and "regret_exponent" not in dynamic and dynamic["regret"] == 4.0
+    none = step_extras(steps.assign(best_reward=NAN))
+    assert all(math.isnan(none[k]) for k in ("regret", "regret_fixed", "regret_per_step", "best_arm_share",
+                                              "regret_share"))
+
+
+def test_a_rounds_wall_time_split_into_receiving_verifying_and_sending() -> None:
+    """GoodSpeed Fig. 3: receiving (drafting and uplink), verifying and sending, their shares of the wall time and
+    per emitted token, and the longest chain of each round that drafts."""
+    from repro.metrics.steps import step_extras
+
+    steps = _steps(draft_s=[0.01, 0.03], verify_s=[0.02, 0.02], send_s=[0.01, 0.01], latency_s=[0.04, 0.06],
+                   num_emitted=[10.0, 10.0], S_0=[3.0, 0.0], S_1=[5.0, NAN], S_x=[99.0, 99.0])
+    x = step_extras(steps)
+    assert x == pytest.approx({"receive_time_s": 0.04, "verify_time_s": 0.04, "send_time_s": 0.02,
+                               "send_share": 0.2, "receive_verify_share": 0.8, "wall_ms_per_token": 5.0,
+                               "verify_ms_per_token": 2.0, "mean_longest_chain": 5.0}, rel=1e-12)
+    assert "receive_time_s" not in step_extras(steps.assign(send_s=0.0))  # no round sends: not an edge run
+    quiet = step_extras(steps.assign(latency_s=0.0, num_emitted=0.0, S_0=0.0, S_1=0.0))
+    assert all(math.isnan(quiet[k]) for k in ("send_share", "receive_verify_share", "wall_ms_per_token",
+                                               "verify_ms_per_token", "mean_longest_chain"))
+    assert "mean_longest_chain" not in step_extras(steps.drop(columns=["S_0", "S_1"]))
+
+
+def test_the_estimators_bias_and_the_memory_operations() -> None:
+    from repro.metrics.steps import step_extras
+
+    est = step_extras(_steps(goodput_est=[NAN, 6.0, 3.0], num_emitted=[100.0, 4.0, 6.0]))
+    assert est == pytest.approx({"goodput_est_bias": 9 / 10 - 1})  # over the rounds that estimated
+    assert math.isnan(step_extras(_steps(goodput_est=[NAN, 6.0], num_emitted=[5.0, 0.0]))["goodput_est_bias"])
+    mem = step_extras(_steps(memory_op=[0.0, 1.0, 2.0, 1.0], memory_s=[0.5, 0.002, 0.004, 0.003]))
+    assert mem == pytest.approx({"num_expand": 2.0, "mean_expand_ms": 2.5, "num_contract": 1.0,
+                                 "mean_contract_ms": 4.0}, rel=1e-12)
+    none = step_extras(_steps(memory_op=[0.0], memory_s=[0.0]))
+    assert none["num_expand"] == 0.0 and math.isnan(none["mean_expand_ms"]) and math.isnan(none["mean_contract_ms"])
+
+
+def test_a_steps_total_tokens_and_the_peak_rate_over_windows() -> None:
+    from repro.metrics.steps import peak_token_rate, step_total_tokens
+
+    # a prefill of 100 prompt tokens emitting 2 first tokens; a decode of 2 requests verifying 3 drafts each
+    # (8 batched tokens) emitting 5; a decode emitting 2 of 2 batched
+    steps = _steps(num_emitted=[2.0, 5.0, 2.0], num_batched_tokens=[100.0, 8.0, 2.0], num_decode=[0.0, 2.0, 2.0],
+                   num_proposed=[0.0, 6.0, 0.0], start_at=[10.0, 10.5, 11.2])
+    assert step_total_tokens(steps).tolist() == [102.0, 5.0, 2.0]
+    assert peak_token_rate(steps, 1.0) == 107.0  # [10, 11): the first two steps
+    assert peak_token_rate(steps, 0.5) == 204.0  # [10, 10.5): the prefill alone
+    assert peak_token_rate(steps, 2.0) == pytest.approx(109 / 2.0)
+    assert math.isnan(peak_token_rate(steps, 0.0)) and math.isnan(peak_token_rate(steps.iloc[:0], 1.0))
+
+
+def test_per_client_is_per_group_by_client() -> None:
+    from repro.metrics.summary import per_client, per_group
+
+    reqs = frame(req(out=10), req(out=30), req(out=20))
+    reqs["client"] = ["a", "b", "a"]
+    got = per_client(reqs, 4.0)
+    pd.testing.assert_frame_equal(got, per_group(reqs, "client", 4.0))
+    assert got["num_requests"].tolist() == [2, 1] and "goodput_tok_s" in got.columns
