@@ -532,6 +532,21 @@ def test_drafter_exposes_only_the_draft_view() -> None:
     np.testing.assert_array_equal(drafter.chain_probs(1, 9, 3), oracle.chain_probs(1, 9, 3))
     np.testing.assert_array_equal(drafter.candidates(1, 9, 3, 2).path_prob,
                                   oracle.candidates(1, 9, 3, 2).path_prob)
+    rids, pos = np.array([1, 3]), np.array([9, 0])
+    np.testing.assert_array_equal(drafter.chain_probs_batch(rids, pos, 3), oracle.chain_probs_batch(rids, pos, 3))
+    with pytest.raises(ValueError, match="proposer stream 'eagle' is not configured"):  # the proposer is passed on
+        drafter.chain_probs_batch(rids, pos, 3, "eagle")
+
+
+def test_a_cleared_memo_holds_nothing_and_draws_again() -> None:
+    from repro.oracle.store import ChunkMemo
+
+    memo = ChunkMemo(1 << 20)
+    memo.put("a", {"x": np.zeros(8)})
+    assert len(memo) == 1 and memo._bytes > 0
+    memo.clear()
+    assert len(memo) == 0 and memo._bytes == 0 and memo.get("a") is None
+    assert memo.recall("a", lambda: {"x": np.ones(2)})["x"].tolist() == [1.0, 1.0]
 
 
 def test_chain_probs_follow_the_width1_beam() -> None:

@@ -218,3 +218,8 @@ def test_end_to_end_on_adaserve_mix(system: str) -> None:
     if system == "seppipe":  # one pipeline per category
         assert reqs.groupby("slo_class")["replica"].nunique().eq(1).all()
         assert reqs["replica"].nunique() == 3
+
+
+def test_seppipe_itself_schedules_nothing() -> None:
+    with pytest.raises(RuntimeError, match="^SepPipe only routes: each of its replicas schedules with its own policy$"):
+        SepPipe(num_replicas=2, tp_per_replica=1).schedule(None)  # type: ignore[arg-type]
