@@ -221,5 +221,6 @@ def test_end_to_end_on_adaserve_mix(system: str) -> None:
 
 
 def test_seppipe_itself_schedules_nothing() -> None:
-    with pytest.raises(RuntimeError, match="^SepPipe only routes: each of its replicas schedules with its own policy$"):
+    with pytest.raises(RuntimeError, match=r"^SepPipe only routes: each of its replicas schedules with its own "
+                                           r"policy$"):
         SepPipe(num_replicas=2, tp_per_replica=1).schedule(None)  # type: ignore[arg-type]
