@@ -1,4 +1,5 @@
-"""Each function's tests under a mutation run, cut to a budget: its fastest covering tests, up to a total time.
+"""Each function's tests under a mutation run, cut to a budget: its own module's tests first, one case of each test
+function before a second, fastest first, up to a total time and count.
 
     python scripts/mutation_budget.py                    # 5 s and 40 tests a function (scripts/mutation.sh runs it)
     python scripts/mutation_budget.py --budget-s 20 --max-tests 100
@@ -6,12 +7,20 @@
 mutmut tries each mutant against every selected test that ran its function when mutmut collected its stats
 (``mutants/mutmut-stats.json``: ``tests_by_mangled_function_name``, with each test's duration). The engine's core
 functions run under 300 tests and 140 s, so each of their surviving mutants costs 140 s, and passing 300 test names
-to pytest costs about a second even where the first test kills. This keeps, for each function, its covering tests
-in order of their measured duration (then name), up to ``--budget-s`` seconds and ``--max-tests`` tests, and at least
-one. A mutant killed only by a slower test then survives: the score is a lower bound of the one over every covering
-test (docs/testing.md says which survivors a wider budget kills). mutmut keeps a loaded stats file as it is, so the
-run that follows reads these lists; the budget is written beside them (``mutants/mutation-budget.json``) for the report.
-The file format is mutmut 3.8.1's (pinned in the dev extra).
+to pytest costs about a second even where the first test kills. This keeps, for each function, up to ``--budget-s``
+seconds and ``--max-tests`` of its covering tests (at least one), chosen in this order:
+
+1. the tests of the module's own test file first (``tests/**/test_<name>*.py`` for a module ``<name>``, or a test
+   file whose name the module's contains: ``test_oracle.py`` for ``token_oracle``), then every other;
+2. within each, one case of every test function before a second case of any (a parametrized test's 20 cases of one
+   mechanism would otherwise fill the budget before a test of another mechanism got in), each round fastest first.
+
+A mutant killed only by a test left out then survives: the score is a lower bound of the one over every covering
+test. mutmut keeps a loaded stats file as it is, so the run that follows reads these lists; the budget is written
+beside them (``mutants/mutation-budget.json``) for the report, and every covering test is kept in
+``mutants/mutation-coverage.json`` (merged with what mutmut adds for new tests on a later run), so a later cut, to
+another budget, starts from all of them. The file format is mutmut 3.8.1's (pinned in the dev
+extra).
 """
 
 from __future__ import annotations
@@ -24,11 +33,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cut(tests: list[str], duration: dict[str, float], budget_s: float, max_tests: int) -> list[str]:
-    """The fastest of ``tests`` within ``budget_s`` seconds in all and ``max_tests`` tests, at least one."""
+def own(test: str, function: str) -> bool:
+    """Whether ``test`` is in the module's own test file (``function``: mutmut's name, ``repro.cost.model.x_f``)."""
+    module = function.split(".x", 1)[0].rsplit(".", 1)[-1].lstrip("_")
+    stem = test.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py").removeprefix("test_")
+    return bool(module) and (stem.startswith(module) or stem in module)
+
+
+def cut(tests: list[str], duration: dict[str, float], budget_s: float, max_tests: int, function: str = "") -> list[str]:
+    """``tests`` in the order above, within ``budget_s`` seconds in all and ``max_tests`` tests, at least one."""
+    cases: dict[tuple[bool, str], list[str]] = {}
+    for test in sorted(tests, key=lambda t: (duration.get(t, 0.0), t)):
+        cases.setdefault((not own(test, function), test.split("[", 1)[0]), []).append(test)
+    order: list[str] = []
+    for mine in (True, False):
+        groups = [g for (other, _), g in cases.items() if other != mine]  # (dicts keep the fastest-first order)
+        for i in range(max((len(g) for g in groups), default=0)):
+            order += sorted((g[i] for g in groups if i < len(g)), key=lambda t: (duration.get(t, 0.0), t))
     kept: list[str] = []
     spent = 0.0
-    for test in sorted(tests, key=lambda t: (duration.get(t, 0.0), t)):
+    for test in order:
         d = duration.get(test, 0.0)
         if kept and (spent + d > budget_s or len(kept) >= max_tests):
             break
@@ -53,9 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stats = json.loads(path.read_text())
     duration: dict[str, float] = stats["duration_by_test"]
-    before = after = 0.0
+    full_path = args.mutants / "mutation-coverage.json"
+    full: dict[str, list[str]] = json.loads(full_path.read_text()) if full_path.is_file() else {}
     for name, tests in stats["tests_by_mangled_function_name"].items():
-        kept = cut(tests, duration, args.budget_s, args.max_tests)
+        full[name] = sorted(set(full.get(name, [])) | set(tests))
+    full = {name: [t for t in tests if t in duration] for name, tests in full.items()}  # (tests since removed)
+    full_path.write_text(json.dumps(full, indent=2))
+    before = after = 0.0
+    for name in stats["tests_by_mangled_function_name"]:
+        tests = full[name]
+        kept = cut(tests, duration, args.budget_s, args.max_tests, name)
         before += sum(duration.get(t, 0.0) for t in tests)
         after += sum(duration.get(t, 0.0) for t in kept)
         stats["tests_by_mangled_function_name"][name] = kept

@@ -93,6 +93,25 @@ def test_a_functions_tests_are_its_fastest_within_the_budget(budget_s: float, ma
     assert _budget().cut(list(duration), duration, budget_s, max_tests) == kept
 
 
+def test_the_modules_own_tests_come_first_and_each_test_function_before_a_second_case() -> None:
+    duration = {"tests/test_other.py::test_x[1]": 0.1, "tests/test_other.py::test_x[2]": 0.1,
+                "tests/test_other.py::test_x[3]": 0.1, "tests/test_other.py::test_y": 0.3,
+                "tests/cost/test_model.py::test_z[a]": 0.5, "tests/cost/test_model.py::test_z[b]": 0.2,
+                "tests/cost/test_model_units.py::test_w": 0.9}
+    got = _budget().cut(list(duration), duration, 100.0, 40, "repro.cost.model.xǁCostModelǁ__init__")
+    assert got == ["tests/cost/test_model.py::test_z[b]", "tests/cost/test_model_units.py::test_w",
+                   "tests/cost/test_model.py::test_z[a]",  # the module's own, one case of each function first
+                   "tests/test_other.py::test_x[1]", "tests/test_other.py::test_y", "tests/test_other.py::test_x[2]",
+                   "tests/test_other.py::test_x[3]"]
+    assert _budget().cut(list(duration), duration, 1.2, 40, "systems.nightjar.x_f") == [
+        "tests/test_other.py::test_x[1]", "tests/cost/test_model.py::test_z[b]", "tests/test_other.py::test_y"
+    ]  # no own file: one case a function, fastest first, until the next (test_w, 0.9 s) would pass 1.2 s
+    own = _budget().own
+    assert own("tests/test_oracle.py::t", "repro.oracle.token_oracle.x_f")  # the module's name contains the file's
+    assert own("tests/test_kv_pool.py::t", "repro.sim.kv.xǁKvPoolǁgrew")
+    assert not own("tests/test_engine.py::t", "repro.sim.replica.x_f") and not own("tests/test_x.py::t", "")
+
+
 def test_the_budget_rewrites_mutmuts_stats_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stats = {"tests_by_mangled_function_name": {"repro.sim.kv.x_f": ["t::slow", "t::fast"], "repro.sim.kv.x_g": []},
              "duration_by_test": {"t::slow": 9.0, "t::fast": 1.0}, "stats_time": 1.0}
@@ -103,6 +122,11 @@ def test_the_budget_rewrites_mutmuts_stats_and_says_so(tmp_path: Path, capsys: p
     assert out["duration_by_test"] == stats["duration_by_test"] and out["stats_time"] == 1.0
     assert json.loads((tmp_path / "mutation-budget.json").read_text()) == {"budget_s": 5.0, "max_tests": 3}
     assert "a survivor's tests 10 s -> 1 s" in capsys.readouterr().out
+    assert json.loads((tmp_path / "mutation-coverage.json").read_text())["repro.sim.kv.x_f"] == ["t::fast", "t::slow"]
+    assert _budget().main(["--mutants", str(tmp_path), "--budget-s", "20"]) == 0  # a later cut starts from them all
+    out = json.loads((tmp_path / "mutmut-stats.json").read_text())
+    assert sorted(out["tests_by_mangled_function_name"]["repro.sim.kv.x_f"]) == ["t::fast", "t::slow"]
+    capsys.readouterr()
     assert _budget().main(["--mutants", str(tmp_path / "none")]) == 2
     assert "mutmut has not collected its stats" in capsys.readouterr().err
     assert _budget().main(["--mutants", str(tmp_path), "--budget-s", "0"]) == 2
