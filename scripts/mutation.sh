@@ -9,6 +9,7 @@
 #
 #   scripts/mutation.sh                      # all five packages
 #   scripts/mutation.sh repro.sim repro.cost # some packages (or modules: repro.sim.kv)
+#   MUTATION_WIDE_TESTS=400 scripts/mutation.sh repro.sim.kv   # and the survivors again against a wider cut
 #   python scripts/mutation_report.py --diffs repro.sim   # afterwards: the survivors' diffs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +30,13 @@ fi
 python scripts/mutation_budget.py --budget-s "${MUTATION_BUDGET_S:-5}" --max-tests "${MUTATION_MAX_TESTS:-40}"
 # 3. every mutant against its function's tests
 mutmut run ${globs[@]+"${globs[@]}"}
+# 4. (MUTATION_WIDE_TESTS=N) the survivors again, against a wider cut (N tests and MUTATION_WIDE_S seconds, 60 by
+#    default): what kills them is recorded, and the default cut, written again, puts it first in the next run
+if [ -n "${MUTATION_WIDE_TESTS:-}" ]; then
+    python scripts/mutation_budget.py --budget-s "${MUTATION_WIDE_S:-60}" --max-tests "$MUTATION_WIDE_TESTS"
+    mapfile -t left < <(python scripts/mutation_report.py --names "${targets[@]}")
+    [ ${#left[@]} -eq 0 ] || mutmut run "${left[@]}"
+    python scripts/mutation_budget.py --budget-s "${MUTATION_BUDGET_S:-5}" --max-tests "${MUTATION_MAX_TESTS:-40}"
+fi
 echo "mutation.sh: ${targets[*]} in $(( $(date +%s) - start )) s"
 python scripts/mutation_report.py "${targets[@]}"

@@ -10,7 +10,9 @@ functions run under 300 tests and 140 s, so each of their surviving mutants cost
 to pytest costs about a second even where the first test kills. This keeps, for each function, up to ``--budget-s``
 seconds and ``--max-tests`` of its covering tests (at least one), chosen in this order:
 
-1. the tests of the module's own test file first (``tests/**/test_<name>*.py`` for a module ``<name>``, or a test
+0. the tests that killed one of the function's mutants in an earlier run, most kills first (``tests/conftest.py``
+   appends each kill to ``mutants/mutation-kills.jsonl``; a wider cut over a run's survivors finds more);
+1. then the tests of the module's own test file (``tests/**/test_<name>*.py`` for a module ``<name>``, or a test
    file whose name the module's contains: ``test_oracle.py`` for ``token_oracle``), then every other;
 2. within each, one case of every test function before a second case of any (a parametrized test's 20 cases of one
    mechanism would otherwise fill the budget before a test of another mechanism got in), each round fastest first.
@@ -40,12 +42,16 @@ def own(test: str, function: str) -> bool:
     return bool(module) and (stem.startswith(module) or stem in module)
 
 
-def cut(tests: list[str], duration: dict[str, float], budget_s: float, max_tests: int, function: str = "") -> list[str]:
-    """``tests`` in the order above, within ``budget_s`` seconds in all and ``max_tests`` tests, at least one."""
+def cut(tests: list[str], duration: dict[str, float], budget_s: float, max_tests: int, function: str = "",
+        killers: dict[str, int] | None = None) -> list[str]:
+    """``tests`` in the order above (``killers``: kills of the function's mutants by test), within ``budget_s``
+    seconds in all and ``max_tests`` tests, at least one."""
+    killers = killers or {}
+    order = sorted((t for t in tests if killers.get(t)), key=lambda t: (-killers[t], duration.get(t, 0.0), t))
     cases: dict[tuple[bool, str], list[str]] = {}
     for test in sorted(tests, key=lambda t: (duration.get(t, 0.0), t)):
-        cases.setdefault((not own(test, function), test.split("[", 1)[0]), []).append(test)
-    order: list[str] = []
+        if not killers.get(test):
+            cases.setdefault((not own(test, function), test.split("[", 1)[0]), []).append(test)
     for mine in (True, False):
         groups = [g for (other, _), g in cases.items() if other != mine]  # (dicts keep the fastest-first order)
         for i in range(max((len(g) for g in groups), default=0)):
@@ -83,10 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         full[name] = sorted(set(full.get(name, [])) | set(tests))
     full = {name: [t for t in tests if t in duration] for name, tests in full.items()}  # (tests since removed)
     full_path.write_text(json.dumps(full, indent=2))
+    kills: dict[str, dict[str, int]] = {}
+    log = args.mutants / "mutation-kills.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else ():
+        kill = json.loads(line)
+        by = kills.setdefault(kill["mutant"].rsplit("__mutmut_", 1)[0], {})
+        by[kill["test"]] = by.get(kill["test"], 0) + 1
     before = after = 0.0
     for name in stats["tests_by_mangled_function_name"]:
         tests = full[name]
-        kept = cut(tests, duration, args.budget_s, args.max_tests, name)
+        kept = cut(tests, duration, args.budget_s, args.max_tests, name, kills.get(name))
         before += sum(duration.get(t, 0.0) for t in tests)
         after += sum(duration.get(t, 0.0) for t in kept)
         stats["tests_by_mangled_function_name"][name] = kept

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mutants", type=Path, default=ROOT / "mutants", help="mutmut's folder (default: ./mutants)")
     ap.add_argument("--triage", type=Path, default=ROOT / "scripts" / "mutation_triage.toml")
     ap.add_argument("--diffs", action="store_true", help="print each untriaged survivor's diff (mutmut show)")
+    ap.add_argument("--names", action="store_true", help="print only the untriaged survivors' names, one a line")
     args = ap.parse_args(argv)
     if not args.mutants.is_dir():
         print(f"mutation_report: no {args.mutants}: run scripts/mutation.sh first", file=sys.stderr)
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     prefixes = tuple(args.prefix) or PACKAGES
     equivalent = triaged(args.triage)
     modules = {m: codes for m, codes in load(args.mutants).items() if m.startswith(prefixes)}
+    if args.names:
+        print("\n".join(sorted(n for codes in modules.values() for n, code in codes.items()
+                                if code in SURVIVED and n not in equivalent)))
+        return 0
     budget = args.mutants / "mutation-budget.json"
     if budget.is_file():
         cut = json.loads(budget.read_text())

@@ -60,6 +60,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                                     "give it an id=")
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under a mutation run, the test that killed the mutant, appended to ``mutation-kills.jsonl`` in mutmut's folder
+    (where it runs the tests): ``scripts/mutation_budget.py`` puts a function's killers first in the next cut."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if report.failed and "__mutmut_" in mutant:
+        import json
+
+        with open("mutation-kills.jsonl", "a") as out:
+            out.write(json.dumps({"mutant": mutant, "test": report.nodeid}) + "\n")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_under_mutation() -> None:
     """Under a mutation run (scripts/mutation.sh), each test starts from nothing computed: mutmut collects and runs

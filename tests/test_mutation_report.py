@@ -58,6 +58,8 @@ def test_the_score_is_killed_over_the_mutants_less_the_equivalent_and_the_unrun(
     assert "| **repro.cost** | **0.0%** |" in out and "repro.sim.empty" not in out
     assert "3 untriaged survivors" in out  # kv's survivor and its mutant without tests, step's survivor
     assert "repro.gone.x__mutmut_1" in out.split("no longer generated")[1]
+    assert mod.main(["--mutants", str(mutants), "--triage", str(triage), "--names"]) == 0
+    assert capsys.readouterr().out == "repro.cost.step.x_h__mutmut_1\nrepro.sim.kv.x_f__mutmut_5\n"  # survivors only
 
 
 def test_a_missing_mutants_folder_is_one_line_naming_the_script_to_run(tmp_path: Path,
@@ -130,3 +132,35 @@ def test_the_budget_rewrites_mutmuts_stats_and_says_so(tmp_path: Path, capsys: p
     assert _budget().main(["--mutants", str(tmp_path / "none")]) == 2
     assert "mutmut has not collected its stats" in capsys.readouterr().err
     assert _budget().main(["--mutants", str(tmp_path), "--budget-s", "0"]) == 2
+
+
+def test_a_functions_killers_come_first_in_the_next_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py records the test that killed a mutant (under a mutation run only); the next cut puts the
+    tests that killed the function's mutants first, most kills first, before the module's own."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_runtest_logreport
+
+    monkeypatch.chdir(tmp_path)
+    failed = SimpleNamespace(failed=True, nodeid="tests/test_slow.py::test_b")
+    monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    pytest_runtest_logreport(failed)  # type: ignore[arg-type]
+    assert not (tmp_path / "mutation-kills.jsonl").exists()  # not a mutation run
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "repro.sim.kv.x_f__mutmut_3")
+    pytest_runtest_logreport(SimpleNamespace(failed=False, nodeid="tests/test_kv_pool.py::t"))  # type: ignore[arg-type]
+    for _ in range(2):
+        pytest_runtest_logreport(failed)  # type: ignore[arg-type]
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "repro.sim.kv.x_f__mutmut_4")
+    pytest_runtest_logreport(SimpleNamespace(failed=True, nodeid="tests/test_slow.py::test_a"))  # type: ignore[arg-type]
+    lines = (tmp_path / "mutation-kills.jsonl").read_text().splitlines()
+    b = {"mutant": "repro.sim.kv.x_f__mutmut_3", "test": "tests/test_slow.py::test_b"}
+    assert [json.loads(x) for x in lines] == [b, b, {"mutant": "repro.sim.kv.x_f__mutmut_4",
+                                                     "test": "tests/test_slow.py::test_a"}]
+    tests = ["tests/test_kv_pool.py::t", "tests/test_slow.py::test_a", "tests/test_slow.py::test_b"]
+    duration = {"tests/test_kv_pool.py::t": 0.1, "tests/test_slow.py::test_a": 2.0, "tests/test_slow.py::test_b": 3.0}
+    stats = {"tests_by_mangled_function_name": {"repro.sim.kv.x_f": tests}, "duration_by_test": duration}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps(stats))
+    assert _budget().main(["--mutants", str(tmp_path), "--max-tests", "2", "--budget-s", "10"]) == 0
+    out = json.loads((tmp_path / "mutmut-stats.json").read_text())
+    assert out["tests_by_mangled_function_name"]["repro.sim.kv.x_f"] == ["tests/test_slow.py::test_b",
+                                                                           "tests/test_slow.py::test_a"]
