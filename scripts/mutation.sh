@@ -4,8 +4,8 @@
 # run it ([tool.mutmut] in pyproject.toml: no reference comparison counts as a kill), cut to the fastest of them
 # within a budget (scripts/mutation_budget.py: MUTATION_BUDGET_S seconds and MUTATION_MAX_TESTS tests a function, 5 and
 # 40 by default), then the score per module (scripts/mutation_report.py; survivors shown equivalent are listed in
-# scripts/mutation_triage.toml). About two hours on two cores from nothing (docs/testing.md). On demand, not in CI. Results persist in
-# mutants/: a second run tries only the functions that changed since.
+# scripts/mutation_triage.toml). About two hours on two cores from nothing (docs/testing.md). On demand, not in CI.
+# Results persist in mutants/: a second run tries only the functions that changed since.
 #
 #   scripts/mutation.sh                      # all five packages
 #   scripts/mutation.sh repro.sim repro.cost # some packages (or modules: repro.sim.kv)
