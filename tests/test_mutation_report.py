@@ -15,12 +15,21 @@ pytestmark = pytest.mark.usefixtures("no_data")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _report() -> Any:
-    spec = importlib.util.spec_from_file_location("mutation_report", ROOT / "scripts" / "mutation_report.py")
+def _script(name: str) -> Any:
+    """``scripts/<name>.py`` as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _report() -> Any:
+    return _script("mutation_report")
+
+
+def _budget() -> Any:
+    return _script("mutation_budget")
 
 
 def _meta(root: Path, rel: str, codes: dict[str, int | None]) -> None:
@@ -73,14 +82,6 @@ def test_the_committed_triage_file_parses_and_gives_a_reason_for_each_mutant() -
     table = mod.triaged(ROOT / "scripts" / "mutation_triage.toml")
     for name, why in table.items():
         assert name.startswith(mod.PACKAGES) and name.count("__mutmut_") == 1 and len(why) > 10, name
-
-
-def _budget() -> Any:
-    spec = importlib.util.spec_from_file_location("mutation_budget", ROOT / "scripts" / "mutation_budget.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize(("budget_s", "max_tests", "kept"), [
