@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.mutants / "mutation-budget.json"
     if budget.is_file():
         cut = json.loads(budget.read_text())
-        print(f"Each function's mutants against its fastest covering tests, at most {cut['max_tests']} tests and "
-              f"{cut['budget_s']:g} s (scripts/mutation_budget.py)\n")
+        own = cut.get("per_mutant")
+        rest = (f"at most {cut['max_tests']} tests and {cut['budget_s']:g} s (scripts/mutation_budget.py)")
+        if own:
+            print(f"Each mutant against the covering tests that ran its statement, at most {own['max_tests']} tests "
+                  f"and {own['budget_s']:g} s ({own['planned']} of {own['mutants']} mutants, "
+                  f"scripts/mutation_lines.py); the rest against their function's fastest covering tests, {rest}\n")
+        else:
+            print(f"Each function's mutants against its fastest covering tests, {rest}\n")
     print("| module | score | " + " | ".join(COLUMNS) + " |")
     print("|---|---:|" + "---:|" * len(COLUMNS))
     for pkg in prefixes:

@@ -144,3 +144,114 @@ def test_a_policy_promising_some_plans_must_observe_their_runs() -> None:
 
 def test_a_single_replica_policy_routes_everything_to_its_replica() -> None:
     assert VLLM().route(3, 0, []) == 0
+
+
+def test_a_request_states_arrays_have_one_dtype_each_whatever_the_workload_passes() -> None:
+    """Counts are int64 and times float64 from the start (a float count would print as 3.0 in points.csv and index
+    nothing), whatever the workload's arrays are: floats for lengths, integers for times here."""
+    n = 3
+    s = RequestState(np.zeros(n, dtype=np.int64), np.full(n, 32.0), np.full(n, 8.0), np.full(n, 1, dtype=np.int64),
+                     np.full(n, 2, dtype=np.int64), np.zeros(n))
+    counts = ("num_generated", "num_computed", "num_draft_computed", "client", "kv_blocks", "num_proposed",
+              "num_accepted", "num_matched", "num_decode_steps", "num_spec_steps", "num_preemptions")
+    ints = ("prompt_len", "output_len", "slo_class", *counts)
+    floats = ("arrival_s", "tpot_slo_s", "ttft_slo_s", "first_token_at", "first_decode_at", "finish_at", "service_s",
+              "swap_s", "last_token_at")
+    for name in ints:
+        assert getattr(s, name).dtype == np.int64, name
+    assert not any(getattr(s, name).any() for name in counts)
+    assert (s.prompt_len.tolist(), s.output_len.tolist()) == ([32] * n, [8] * n)
+    for name in floats:
+        assert getattr(s, name).dtype == np.float64, name
+    assert s.status.dtype == np.int8 and not s.status.any()
+    assert np.isnan(s.first_token_at).all() and np.isnan(s.first_decode_at).all() and np.isnan(s.finish_at).all()
+    assert np.isnan(s.last_token_at).all() and not s.service_s.any() and not s.swap_s.any()
+    assert (list(s.waiting), s.running, s.swapped) == ([], [], [])
+
+
+def test_a_view_says_which_replica_and_limits_it_shows_and_starts_at_time_and_step_zero() -> None:
+    s = _state(2)
+    view = View(s, block_size=32, max_model_len=2048, cost=make_cost(), drafter=None, replica=3)
+    assert (view.replica, view.block_size, view.max_model_len) == (3, 32, 2048)
+    assert (_view(s).replica, view.now, view.step_index, view.free_blocks, view.total_blocks) == (0, 0.0, 0, 0, 0)
+    assert type(view.now) is float and view.draft_resident is False and view.draft_loading is False
+
+
+def test_a_policy_cannot_write_into_the_engines_state_through_its_view() -> None:
+    s = _state(2)
+    view = _view(s)
+    for name in ("arrival_s", "prompt_len", "tpot_slo_s", "ttft_slo_s", "num_generated", "num_accepted"):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(view, name)[0] = 1
+    s.num_generated[0] = 5  # ... and it sees the engine's writes
+    assert view.num_generated[0] == 5
+
+
+@pytest.mark.parametrize(("blocks", "fits"), [(0, False), (1, True)])
+def test_a_replica_whose_model_leaves_no_kv_block_refuses_to_start_naming_the_model_and_gpu(
+        monkeypatch: pytest.MonkeyPatch, blocks: int, fits: bool) -> None:
+    from repro.sim.kv import KvPool
+    from repro.sim.replica import SimulationError
+    from tests.conftest import make_engine
+
+    monkeypatch.setattr(KvPool, "capacity", lambda self, draft_resident: blocks)
+    if fits:  # one block is a replica that runs (a request at a time, a block of KV at most)
+        assert [r.kv.total for r in make_engine(VLLM()).replicas] == [1]
+        return
+    with pytest.raises(SimulationError, match=r"^the model does not fit: llama2-7b \(tp=1\) on a100-80g leaves no KV "
+                                         r"memory$"):
+        make_engine(VLLM())
+
+
+def test_a_queue_changed_with_no_name_given_is_every_queue_and_the_view_rebuilds_each() -> None:
+    s = _state(3)
+    view = _view(s)
+    assert (list(view.waiting), list(view.running), list(view.swapped)) == ([], [], [])
+    s.waiting.extend([2, 0])
+    s.running.append(1)
+    s.swapped.append(2)
+    assert list(view.waiting) == []  # not said: the View keeps the queue it built
+    before = dict(s.queue_versions)
+    s.queues_changed("running")
+    assert {k for k in before if s.queue_versions[k] != before[k]} == {"running"}
+    s.queues_changed()
+    assert all(s.queue_versions[k] != before[k] for k in before)
+    assert (list(view.waiting), list(view.running), list(view.swapped)) == ([2, 0], [1], [2])
+
+
+class _Runs:
+    def on_step(self, event: object) -> None: ...
+
+    def on_run(self, run: object) -> None: ...
+
+
+class _Steps:
+    def on_step(self, event: object) -> None: ...
+
+
+@pytest.mark.parametrize(("kw", "policy_attrs", "fast"), [
+    ({}, {}, True),  # the defaults: a policy that repeats its plan, simulated models, no observer
+    ({"fast_forward": False}, {}, False),
+    ({"arms": 3}, {}, False),  # counterfactual arms score single steps
+    ({"backend": object()}, {}, False),  # a real backend executes every step
+    ({"observers": [_Steps()]}, {}, False),  # an observer of single steps only
+    ({"observers": [_Runs(), _Steps()]}, {}, False),
+    ({"observers": [_Runs()]}, {}, True),
+    ({}, {"repeats_plan": False}, False),
+    ({}, {"repeats_plan": False, "repeats_some_plans": True}, True),
+    ({}, {"promises_hold": False}, False),  # a subclass that inherited promises it did not declare
+])
+def test_the_fast_path_is_taken_only_where_every_part_of_the_replica_allows_it(
+        kw: dict[str, object], policy_attrs: dict[str, bool], fast: bool) -> None:
+    from repro.sim.replica import Replica
+    from tests.conftest import FixedOracle
+
+    policy = VLLM()
+    for name, value in policy_attrs.items():
+        setattr(policy, name, value)
+    cost = make_cost()
+    r = Replica(0, policy, _state(2), cost, FixedOracle(), block_size=16, max_model_len=4096, **kw)  # type: ignore[arg-type]
+    assert r.fast_forward is fast
+    assert r.backend is kw.get("backend") and r.checker is None  # the invariants are off by default
+    assert r.proposers.resolve is not None and r.kv.total == cost.kv_capacity_blocks(
+        draft_resident=r.draft_resident, block_size=16)

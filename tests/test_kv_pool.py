@@ -138,3 +138,15 @@ def test_a_plans_ids_are_one_flat_int64_array() -> None:
     assert got.dtype == np.int64 and got.tolist() == [3, 1, 2, 0]
     assert ids(5).tolist() == [5] and ids().shape == (0,) and ids().dtype == np.int64
     assert ids([True, False]).dtype == np.int64
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 32])
+@pytest.mark.parametrize("resident", [True, False])
+def test_the_pools_capacity_is_the_cost_models_at_its_own_block_size(block_size: int, resident: bool) -> None:
+    state = RequestState(np.zeros(1), np.full(1, 8), np.full(1, 8), np.full(1, np.inf), np.full(1, np.inf),
+                         np.zeros(1, dtype=np.int64))
+    cost = make_cost(draft="llama-68m")
+    pool = KvPool(state, cost, block_size=block_size, layout=cost.engine.draft_kv_layout, draft_resident=resident)
+    want = cost.kv_capacity_blocks(draft_resident=resident, block_size=block_size)
+    assert pool.capacity(resident) == want and pool.total == want
+    assert pool.capacity(not resident) == cost.kv_capacity_blocks(draft_resident=not resident, block_size=block_size)

@@ -165,3 +165,168 @@ def test_a_functions_killers_come_first_in_the_next_cut(tmp_path: Path, monkeypa
     out = json.loads((tmp_path / "mutmut-stats.json").read_text())
     assert out["tests_by_mangled_function_name"]["repro.sim.kv.x_f"] == ["tests/test_slow.py::test_b",
                                                                            "tests/test_slow.py::test_a"]
+
+
+def _lines() -> Any:
+    return _script("mutation_lines")
+
+
+#: A module and mutmut's rewrite of it (only the variants matter): a changed condition, a changed default argument
+#: (the signature, evaluated at import), a change inside a statement's second line, and a method's.
+_SOURCE = '''def f(a, b=1):
+    x = a + b
+    if x > 2:
+        return (x +
+                1)
+    return x
+
+
+class C:
+    def m(self):
+        return 1
+'''
+_MUTATED = '''def x_f__mutmut_orig(a, b=1):
+    x = a + b
+    if x > 2:
+        return (x +
+                1)
+    return x
+def x_f__mutmut_1(a, b=1):
+    x = a + b
+    if x >= 2:
+        return (x +
+                1)
+    return x
+def x_f__mutmut_2(a, b=2):
+    x = a + b
+    if x > 2:
+        return (x +
+                1)
+    return x
+def x_f__mutmut_3(a, b=1):
+    x = a + b
+    if x > 2:
+        return (x +
+                2)
+    return x
+class C:
+    def xǁCǁm__mutmut_orig(self):
+        return 1
+    def xǁCǁm__mutmut_1(self):
+        return 2
+'''
+
+
+def _line_fixture(tmp_path: Path) -> tuple[Path, Path]:
+    """A checkout with ``pkg/mod.py``, mutmut's folder for it, and a line coverage by test: ``test_a`` ran lines
+    1-3 and 6 (x <= 2), ``test_b`` lines 2-5 (x > 2), ``test_c`` the method."""
+    from coverage import CoverageData
+
+    root, mutants = tmp_path / "p", tmp_path / "p" / "mutants"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text(_SOURCE)
+    (mutants / "pkg").mkdir(parents=True)
+    (mutants / "pkg" / "mod.py").write_text(_MUTATED)
+    names = ["pkg.mod.x_f__mutmut_1", "pkg.mod.x_f__mutmut_2", "pkg.mod.x_f__mutmut_3", "pkg.mod.xǁCǁm__mutmut_1"]
+    _meta(mutants, "pkg/mod.py", dict.fromkeys(names))
+    tests = {"a": "tests/test_a.py::test_a", "b": "tests/test_b.py::test_b[1]", "c": "tests/test_c.py::test_c"}
+    (mutants / "mutmut-stats.json").write_text(json.dumps({
+        "duration_by_test": {tests["a"]: 0.1, tests["b"]: 0.2, tests["c"]: 0.3},
+        "tests_by_mangled_function_name": {"pkg.mod.x_f": [tests["a"], tests["b"]], "pkg.mod.xǁCǁm": [tests["c"]]},
+    }))
+    cov = CoverageData(basename=str(mutants / "mutation-lines.coverage"))
+    mod = str(root / "pkg" / "mod.py")
+    for test, lines in (("a", [1, 2, 3, 6]), ("b", [2, 3, 4, 5]), ("c", [10, 11])):
+        cov.set_context(f"{tests[test]}|run")
+        cov.add_lines({mod: lines})
+    cov.set_context(f"{tests['c']}|setup")  # a fixture's lines are not the test's
+    cov.add_lines({mod: [4]})
+    cov.write()
+    return root, mutants
+
+
+def test_each_mutant_gets_the_tests_that_ran_its_statement(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    root, mutants = _line_fixture(tmp_path)
+    mod = _lines()
+    offsets = mod.mutated_offsets((mutants / "pkg" / "mod.py").read_text())
+    # the first differing line from the def: the condition, the signature, the return's second line, the method's
+    assert offsets == {"x_f__mutmut_1": 2, "x_f__mutmut_2": 0, "x_f__mutmut_3": 4, "xǁCǁm__mutmut_1": 1}
+    plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=200, root=root)
+    assert plan == {
+        "pkg.mod.x_f__mutmut_1": ["tests/test_a.py::test_a", "tests/test_b.py::test_b[1]"],  # both ran the `if`
+        "pkg.mod.x_f__mutmut_3": ["tests/test_b.py::test_b[1]"],  # line 5 is the return's (line 4), run by b only
+        "pkg.mod.xǁCǁm__mutmut_1": ["tests/test_c.py::test_c"],
+    }  # a default argument's mutant is left to its function's cut
+    (mutants / "mutation-budget.json").write_text(json.dumps({"budget_s": 5.0, "max_tests": 40}))
+    assert mod.main(["plan", "--mutants", str(mutants)]) == 0
+    assert json.loads((mutants / "mutation-tests.json").read_text()) == plan
+    assert _report().main(["--mutants", str(mutants)]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 4 mutants get their own statement's tests" in out
+    assert ("Each mutant against the covering tests that ran its statement, at most 200 tests and 20 s (3 of 4 "
+            "mutants, scripts/mutation_lines.py); the rest against their function's fastest covering tests, at most "
+            "40 tests and 5 s") in out
+
+
+def test_a_statement_is_widened_to_where_coverage_records_it() -> None:
+    import ast
+
+    f = ast.parse(_SOURCE).body[0]
+    mod = _lines()
+    assert mod.statement_lines(f, 1) is None  # the signature
+    assert mod.statement_lines(f, 3) == range(3, 4)  # the header of the `if`, not its body
+    assert mod.statement_lines(f, 5) == range(4, 6)  # a statement's second line: all of it
+    assert mod.statement_lines(f, 6) == range(6, 7)
+
+
+def test_a_mutants_own_tests_put_its_functions_killers_first_within_the_budget(tmp_path: Path) -> None:
+    root, mutants = _line_fixture(tmp_path)
+    (mutants / "mutation-kills.jsonl").write_text(
+        json.dumps({"mutant": "pkg.mod.x_f__mutmut_9", "test": "tests/test_b.py::test_b[1]"}) + "\n")
+    mod = _lines()
+    plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=200, root=root)
+    assert plan["pkg.mod.x_f__mutmut_1"] == ["tests/test_b.py::test_b[1]", "tests/test_a.py::test_a"]
+    plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=1, root=root)
+    assert plan["pkg.mod.x_f__mutmut_1"] == ["tests/test_b.py::test_b[1]"]
+
+
+def test_the_run_gives_mutmut_each_planned_mutant_its_tests_in_order_and_their_time_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import types
+
+    import mutmut
+    from mutmut.runners import harness
+    from mutmut.workers import isolation
+
+    # (the modules themselves: mutmut's package exports functions of the same names)
+    mutmut_main, configuration, mutmut_state = (importlib.import_module(f"mutmut.{m}")
+                                                for m in ("__main__", "configuration", "state"))
+
+    own = {"m.x_f__mutmut_1": ["tests/t.py::slow", "tests/t.py::fast"]}
+    (tmp_path / "tests.json").write_text(json.dumps(own))
+    submitted: list[tuple[Any, ...]] = []
+    ran: list[list[str]] = []
+    for runner in (isolation.ForkRunner, isolation.ForkServerRunner):
+        monkeypatch.setattr(runner, "submit", lambda self, *a: submitted.append(a))
+    monkeypatch.setattr(harness.PytestRunner, "run_tests",
+                        lambda self, *, mutant_name, tests: ran.append(list(tests)) or 0)
+    durations = {"tests/t.py::slow": 2.0, "tests/t.py::fast": 0.5}
+    monkeypatch.setattr(mutmut_state, "state", lambda: types.SimpleNamespace(duration_by_test=durations))
+    monkeypatch.setattr(configuration, "config",
+                        lambda: types.SimpleNamespace(timeout_constant=1.0, timeout_multiplier=15.0))
+    called: list[list[str]] = []
+    monkeypatch.setattr(mutmut_main, "cli", lambda: called.append(list(__import__("sys").argv)))
+    mod = _lines()
+    assert mod.run(tmp_path / "tests.json", ["repro.sim.*"]) == 0
+    assert called == [["mutmut", "run", "repro.sim.*"]]
+    isolation.ForkRunner.submit(None, "m.x_f__mutmut_1", ["tests/t.py::other"], 99, 9.0)
+    isolation.ForkRunner.submit(None, "m.x_f__mutmut_2", ["tests/t.py::other"], 99, 9.0)  # not planned: as it was
+    # mutmut's own limit, (estimate + 1 s) x 15 x 2, from the planned tests' 2.5 s
+    assert submitted == [("m.x_f__mutmut_1", own["m.x_f__mutmut_1"], 105, 2.5),
+                         ("m.x_f__mutmut_2", ["tests/t.py::other"], 99, 9.0)]
+    harness.PytestRunner.run_tests(None, mutant_name="m.x_f__mutmut_1", tests=sorted(own["m.x_f__mutmut_1"]))
+    assert ran == [own["m.x_f__mutmut_1"]]  # the plan's order, not the fork runner's fastest-first
+    monkeypatch.setattr(mutmut, "__version__", "9.9.9")
+    assert mod.run(tmp_path / "tests.json", []) == 2
