@@ -139,21 +139,25 @@ def contexts_by_line(coverage_file: Path, root: Path = ROOT) -> dict[str, dict[i
     return out
 
 
-def plan(mutants: Path, coverage_file: Path, budget_s: float, max_tests: int,
-         root: Path = ROOT) -> dict[str, list[str]]:
+def plan(mutants: Path, coverage_file: Path, budget_s: float, max_tests: int, root: Path = ROOT,
+         killers_only: bool = False) -> dict[str, list[str]]:
     """Each mutant's tests (mutmut's name, ``repro.sim.kv.xǁKvPoolǁallocate__mutmut_3``), for every mutant whose
-    statement some covering test ran; the rest are left to the function's cut."""
+    statement some covering test ran; the rest are left to the function's cut. ``killers_only``: only the tests
+    that ran the statement and killed another mutant of the module in an earlier run, the function's first (a
+    survivor's second chance, cheap where they fail at once), and only the mutants that have one."""
     stats = json.loads((mutants / "mutmut-stats.json").read_text())
     duration: dict[str, float] = stats["duration_by_test"]
     full_path = mutants / "mutation-coverage.json"
     full: dict[str, list[str]] = (json.loads(full_path.read_text()) if full_path.is_file()
                                   else stats["tests_by_mangled_function_name"])
-    kills: dict[str, dict[str, int]] = {}
+    kills: dict[str, dict[str, int]] = {}  # by function, and by module: test -> mutants it killed
     log = mutants / "mutation-kills.jsonl"
     for raw in log.read_text().splitlines() if log.is_file() else ():
         kill = json.loads(raw)
-        by = kills.setdefault(kill["mutant"].rsplit("__mutmut_", 1)[0], {})
-        by[kill["test"]] = by.get(kill["test"], 0) + 1
+        function = kill["mutant"].rsplit("__mutmut_", 1)[0]
+        for key in (function, function.rsplit(".", 1)[0]):
+            by = kills.setdefault(key, {})
+            by[kill["test"]] = by.get(kill["test"], 0) + 1
     ran = contexts_by_line(coverage_file, root)
     out: dict[str, list[str]] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
@@ -175,9 +179,14 @@ def plan(mutants: Path, coverage_file: Path, budget_s: float, max_tests: int,
             name = f"{module}.{base}"
             covering = set(full.get(name, ()))
             on_line = {t for line in lines for t in by_line.get(line, ())} & covering
+            killers = kills.get(name, {})
+            if killers_only:  # the function's killers first, then the module's
+                mine = kills.get(module, {})
+                on_line &= set(mine)
+                killers = {t: n + (1 << 20) * killers.get(t, 0) for t, n in mine.items()}
             if on_line:
                 out[f"{name}__mutmut_{variant.partition('__mutmut_')[2]}"] = cut(
-                    sorted(on_line), duration, budget_s, max_tests, name, kills.get(name))
+                    sorted(on_line), duration, budget_s, max_tests, name, killers)
     return out
 
 
@@ -241,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("step", choices=("collect", "plan", "run"))
     ap.add_argument("rest", nargs="*", help="run: mutmut run's arguments (mutant names or globs)")
     ap.add_argument("--mutants", type=Path, default=ROOT / "mutants", help="mutmut's folder (default: ./mutants)")
-    ap.add_argument("--budget-s", type=float, default=20.0, help="plan: seconds of measured test time a mutant (20)")
-    ap.add_argument("--max-tests", type=int, default=200, help="plan: tests a mutant (200)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--budget-s", type=float, default=4.0, help="plan: seconds of measured test time a mutant (4)")
+    ap.add_argument("--max-tests", type=int, default=100, help="plan: tests a mutant (100)")
+    ap.add_argument("--killers-only", action="store_true",
+                    help="plan: only tests that killed another mutant of the module (a survivors' second pass)")
+    ap.add_argument("--planned", action="store_true", help="run: of the named mutants, only those the plan covers")
+    args = ap.parse_intermixed_args(argv)
     lines = args.mutants / "mutation-lines.coverage"
     tests_file = args.mutants / "mutation-tests.json"
     if args.step == "collect":
@@ -253,7 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         if not tests_file.is_file():
             print(f"mutation_lines: no {tests_file}: run the plan step first", file=sys.stderr)
             return 2
-        return run(tests_file, args.rest)
+        rest = args.rest
+        if args.planned:
+            planned = json.loads(tests_file.read_text())
+            rest = [name for name in rest if name in planned]
+            if not rest:
+                print("mutation_lines: none of the named mutants is planned: nothing to run")
+                return 0
+        return run(tests_file, rest)
     if args.budget_s <= 0 or args.max_tests < 1:
         print("mutation_lines: --budget-s must be > 0 and --max-tests >= 1", file=sys.stderr)
         return 2
@@ -261,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         if not need.is_file():
             print(f"mutation_lines: no {need}: run scripts/mutation.sh (it collects both)", file=sys.stderr)
             return 2
-    own = plan(args.mutants, lines, args.budget_s, args.max_tests, root=args.mutants.resolve().parent)
+    own = plan(args.mutants, lines, args.budget_s, args.max_tests, root=args.mutants.resolve().parent,
+               killers_only=args.killers_only)
     tests_file.write_text(json.dumps(own, indent=1))
     total = sum(len(json.loads(m.read_text())["exit_code_by_key"]) for m in args.mutants.rglob("*.py.meta"))
     budget_path = args.mutants / "mutation-budget.json"  # (the function-level cut's, written before: the fallback)
@@ -269,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     budget["per_mutant"] = {"budget_s": args.budget_s, "max_tests": args.max_tests, "planned": len(own),
                             "mutants": total}
     budget_path.write_text(json.dumps(budget))
-    print(f"mutation_lines: {len(own)} of {total} mutants get their own statement's tests "
+    print(f"mutation_lines: {len(own)} of {total} mutants get their own statement's tests"
+          f"{' that killed another of their module' if args.killers_only else ''} "
           f"(at most {args.max_tests} and {args.budget_s:g} s each); the rest keep their function's cut")
     return 0
 

@@ -491,3 +491,20 @@ def test_each_memory_action_charges_its_own_part_of_the_step() -> None:
     assert rep.total_blocks == most
     ready = out.steps[2].start_at + cost.draft_transfer_s()  # within step 2, which the expansion makes long
     assert out.steps[2].start_at < ready <= seen[3][0] and seen[3][3] and not seen[3][4]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+@pytest.mark.parametrize("policy", [VLLM, lambda: StaticSD(k=3)])
+def test_the_run_counts_its_steps_and_the_requests_they_ran_as_its_step_trace_does(
+        policy: Callable[[], Policy], fast_forward: bool) -> None:
+    """num_steps and num_scheduled (the mean batch size's two sums) are the step trace's row count and the sum of
+    its batch sizes, on the fast path as on the step path."""
+    reqs = make_requests(12, prompt_len=list(range(20, 260, 20)), output_len=list(range(5, 65, 5)), gap_s=0.01)
+    out = make_engine(policy(), reqs, oracle=FixedOracle(2), record_steps=True, fast_forward=fast_forward).run()
+    assert out.num_steps == len(out.steps) > 12
+    assert out.num_scheduled == sum(r.num_seqs for r in out.steps) == sum(
+        r.num_decode + r.num_prefill for r in out.steps)
+    walls = [r.schedule_wall_s for r in out.steps]  # the policy's own CPU time per step, measured: under a second
+    assert min(walls) >= 0.0 and max(walls) < 1.0
+    if not fast_forward:  # every step was planned by the policy, and timed
+        assert min(walls) > 0.0

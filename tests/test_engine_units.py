@@ -5,6 +5,7 @@ read-only and rebuilt only when the engine changed them; a length predictor's in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -255,3 +256,37 @@ def test_the_fast_path_is_taken_only_where_every_part_of_the_replica_allows_it(
     assert r.backend is kw.get("backend") and r.checker is None  # the invariants are off by default
     assert r.proposers.resolve is not None and r.kv.total == cost.kv_capacity_blocks(
         draft_resident=r.draft_resident, block_size=16)
+
+
+@pytest.mark.parametrize(("now", "arrived"), [(4.999, False), (5.0, True), (6.0, True)])
+def test_a_draft_reload_completes_once_its_transfer_time_has_passed(now: float, arrived: bool) -> None:
+    from repro.sim.replica import Replica
+    from tests.conftest import FixedOracle
+
+    r = Replica(0, VLLM(), _state(2), make_cost(), FixedOracle(), block_size=16, max_model_len=4096)
+    r.draft_resident, r.draft_ready_at = False, 5.0
+    r._draft_arrived(now)
+    assert (r.draft_resident, r.draft_ready_at, r.view.draft_resident) == (
+        (True, None, True) if arrived else (False, 5.0, r.view.draft_resident))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize(("pids", "dids", "twice"), [
+    ([], [], False), ([3], [], False), ([], [3], False), ([3], [3], True),  # one in each: still a duplicate
+    ([0, 1], [], False), ([], [1, 1], True), ([1, 1], [], True), ([0, 2], [1], False), ([0], [1, 2, 0], True),
+    ([2], [0, 1], False), ([0, 1, 2], [], False),
+])
+def test_a_request_twice_in_one_step_is_refused_on_both_kernel_paths(
+        use_jit: Any, compiled: bool, pids: list[int], dids: list[int], twice: bool) -> None:
+    from repro.sim.plan import PlanError, ids
+    from repro.sim.replica import Replica
+    from tests.conftest import FixedOracle
+
+    use_jit(compiled)
+    r = Replica(0, VLLM(), _state(4), make_cost(), FixedOracle(), block_size=16, max_model_len=4096)
+    for _ in range(2):  # (the marks a first check leaves behind mislead no second one)
+        if twice:
+            with pytest.raises(PlanError, match=r"^a request appears twice in one step$"):
+                r._check_unique(ids(pids), ids(dids))
+        else:
+            r._check_unique(ids(pids), ids(dids))

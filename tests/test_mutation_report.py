@@ -264,7 +264,7 @@ def test_each_mutant_gets_the_tests_that_ran_its_statement(tmp_path: Path,
     assert _report().main(["--mutants", str(mutants)]) == 0
     out = capsys.readouterr().out
     assert "3 of 4 mutants get their own statement's tests" in out
-    assert ("Each mutant against the covering tests that ran its statement, at most 200 tests and 20 s (3 of 4 "
+    assert ("Each mutant against the covering tests that ran its statement, at most 100 tests and 4 s (3 of 4 "
             "mutants, scripts/mutation_lines.py); the rest against their function's fastest covering tests, at most "
             "40 tests and 5 s") in out
 
@@ -289,6 +289,11 @@ def test_a_mutants_own_tests_put_its_functions_killers_first_within_the_budget(t
     assert plan["pkg.mod.x_f__mutmut_1"] == ["tests/test_b.py::test_b[1]", "tests/test_a.py::test_a"]
     plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=1, root=root)
     assert plan["pkg.mod.x_f__mutmut_1"] == ["tests/test_b.py::test_b[1]"]
+    # a survivors' second pass: only the function's killers that ran the statement, only where there is one
+    plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=200, root=root,
+                    killers_only=True)
+    assert plan == {"pkg.mod.x_f__mutmut_1": ["tests/test_b.py::test_b[1]"],
+                    "pkg.mod.x_f__mutmut_3": ["tests/test_b.py::test_b[1]"]}
 
 
 def test_the_run_gives_mutmut_each_planned_mutant_its_tests_in_order_and_their_time_limit(

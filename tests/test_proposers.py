@@ -223,3 +223,49 @@ def test_a_proposers_host_work_is_charged_only_to_a_step_that_speculates(kind: s
             "pld": cost.pld_s(3)}[kind]
     assert proposer.host_s(3) == want
     assert proposer.host_s(0) == (cost.pld_s(0) if kind == "pld" else 0.0)
+
+
+class ScoreLog:
+    """An oracle whose chains score k proposed, ``accept`` accepted and ``match`` matched tokens, recording which
+    proposer (by a code) scored which requests."""
+
+    def __init__(self, codes: dict[int, int], accept: int = 1, match: int = 1) -> None:
+        self.codes, self.accept, self.match = codes, accept, match
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def score_chain(self, rids: np.ndarray, pos: np.ndarray, k: np.ndarray,
+                    proposer: Proposer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.calls.append((self.codes[id(proposer)], rids.tolist()))
+        k = np.asarray(k, dtype=np.int64)
+        return k.copy(), np.minimum(k, self.accept) if self.accept >= 0 else k + 1, (
+            np.minimum(k, self.match) if self.match >= 0 else k + 1)
+
+
+@pytest.mark.parametrize("servers", [None, [1, 0, -1, 1, -1]])
+@pytest.mark.parametrize("all_chains", [True, False])
+def test_each_chain_is_scored_on_its_drafters_stream_and_an_oracle_accepting_too_much_is_refused(
+        servers: list[int] | None, all_chains: bool) -> None:
+    from repro.cost.step import DecodeBatch
+
+    cost, l4 = make_cost(), make_cost("l4")
+    props = colocated(cost, (RemoteDraftServer(l4), RemoteDraftServer(l4, stream="qwen")))
+    local = props.resolve("draft")
+    codes = {id(local): 1, id(props.remote[0]): 2, id(props.remote[1]): 3}
+    rid = np.array([10, 11, 12, 13, 14])
+    k = np.array([2, 3, 4, 1, 2 if all_chains else 0])
+    dec = DecodeBatch(rid, np.array([5, 6, 7, 8, 9]), np.full(5, 100), k, k > 0, {}, None)
+    srv = None if servers is None else np.array(servers)
+    log = ScoreLog(codes, accept=2, match=3)
+    proposed, accepted, matched = props.score(log, local, srv, dec)  # type: ignore[arg-type]
+    assert proposed.dtype == accepted.dtype == matched.dtype == np.int64
+    assert proposed.tolist() == k.tolist() and accepted.tolist() == np.minimum(k, 2).tolist()
+    assert matched.tolist() == np.minimum(k, 3).tolist()
+    chains = [int(r) for r, kk in zip(rid, k, strict=True) if kk > 0]
+    if servers is None:
+        assert log.calls == [(1, chains)]  # one call on the plan's proposer, no request without a chain
+    else:
+        want = {1: [12, 14] if all_chains else [12], 2: [11], 3: [10, 13]}
+        assert sorted(log.calls) == sorted(want.items())
+    for accept, match in ((-1, 1), (1, -1)):  # one more accepted, or matched, than proposed
+        with pytest.raises(PlanError, match="^oracle accepted more tokens than proposed$"):
+            props.score(ScoreLog(codes, accept, match), local, srv, dec)  # type: ignore[arg-type]

@@ -79,3 +79,57 @@ def test_tensor_parallelism_adds_two_ring_all_reduces_a_layer_and_shards_the_res
     assert c.layers_graph_s == m.num_layers * hw.layer_overhead_graph_s
     eagle = roofline.coefficients(hw, load_model("eagle-llama3-70b"), tp)
     assert eagle.layers_eager_s == 2 * hw.layer_overhead_eager_s  # the head's layer and its fc
+
+
+def _coeffs(**kw: object) -> roofline.Coeffs:
+    """Round constants, each part's own (p = 2: the knee is a Euclidean norm of the two bounds)."""
+    base: dict[str, object] = dict(
+        lin_mem_s=3.0, lin_tok_s=0.1, head_mem_s=0.5, head_tok_s=0.01, p=2.0, inv_p=0.5, kv_bytes=100.0,
+        inv_bw=1e-3, eta_lo=0.5, eta_span=0.0, v_half=1.0, pair_s=1e-4, ar_fixed_s=0.2, ar_tok_s=0.001,
+        step_s=1.0, layers_eager_s=0.3, layers_graph_s=0.1, req_s=0.01, graph_pad=(0, 1, 2, 4, 4))
+    return roofline.Coeffs(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_passs_parts_are_its_rooflines_one_by_one() -> None:
+    c = _coeffs()
+    # 40 tokens of 8 sequences, 1,000 tokens of KV, 500 causal pairs, every token scored, with prefill
+    lin, att, head, ar, over = roofline.pass_parts(c, 40, 8, 1000.0, 500.0, -1, False)
+    assert lin == pytest.approx((3.0**2 + (0.1 * 40) ** 2) ** 0.5)  # 5.0: the knee of streaming and compute
+    assert head == pytest.approx((0.5**2 + (0.01 * 40) ** 2) ** 0.5)  # head < 0: every token scored
+    assert ar == pytest.approx(0.2 + 0.001 * 40)
+    assert over == pytest.approx(1.0 + 0.3 + 0.01 * 8)  # eager launches: a pass with prefill
+    assert att == pytest.approx(1000.0 * 100.0 * 1e-3 / 0.5 + 1e-4 * 500.0)  # KV read at eta_lo, then the pairs
+    # decode only, 3 tokens: a CUDA-graph pass at capture size 4 (its linear, its all-reduce), the head on 2 rows
+    lin, att, head, ar, over = roofline.pass_parts(c, 3, 3, 0.0, 0.0, 2, True)
+    assert lin == pytest.approx((9.0 + 0.16) ** 0.5) and ar == pytest.approx(0.2 + 0.004)
+    assert head == pytest.approx((0.25 + 0.0004) ** 0.5) and att == 0.0
+    assert over == pytest.approx(1.0 + 0.1 + 0.03)  # graph launches
+    # the query-key pairs of a tree's queries bound the KV read from below
+    assert roofline.pass_parts(c, 3, 3, 10.0, 0.0, 2, True, qpairs=1e6)[1] == pytest.approx(1e-4 * 1e6)
+    assert roofline.pass_parts(c, 3, 3, 10.0, 0.0, 2, True)[1] == pytest.approx(10.0 * 100.0 * 1e-3 / 0.5)
+    # past the largest capture size, and with prefill, no padding; a pass of one token pads to 1
+    assert roofline.pass_parts(c, 5, 5, 0.0, 0.0, 0, True)[0] == pytest.approx((9.0 + 0.25) ** 0.5)
+    assert roofline.pass_parts(c, 3, 3, 0.0, 0.0, 0, False)[0] == pytest.approx((9.0 + 0.09) ** 0.5)
+    assert roofline.pass_parts(c, 1, 1, 0.0, 0.0, 0, True)[0] == pytest.approx((9.0 + 0.01) ** 0.5)
+    wide = _coeffs(graph_pad=(0, 2, 2, 4, 4))  # a single token runs the smallest capture size, 2
+    assert roofline.pass_parts(wide, 1, 1, 0.0, 0.0, 0, True)[0] == pytest.approx((9.0 + 0.04) ** 0.5)
+    # the head scores the rows it is given (none, one), not the pass's tokens; one token is one all-reduce's worth
+    assert roofline.pass_parts(c, 5, 5, 0.0, 0.0, 0, True)[2] == 0.0
+    assert roofline.pass_parts(c, 5, 5, 0.0, 0.0, 1, True)[2] == pytest.approx((0.25 + 0.0001) ** 0.5)
+    assert roofline.pass_parts(c, 1, 1, 0.0, 0.0, 0, True)[3] == pytest.approx(0.2 + 0.001)
+
+
+def test_an_empty_pass_has_no_linear_head_all_reduce_or_kv_part_only_its_fixed_costs() -> None:
+    c = _coeffs()
+    assert roofline.pass_parts(c, 0, 0, 0.0, 0.0, 0, True) == (0.0, 0.0, 0.0, 0.0, pytest.approx(1.1))
+    assert roofline.pass_parts(c, 0, 0, 0.0, 0.0, -1, True)[2] == 0.0  # head < 0 scores every (no) token
+    assert roofline.kv_read_s(c, 0.0) == 0.0 and roofline.kv_read_s(c, -1.0) == 0.0
+    assert roofline.kv_read_s(_coeffs(v_half=0.0), 0.0) == 0.0  # (no ramp: 0 / 0 is never asked)
+    one_gpu = _coeffs(ar_fixed_s=0.0, ar_tok_s=0.0)
+    assert roofline.pass_parts(one_gpu, 40, 8, 0.0, 0.0, 0, False)[3] == 0.0
+
+
+def test_the_kv_read_efficiency_climbs_from_small_to_large_reads() -> None:
+    c = _coeffs(eta_lo=0.5, eta_span=0.4, v_half=1e4)
+    assert roofline.kv_read_s(c, 100.0) == pytest.approx(1e4 * 1e-3 / (0.5 + 0.4 * 0.5))  # 1e4 bytes: halfway
+    assert roofline.kv_bytes_s(c, 3e4) == pytest.approx(3e4 * 1e-3 / (0.5 + 0.4 * 0.75))

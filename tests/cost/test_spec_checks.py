@@ -12,7 +12,7 @@ import pytest
 
 from repro.cost import remembered, spec
 from repro.cost.serving import EngineProfile
-from repro.cost.spec import HardwareSpec, load_hardware, load_model
+from repro.cost.spec import HardwareSpec, ModelSpec, load_hardware, load_model
 
 
 def _hw(**kw: object) -> HardwareSpec:
@@ -115,3 +115,16 @@ def test_a_cost_model_with_an_unhashable_part_shares_nothing() -> None:
         parts[k] for k in ("hardware", "model", "tp", "draft", "draft_hardware", "draft_tp",
                            "gpu_memory_utilization", "activation_reserve_gb", "engine"))
     assert remembered.fingerprint(types.SimpleNamespace(**{**parts, "engine": {"unhashable": 1}})) is None
+
+
+def test_a_spec_from_hydras_config_node_resolves_its_interpolations_and_refuses_a_list() -> None:
+    from omegaconf import OmegaConf
+
+    plain = dataclasses.asdict(load_hardware("h100-80g"))
+    node = OmegaConf.create({**plain, "mem_bw_gbs": "${peak_tflops}"})
+    hw = HardwareSpec.from_cfg(node)
+    assert hw.mem_bw_gbs == plain["peak_tflops"] and type(hw.mem_bw_gbs) is not str
+    assert hw == dataclasses.replace(load_hardware("h100-80g"), mem_bw_gbs=plain["peak_tflops"])
+    assert ModelSpec.from_cfg(OmegaConf.create(dataclasses.asdict(load_model("llama3-8b")))) == load_model("llama3-8b")
+    with pytest.raises(TypeError, match=r"^expected a mapping config, got ListConfig$"):
+        HardwareSpec.from_cfg(OmegaConf.create([1, 2]))
