@@ -267,5 +267,5 @@ def test_each_chain_is_scored_on_its_drafters_stream_and_an_oracle_accepting_too
         want = {1: [12, 14] if all_chains else [12], 2: [11], 3: [10, 13]}
         assert sorted(log.calls) == sorted(want.items())
     for accept, match in ((-1, 1), (1, -1)):  # one more accepted, or matched, than proposed
-        with pytest.raises(PlanError, match="^oracle accepted more tokens than proposed$"):
+        with pytest.raises(PlanError, match=r"^oracle accepted more tokens than proposed$"):
             props.score(ScoreLog(codes, accept, match), local, srv, dec)  # type: ignore[arg-type]
