@@ -140,11 +140,12 @@ def contexts_by_line(coverage_file: Path, root: Path = ROOT) -> dict[str, dict[i
 
 
 def plan(mutants: Path, coverage_file: Path, budget_s: float, max_tests: int, root: Path = ROOT,
-         killers_only: bool = False) -> dict[str, list[str]]:
+         killers_only: bool = False, also: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """Each mutant's tests (mutmut's name, ``repro.sim.kv.xǁKvPoolǁallocate__mutmut_3``), for every mutant whose
     statement some covering test ran; the rest are left to the function's cut. ``killers_only``: only the tests
     that ran the statement and killed another mutant of the module in an earlier run, the function's first (a
-    survivor's second chance, cheap where they fail at once), and only the mutants that have one."""
+    survivor's second chance, cheap where they fail at once), and only the mutants that have one; with ``also``,
+    the tests under those paths too (tests written since, which have killed nothing yet)."""
     stats = json.loads((mutants / "mutmut-stats.json").read_text())
     duration: dict[str, float] = stats["duration_by_test"]
     full_path = mutants / "mutation-coverage.json"
@@ -182,7 +183,7 @@ def plan(mutants: Path, coverage_file: Path, budget_s: float, max_tests: int, ro
             killers = kills.get(name, {})
             if killers_only:  # the function's killers first, then the module's
                 mine = kills.get(module, {})
-                on_line &= set(mine)
+                on_line = {t for t in on_line if t in mine or t.startswith(also)} if also else on_line & set(mine)
                 killers = {t: n + (1 << 20) * killers.get(t, 0) for t, n in mine.items()}
             if on_line:
                 out[f"{name}__mutmut_{variant.partition('__mutmut_')[2]}"] = cut(
@@ -254,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tests", type=int, default=100, help="plan: tests a mutant (100)")
     ap.add_argument("--killers-only", action="store_true",
                     help="plan: only tests that killed another mutant of the module (a survivors' second pass)")
+    ap.add_argument("--also", action="append", default=[], metavar="PATH",
+                    help="plan --killers-only: and the tests under PATH (tests written since the last run)")
     ap.add_argument("--planned", action="store_true", help="run: of the named mutants, only those the plan covers")
     args = ap.parse_intermixed_args(argv)
     lines = args.mutants / "mutation-lines.coverage"
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutation_lines: no {need}: run scripts/mutation.sh (it collects both)", file=sys.stderr)
             return 2
     own = plan(args.mutants, lines, args.budget_s, args.max_tests, root=args.mutants.resolve().parent,
-               killers_only=args.killers_only)
+               killers_only=args.killers_only, also=tuple(args.also))
     tests_file.write_text(json.dumps(own, indent=1))
     total = sum(len(json.loads(m.read_text())["exit_code_by_key"]) for m in args.mutants.rglob("*.py.meta"))
     budget_path = args.mutants / "mutation-budget.json"  # (the function-level cut's, written before: the fallback)

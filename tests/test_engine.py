@@ -376,6 +376,17 @@ def test_draft_sync_replays_what_the_draft_missed() -> None:
     out = run(Scripted(prefill_synced, dec(True), *[dec(False)] * 10, dec(True)), make_requests(4, output_len=40),
               record_steps=True)
     assert out.steps[12].draft_s > out.steps[1].draft_s * 1.3  # step 12 is the second synced decode
+    # exactly: each of the 4 requests (prompt 32) has 32 + 11 tokens cached, the draft 32 + 1; it replays the 10 it
+    # missed and the last one (11 tokens on 33, causal: Σ 11 · (33 + 12 / 2)), reading the 43 of each and one more
+    want = make_cost().forward_s(4 + 40, 4, kv_read_tokens=4 * 43 + 4, prefill_attn_pairs=4 * 11 * (33 + 6.0),
+                                 lm_head_tokens=4, decode_only=False, which="draft")
+    assert out.steps[12].draft_s == pytest.approx(want, rel=1e-12)
+    # ... and a step that speculates one token after the same 10 missed catches up in its first draft pass alike
+    spec = lambda v: StepPlan(decode_ids=v.running, k=np.ones(v.running.size, dtype=np.int64))  # noqa: E731
+    out = run(Scripted(prefill_synced, dec(True), *[dec(False)] * 10, spec), make_requests(4, output_len=40),
+              record_steps=True)
+    # (with the round's host bookkeeping, charged to drafting)
+    assert out.steps[12].draft_s == pytest.approx(want + make_cost().spec_round_s(), rel=1e-12)
 
 
 def test_recompute_preemption_reprefills_prompt_and_generated_tokens() -> None:

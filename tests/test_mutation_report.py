@@ -294,6 +294,9 @@ def test_a_mutants_own_tests_put_its_functions_killers_first_within_the_budget(t
                     killers_only=True)
     assert plan == {"pkg.mod.x_f__mutmut_1": ["tests/test_b.py::test_b[1]"],
                     "pkg.mod.x_f__mutmut_3": ["tests/test_b.py::test_b[1]"]}
+    plan = mod.plan(mutants, mutants / "mutation-lines.coverage", budget_s=20.0, max_tests=200, root=root,
+                    killers_only=True, also=("tests/test_c.py",))  # and a test written since
+    assert plan["pkg.mod.xǁCǁm__mutmut_1"] == ["tests/test_c.py::test_c"] and len(plan) == 3
 
 
 def test_the_run_gives_mutmut_each_planned_mutant_its_tests_in_order_and_their_time_limit(
